@@ -1,0 +1,3 @@
+from disque.server import main
+
+main()

@@ -1,0 +1,36 @@
+# The job record (SPEC section 6.1). One instance per job known to a worker.
+# Small C fields keep a job near 100 bytes before its ID and body.
+
+cdef enum:
+    JOB_WAIT_REPL = 0
+    JOB_ACTIVE = 1
+    JOB_QUEUED = 2
+    JOB_ACKED = 3
+
+cdef enum:
+    JOB_FLAG_BCAST_QUEUED = 1
+    JOB_FLAG_BCAST_WILLQUEUE = 2
+    JOB_FLAG_DELIVERED = 4
+
+cdef class Job:
+    cdef public bytes id
+    cdef public object queue            # bytes, or None for a dummy ACK
+    cdef public object body             # bytes, or None for a dummy ACK
+    cdef public tuple nodes_delivered   # node IDs that may hold a copy (shared tuples)
+    cdef public object nodes_confirmed  # None, or a set of node IDs
+    cdef public unsigned long long ctime  # ms * 1e6 + tie counter
+    cdef public long long qtime         # ms of the next (re)queue; 0 = never again
+    cdef public long long awakeme       # ms the scheduler processes the job; 0 = not scheduled
+    cdef public unsigned int etime      # absolute expiry, unix seconds
+    cdef public unsigned int delay      # seconds
+    cdef public unsigned int retry      # seconds
+    cdef public unsigned int timer_gen  # bumps on every (re)schedule: older heap entries are stale
+    cdef public unsigned short repl
+    cdef public unsigned short nacks
+    cdef public unsigned short additional_deliveries
+    cdef public unsigned char state
+    cdef public unsigned char flags
+    cdef public unsigned char gc_retry
+    cdef public unsigned char in_queue  # 1 while linked in a JobQueue
+
+cdef int job_cmp(Job a, Job b)

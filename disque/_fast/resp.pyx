@@ -1,0 +1,360 @@
+# cython: language_level=3
+"""RESP request parsing and reply encoding (SPEC 1.1-1.2).
+
+The parser keeps Redis' limits and error strings exactly; it is incremental, so a huge
+bulk argument arriving in many reads is scanned once.
+"""
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from libc.string cimport memchr
+
+DEF INLINE_MAX = 64 * 1024
+DEF MBULK_MAX = 1024 * 1024
+DEF BULK_MAX = 512 * 1024 * 1024
+DEF QUERYBUF_MAX = 1024 * 1024 * 1024
+
+PROTO_INLINE_TOO_BIG = "Protocol error: too big inline request"
+PROTO_UNBALANCED = "Protocol error: unbalanced quotes in request"
+PROTO_MBULK_TOO_BIG = "Protocol error: too big mbulk count string"
+PROTO_MBULK_INVALID = "Protocol error: invalid multibulk length"
+PROTO_BULK_TOO_BIG = "Protocol error: too big bulk count string"
+PROTO_BULK_INVALID = "Protocol error: invalid bulk length"
+
+
+class ProtocolError(Exception):
+    """Raised by RequestParser.commands(); the connection must be answered and closed."""
+
+
+class QueryBufferOverflow(Exception):
+    """The client's unprocessed input passed 1 GiB: close without a reply."""
+
+
+cdef inline int hexval(unsigned char c) noexcept:
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+cdef inline bint is_space(unsigned char c) noexcept:
+    return c == b' ' or c == b'\n' or c == b'\r' or c == b'\t' or c == b'\v' or c == b'\f'
+
+
+cpdef list split_args(bytes line):
+    """sdssplitargs(): shell-like splitting; None on unbalanced quotes."""
+    cdef const unsigned char *p = line
+    cdef Py_ssize_t n = len(line), i = 0
+    cdef list out = []
+    cdef bytearray cur
+    cdef bint inq, insq
+    cdef unsigned char c
+    while True:
+        while i < n and is_space(p[i]):
+            i += 1
+        if i >= n:
+            return out
+        cur = bytearray()
+        inq = False
+        insq = False
+        while True:
+            if inq:
+                if i >= n:
+                    return None
+                c = p[i]
+                if c == b'\\' and i + 3 < n and p[i + 1] == b'x' and hexval(p[i + 2]) >= 0 and hexval(p[i + 3]) >= 0:
+                    cur.append(hexval(p[i + 2]) * 16 + hexval(p[i + 3]))
+                    i += 3
+                elif c == b'\\' and i + 1 < n:
+                    i += 1
+                    c = p[i]
+                    if c == b'n':
+                        c = b'\n'
+                    elif c == b'r':
+                        c = b'\r'
+                    elif c == b't':
+                        c = b'\t'
+                    elif c == b'b':
+                        c = b'\b'
+                    elif c == b'a':
+                        c = b'\a'
+                    cur.append(c)
+                elif c == b'"':
+                    # a closing quote must be followed by a space or the end
+                    if i + 1 < n and not is_space(p[i + 1]):
+                        return None
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            elif insq:
+                if i >= n:
+                    return None
+                c = p[i]
+                if c == b'\\' and i + 1 < n and p[i + 1] == b"'":
+                    i += 1
+                    cur.append(b"'")
+                elif c == b"'":
+                    if i + 1 < n and not is_space(p[i + 1]):
+                        return None
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            else:
+                if i >= n:
+                    break
+                c = p[i]
+                if is_space(c):
+                    break
+                elif c == b'"':
+                    inq = True
+                elif c == b"'":
+                    insq = True
+                else:
+                    cur.append(c)
+            i += 1
+        out.append(bytes(cur))
+
+
+cdef inline long long parse_len(const char *p, Py_ssize_t n, bint *ok) noexcept:
+    """string2ll-like strict parse of a length line (optional '-', digits)."""
+    cdef long long v = 0
+    cdef Py_ssize_t i = 0
+    cdef bint neg = False
+    ok[0] = False
+    if n == 0:
+        return 0
+    if p[0] == b'-':
+        neg = True
+        i = 1
+        if n == 1:
+            return 0
+    while i < n:
+        if p[i] < b'0' or p[i] > b'9':
+            return 0
+        if v > 100000000000000000:
+            return 0
+        v = v * 10 + (p[i] - 48)
+        i += 1
+    ok[0] = True
+    return -v if neg else v
+
+
+cdef class RequestParser:
+    """Incremental parser of client requests (multibulk and inline)."""
+    cdef bytearray buf
+    cdef Py_ssize_t pos
+    cdef long long mb_left     # bulk arguments still expected in the current multibulk
+    cdef long long bulk_len    # length of the bulk being read, -1 while reading its header
+    cdef list args
+
+    def __cinit__(self):
+        self.buf = bytearray()
+        self.pos = 0
+        self.mb_left = 0
+        self.bulk_len = -1
+        self.args = None
+
+    def feed(self, data):
+        if self.pos:
+            del self.buf[:self.pos]
+            self.pos = 0
+        self.buf += data
+        if PyByteArray_GET_SIZE(self.buf) > QUERYBUF_MAX:
+            raise QueryBufferOverflow()
+
+    @property
+    def pending(self):
+        """Bytes received but not yet consumed (client_biggest_input_buf)."""
+        return PyByteArray_GET_SIZE(self.buf) - self.pos
+
+    def commands(self):
+        """Return every complete command in the buffer as a list of argument lists.
+
+        Raises ProtocolError (after which nothing more can be parsed) with the exact
+        upstream message; commands completed before the error are returned first by
+        a previous call, so callers loop: a returned list may be followed by an error.
+        """
+        cdef list out = []
+        cdef list cmd
+        while True:
+            try:
+                cmd = self.next_command()
+            except ProtocolError:
+                if out:
+                    # answer what came before the error first; the error repeats next call
+                    return out
+                raise
+            if cmd is None:
+                return out
+            if len(cmd):
+                out.append(cmd)
+
+    cdef list next_command(self):
+        cdef char *base = PyByteArray_AS_STRING(self.buf)
+        cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.buf)
+        if self.pos >= size:
+            return None
+        if self.args is None:
+            if base[self.pos] == b'*':
+                return self.parse_multibulk_header(base, size)
+            return self.parse_inline(base, size)
+        return self.parse_bulks(base, size)
+
+    cdef list parse_inline(self, char *base, Py_ssize_t size):
+        cdef char *start = base + self.pos
+        cdef char *nl = <char*>memchr(start, b'\n', size - self.pos)
+        if nl == NULL:
+            if size - self.pos > INLINE_MAX:
+                raise ProtocolError(PROTO_INLINE_TOO_BIG)
+            return None
+        cdef Py_ssize_t linelen = nl - start
+        cdef Py_ssize_t end = linelen
+        if end > 0 and start[end - 1] == b'\r':
+            end -= 1
+        cdef bytes line = PyBytes_FromStringAndSize(start, end)
+        self.pos += linelen + 1
+        argv = split_args(line)
+        if argv is None:
+            raise ProtocolError(PROTO_UNBALANCED)
+        return [a for a in argv if len(a)]
+
+    cdef list parse_multibulk_header(self, char *base, Py_ssize_t size):
+        cdef char *start = base + self.pos
+        cdef char *cr = <char*>memchr(start, b'\r', size - self.pos)
+        if cr == NULL or cr + 1 >= base + size:
+            if size - self.pos > INLINE_MAX:
+                raise ProtocolError(PROTO_MBULK_TOO_BIG)
+            return None
+        cdef bint ok
+        cdef long long n = parse_len(start + 1, cr - start - 1, &ok)
+        if not ok or n > MBULK_MAX:
+            raise ProtocolError(PROTO_MBULK_INVALID)
+        self.pos = (cr - base) + 2
+        if n <= 0:
+            return []           # *0 / *-1: consumed silently
+        self.mb_left = n
+        self.bulk_len = -1
+        self.args = []
+        return self.parse_bulks(PyByteArray_AS_STRING(self.buf), size)
+
+    cdef list parse_bulks(self, char *base, Py_ssize_t size):
+        cdef char *start
+        cdef char *cr
+        cdef bint ok
+        cdef long long n
+        cdef list done
+        while self.mb_left > 0:
+            if self.bulk_len < 0:
+                if self.pos >= size:
+                    return None
+                start = base + self.pos
+                cr = <char*>memchr(start, b'\r', size - self.pos)
+                if cr == NULL or cr + 1 >= base + size:
+                    if size - self.pos > INLINE_MAX:
+                        raise ProtocolError(PROTO_BULK_TOO_BIG)
+                    return None
+                if start[0] != b'$':
+                    raise ProtocolError("Protocol error: expected '$', got '%s'" % chr(<unsigned char>start[0]))
+                n = parse_len(start + 1, cr - start - 1, &ok)
+                if not ok or n < 0 or n > BULK_MAX:
+                    raise ProtocolError(PROTO_BULK_INVALID)
+                self.pos = (cr - base) + 2
+                self.bulk_len = n
+            if size - self.pos < self.bulk_len + 2:
+                return None
+            self.args.append(PyBytes_FromStringAndSize(base + self.pos, self.bulk_len))
+            self.pos += self.bulk_len + 2
+            self.bulk_len = -1
+            self.mb_left -= 1
+        done = self.args
+        self.args = None
+        return done
+
+
+# ---- reply encoding -------------------------------------------------------------------
+
+OK = b"+OK\r\n"
+NULL_BULK = b"$-1\r\n"
+NULL_ARRAY = b"*-1\r\n"
+EMPTY_ARRAY = b"*0\r\n"
+
+
+cpdef bytes bulk(bytes s):
+    return b"$%d\r\n%b\r\n" % (len(s), s)
+
+
+cpdef bytes integer(long long n):
+    return b":%d\r\n" % n
+
+
+cpdef bytes status(bytes s):
+    return b"+" + s + b"\r\n"
+
+
+cpdef bytes error(str s):
+    return b"-" + s.encode() + b"\r\n"
+
+
+cpdef bytes array_header(Py_ssize_t n):
+    return b"*%d\r\n" % n
+
+
+cpdef bytes bulk_array(list items):
+    """Array of bulk strings; None items become null bulks."""
+    cdef list parts = [b"*%d\r\n" % len(items)]
+    for s in items:
+        if s is None:
+            parts.append(b"$-1\r\n")
+        else:
+            parts.append(b"$%d\r\n%b\r\n" % (len(<bytes>s), <bytes>s))
+    return b"".join(parts)
+
+
+cpdef bytes encode(object value):
+    """Generic encoder for tests and rare replies: bytes->bulk, int->integer,
+    None->null bulk, list/tuple->array."""
+    if value is None:
+        return NULL_BULK
+    if isinstance(value, bytes):
+        return bulk(value)
+    if isinstance(value, str):
+        return bulk((<str>value).encode())
+    if isinstance(value, bool):
+        return integer(1 if value else 0)
+    if isinstance(value, int):
+        return integer(value)
+    if isinstance(value, (list, tuple)):
+        return b"*%d\r\n" % len(value) + b"".join([encode(v) for v in value])
+    raise TypeError("cannot encode %r" % type(value))
+
+
+cpdef object parse_int(bytes s):
+    """C strtoll base 10 with the whole string consumed (SPEC 1.3): a leading '+'/'-' and
+    leading zeros are fine, whitespace is not, the empty string is 0. None when invalid
+    or outside a signed 64-bit integer."""
+    cdef const unsigned char *p = s
+    cdef Py_ssize_t n = len(s), i = 0
+    cdef bint neg = False
+    cdef unsigned long long v = 0, limit
+    if n == 0:
+        return 0
+    if p[0] == b'+' or p[0] == b'-':
+        neg = p[0] == b'-'
+        i = 1
+        if n == 1:
+            return None
+    limit = 9223372036854775808ULL if neg else 9223372036854775807ULL
+    while i < n:
+        if p[i] < b'0' or p[i] > b'9':
+            return None
+        if v > (limit - (p[i] - 48)) // 10:
+            return None
+        v = v * 10 + (p[i] - 48)
+        i += 1
+    if neg:
+        return -<long long>(v - 1) - 1 if v else 0
+    return <long long>v

@@ -1,0 +1,24 @@
+from disque._fast.job cimport Job
+
+cdef struct SkipNode:
+    void *job              # owned reference to a Job
+    SkipNode *backward
+    int height
+    SkipNode **forward     # allocated together with the node
+
+cdef class JobQueue:
+    cdef SkipNode *header
+    cdef SkipNode *tail
+    cdef int level
+    cdef Py_ssize_t length
+    cdef unsigned long long rng
+
+    cdef int random_level(self)
+    cdef void unlink(self, SkipNode *x, SkipNode **update)
+    cpdef bint push(self, Job job)
+    cpdef Job pop(self)
+    cpdef Job first(self)
+    cpdef bint remove(self, Job job)
+    cpdef list peek(self, Py_ssize_t count)
+    cpdef list peek_tail(self, Py_ssize_t count)
+    cpdef void clear(self)

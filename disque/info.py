@@ -1,0 +1,108 @@
+"""INFO (SPEC 14): node totals from the front-end and every worker, plus a per-worker section.
+
+used_memory is the RSS of the front-end and all workers (the figure maxmemory is held
+against), since a Python process has no allocator counter comparable to jemalloc's.
+"""
+import os
+import platform
+import time
+
+import psutil
+
+from disque import VERSION
+
+DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats",
+                    "cpu", "workers")
+_PROC = psutil.Process()
+_RUN_ID = os.urandom(20).hex()
+
+
+def human(n):
+    if n < 1024:
+        return "%dB" % n
+    for unit in "KMGTP":
+        n /= 1024.0
+        if n < 1024 or unit == "P":
+            return "%.2f%s" % (n, unit)
+
+
+def sections(fe, workers):
+    now = time.time()
+    up = int(now - fe.started)
+    uname = platform.uname()
+    mem = _PROC.memory_info()
+    rss_total = mem.rss + sum(w.get("rss", 0) for w in workers)
+    fe.peak_memory = max(getattr(fe, "peak_memory", 0), rss_total)
+    cpu = _PROC.cpu_times()
+    cfg = fe.cfg
+    biggest_in = max((c.parser.pending for c in fe.clients.values()), default=0)
+    longest_out = max((len(c.slots) for c in fe.clients.values() if c.slots), default=0)
+    blocked = sum(w.get("blocked", 0) for w in workers) + fe.multigets_blocked
+    out = {}
+    out["server"] = [
+        ("disque_version", VERSION), ("disque_git_sha1", "00000000"), ("disque_git_dirty", 0),
+        ("disque_build_id", "python"), ("os", "%s %s %s" % (uname.system, uname.release, uname.machine)),
+        ("arch_bits", 64), ("multiplexing_api", fe.loop_name), ("gcc_version", "0.0.0"),
+        ("process_id", os.getpid()), ("run_id", _RUN_ID), ("tcp_port", cfg.port),
+        ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", getattr(cfg, "hz", 10)),
+        ("executable", fe.executable), ("config_file", getattr(cfg, "config_file", None) or ""),
+        ("workers", fe.nworkers),
+    ]
+    out["clients"] = [
+        ("connected_clients", len(fe.clients)), ("client_longest_output_list", longest_out),
+        ("client_biggest_input_buf", biggest_in), ("blocked_clients", blocked),
+    ]
+    out["memory"] = [
+        ("used_memory", rss_total), ("used_memory_human", human(rss_total)),
+        ("used_memory_rss", rss_total), ("used_memory_peak", fe.peak_memory),
+        ("used_memory_peak_human", human(fe.peak_memory)), ("mem_fragmentation_ratio", "1.00"),
+        ("mem_allocator", "libc"),
+    ]
+    out["jobs"] = [("registered_jobs", sum(w.get("jobs", 0) for w in workers))]
+    out["queues"] = [("registered_queues", sum(w.get("queues", 0) for w in workers))]
+    out["persistence"] = [
+        ("loading", 0), ("aof_enabled", 0), ("aof_state", "off"), ("aof_rewrite_in_progress", 0),
+        ("aof_rewrite_scheduled", 0), ("aof_last_rewrite_time_sec", -1),
+        ("aof_current_rewrite_time_sec", -1), ("aof_last_bgrewrite_status", "ok"),
+        ("aof_last_write_status", "ok"),
+    ]
+    st = fe.stats
+    out["stats"] = [
+        ("total_connections_received", st["total_connections_received"]),
+        ("total_commands_processed", st["total_commands_processed"]),
+        ("instantaneous_ops_per_sec", 0),
+        ("total_net_input_bytes", st["total_net_input_bytes"]),
+        ("total_net_output_bytes", st["total_net_output_bytes"]),
+        ("instantaneous_input_kbps", "0.00"), ("instantaneous_output_kbps", "0.00"),
+        ("rejected_connections", st["rejected_connections"]), ("latest_fork_usec", 0),
+    ]
+    out["cpu"] = [
+        ("used_cpu_sys", "%.2f" % (cpu.system + sum(w.get("cpu_sys", 0) for w in workers))),
+        ("used_cpu_user", "%.2f" % (cpu.user + sum(w.get("cpu_user", 0) for w in workers))),
+        ("used_cpu_sys_children", "0.00"), ("used_cpu_user_children", "0.00"),
+    ]
+    lines = []
+    for w in workers:
+        lines.append(("worker%d" % w.get("index", 0),
+                      "pid=%d,jobs=%d,queues=%d,queued=%d,blocked=%d,ops=%d,added=%d,delivered=%d,"
+                      "acked=%d,nacked=%d,requeued=%d,expired=%d,rss=%d,cpu_user=%.2f,cpu_sys=%.2f" % (
+                          w["pid"], w["jobs"], w["queues"], w["queued"], w["blocked"], w["ops"],
+                          w["added"], w["delivered"], w["acked"], w["nacked"], w["requeued"],
+                          w["expired"], w["rss"], w["cpu_user"], w["cpu_sys"])))
+    out["workers"] = lines
+    return out
+
+
+def render(fe, workers, section="default"):
+    data = sections(fe, workers)
+    if section in ("default", "all", "everything"):
+        names = DEFAULT_SECTIONS
+    elif section in data:
+        names = (section,)
+    else:
+        return ""
+    chunks = []
+    for name in names:
+        body = "".join("%s:%s\r\n" % (k, v) for k, v in data[name])
+        chunks.append("# %s\r\n%s" % (name.capitalize(), body))
+    return "\r\n".join(chunks)

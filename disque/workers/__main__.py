@@ -1,0 +1,3 @@
+from disque.workers.process import main
+
+main()

@@ -1,0 +1,22 @@
+"""Messages between the front-end and its workers (over one ZeroMQ ROUTER/DEALER pair).
+
+Every ZeroMQ message carries a msgpack list of requests (front-end -> worker) or replies
+(worker -> front-end): everything that arrived in one event-loop tick travels together.
+
+Requests:
+  [CMD, reqid, argv]                      a whole command; reply [reqid, resp_bytes]
+  [GETJOB, reqid, client, count, nohang, withcounters, timeout_ms, proxy, queues]
+        local (proxy=0): reply [reqid, resp_bytes, job_ids], possibly much later
+        proxy (proxy=1): reply [reqid, [encoded jobs], job_ids] now (empty list: blocked
+        or nothing), then at most one offer [reqid, [encoded job], [id]] later
+  [UNBLOCK, client]                       forget a blocked consumer; no reply
+  [RETURN, job_ids]                       put fetched-but-undelivered jobs back; no reply
+  [CONTROL, reqid, name, arg]             node-level operation; reply [reqid, value]
+"""
+CMD = 0
+GETJOB = 1
+UNBLOCK = 2
+RETURN = 3
+CONTROL = 4
+
+READY = b"READY"   # first message of a worker: it is connected and loaded
