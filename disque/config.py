@@ -972,31 +972,31 @@ def parse_config_text(text: str, config: Config | None = None, *, filename: str 
         line = raw_line.strip(" \t\r\n")
         if not line or line.startswith("#"):
             continue
-
-        def fail(message: str) -> ConfigError:
-            return ConfigError(message, line_number=line_number, line=line, filename=filename)
-
         try:
-            args = split_args(line)
-        except ValueError:
-            raise fail("Unbalanced quotes in configuration line") from None
-        if not args:
-            continue
-        name, arguments = args[0].lower(), args[1:]
-        directive = DIRECTIVES.get(name)
-        if directive is None or not directive.in_file or not directive.kind.accepts(len(arguments)):
-            raise fail("Bad directive or wrong number of arguments")
-
-        if isinstance(directive.kind, Include):
-            if _depth >= _MAX_INCLUDE_DEPTH:
-                raise fail("Too many nested includes (include loop?)")
-            _load_file(config, arguments[0], filename=arguments[0], depth=_depth + 1)
-            continue
-        try:
-            config._values[name] = directive.kind.parse(arguments, config._values[name])
+            _apply_line(config, line, filename=filename, depth=_depth)
         except _Invalid as exc:
-            raise fail(str(exc)) from None
+            raise ConfigError(str(exc), line_number=line_number, line=line, filename=filename) from None
     return config
+
+
+def _apply_line(config: Config, line: str, *, filename: str | None, depth: int) -> None:
+    """Apply one non-comment config line; a refused line raises _Invalid(fatal message)."""
+    try:
+        args = split_args(line)
+    except ValueError:
+        raise _Invalid("Unbalanced quotes in configuration line") from None
+    if not args:
+        return
+    name, arguments = args[0].lower(), args[1:]
+    directive = DIRECTIVES.get(name)
+    if directive is None or not directive.in_file or not directive.kind.accepts(len(arguments)):
+        raise _Invalid("Bad directive or wrong number of arguments")
+    if isinstance(directive.kind, Include):
+        if depth >= _MAX_INCLUDE_DEPTH:
+            raise _Invalid("Too many nested includes (include loop?)")
+        _load_file(config, arguments[0], filename=arguments[0], depth=depth + 1)
+        return
+    config._values[name] = directive.kind.parse(arguments, config._values[name])
 
 
 def _read_config_file(path: str, *, base_dir: str, stdin: TextIO | None = None) -> str:
@@ -1045,6 +1045,25 @@ def _looks_like_config_file(word: str) -> bool:
     return word == "-" or "/" in word or word.endswith(".conf") or os.path.isfile(word)
 
 
+def _option_values(argv: Sequence[str], position: int, name: str, *,
+                   expecting_config_file: bool) -> tuple[list[str], int]:
+    """The values of option ``--name`` starting at ``argv[position]``, and the next position."""
+    directive = DIRECTIVES.get(name.lower())
+    max_args = directive.kind.max_args if directive is not None else None
+    values: list[str] = []
+    while position < len(argv) and not argv[position].startswith("--"):
+        word = argv[position]
+        if max_args is not None and len(values) >= max_args:
+            break
+        if max_args is None and values and expecting_config_file and _looks_like_config_file(word):
+            break  # e.g. `--bind 127.0.0.1 disque.conf`: the file is not an address
+        position += 1
+        if max_args is not None and max_args > 1 and not values and len(word.split()) > 1:
+            return word.split(), position  # `--client-output-buffer-limit "normal 0 0 0"`
+        values.append(word)
+    return values, position
+
+
 def parse_command_line(argv: Sequence[str], *, stdin: TextIO | None = None) -> Config:
     """``disque-server [config-file] [--directive value ...]`` (argv without the program name).
 
@@ -1067,20 +1086,7 @@ def parse_command_line(argv: Sequence[str], *, stdin: TextIO | None = None) -> C
             raise ShowVersion(version_text())
         if word.startswith("--"):
             name = word[2:]
-            directive = DIRECTIVES.get(name.lower())
-            max_args = directive.kind.max_args if directive is not None else None
-            values: list[str] = []
-            while position < len(argv) and not argv[position].startswith("--"):
-                if max_args is not None and len(values) >= max_args:
-                    break
-                if max_args is None and values and config_file is None \
-                        and _looks_like_config_file(argv[position]):
-                    break  # e.g. `--bind 127.0.0.1 disque.conf`: the file is not an address
-                values.append(argv[position])
-                position += 1
-                if max_args is not None and max_args > 1 and len(values) == 1 and " " in values[0].strip():
-                    values = values[0].split()
-                    break
+            values, position = _option_values(argv, position, name, expecting_config_file=config_file is None)
             options.append((name, values))
         elif config_file is None:
             config_file = word
