@@ -224,6 +224,7 @@ class Frontend:
         self.pending = {}
         self.outbox = [[] for _ in worker_idents]
         self.flush_scheduled = False
+        self.eager_batch = int(os.environ.get("DISQUE_EAGER_BATCH", "16"))
         self.dirty = []
         self.maxclients = getattr(cfg, "maxclients", 10000)
         self.started = time.time()
@@ -253,7 +254,12 @@ class Frontend:
         return self.next_reqid
 
     def send(self, w, req):
-        self.outbox[w].append(req)
+        box = self.outbox[w]
+        box.append(req)
+        if len(box) >= self.eager_batch:
+            # start the worker on this chunk while we keep parsing: the two processes overlap
+            self.outbox[w] = []
+            self.router.send_multipart([self.idents[w], msgpack.packb(box)])
         if not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)

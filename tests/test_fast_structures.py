@@ -1,0 +1,201 @@
+"""The Cython structures held against small pure-Python reference models (hypothesis)."""
+import base64
+import re
+
+from hypothesis import given, settings, strategies as st
+
+from disque._fast.job import Job, compare
+from disque._fast.jobid import IdMaker, crc16, id_slot, id_ttl_minutes, queue_slot, valid_id
+from disque._fast.skiplist import JobQueue
+from disque._fast.timers import TimerHeap
+
+NODE = b"1390f0c1db03983a890d28e5c35b0544f8e0cc42"
+ID_RE = re.compile(rb"^D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}$")
+
+
+def make_job(maker, ctime, slot=0):
+    j = Job(maker.make(slot, 3600, 1), b"q", b"body")
+    j.ctime = ctime
+    return j
+
+
+# ---- job IDs and slots ----------------------------------------------------------------
+
+def test_crc16_matches_redis_cluster_reference():
+    assert crc16(b"123456789") == 0x31C3          # the XMODEM check value Redis documents
+    assert queue_slot(b"123456789") == 0x31C3 % 4096
+
+
+@given(st.binary(min_size=0, max_size=64), st.integers(1, 10 ** 7), st.integers(0, 10 ** 6))
+def test_id_format_slot_and_ttl_parity(queue, ttl, retry):
+    maker = IdMaker(NODE)
+    jid = maker.make(queue_slot(queue), ttl, retry)
+    assert len(jid) == 40 and ID_RE.match(jid)
+    assert valid_id(jid)
+    assert jid[2:10] == NODE[:8]
+    assert id_slot(jid) == queue_slot(queue)
+    minutes = id_ttl_minutes(jid)
+    expected = min(ttl // 60, 65535)
+    expected = expected | 1 if retry > 0 else expected & ~1
+    assert minutes == expected
+    assert (minutes & 1) == (1 if retry > 0 else 0)
+
+
+def test_id_ttl_examples_from_spec():
+    maker = IdMaker(NODE)
+    assert maker.make(0, 30, 1).endswith(b"-0001")
+    assert maker.make(0, 86400, 300).endswith(b"-05a1")
+    assert maker.make(0, 86400, 0).endswith(b"-05a0")
+
+
+def test_ids_are_unique_and_random_part_is_base64():
+    maker = IdMaker(NODE)
+    ids = {maker.make(7, 60, 1) for _ in range(200000)}
+    assert len(ids) == 200000
+    other = IdMaker(NODE)
+    assert not ids & {other.make(7, 60, 1) for _ in range(1000)}
+    for jid in list(ids)[:100]:
+        base64.b64decode(jid[11:35])      # alphabet check
+
+
+@given(st.binary(min_size=0, max_size=60))
+def test_valid_id_is_upstreams_loose_check(data):
+    expected = (len(data) == 40 and data[:2] == b"D-" and data[10:11] == b"-" and data[35:36] == b"-")
+    assert valid_id(data) == expected
+
+
+def test_ctime_strictly_increases():
+    maker = IdMaker(NODE)
+    a = maker.next_ctime(1000)
+    b = maker.next_ctime(1000)
+    c = maker.next_ctime(999)
+    d = maker.next_ctime(2000)
+    assert a == 1000 * 1000000 and b == a + 1 and c == b + 1 and d == 2000 * 1000000
+
+
+# ---- the ordered job queue vs a sorted list --------------------------------------------
+
+queue_ops = st.lists(st.tuples(st.sampled_from(["push", "pop", "remove", "peek", "tail"]),
+                               st.integers(0, 40), st.integers(0, 12)), max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(queue_ops)
+def test_job_queue_matches_sorted_model(ops):
+    maker = IdMaker(NODE)
+    pool = [make_job(maker, 1000 + (n % 17)) for n in range(41)]   # many equal ctimes: ID tie-break
+    q = JobQueue()
+    model = []
+    key = lambda j: (j.ctime, j.id)
+    for op, idx, count in ops:
+        job = pool[idx]
+        if op == "push":
+            added = q.push(job)
+            assert added == (job not in model)
+            if added:
+                model.append(job)
+                model.sort(key=key)
+        elif op == "pop":
+            got = q.pop()
+            assert got is (model.pop(0) if model else None)
+        elif op == "remove":
+            assert q.remove(job) == (job in model)
+            if job in model:
+                model.remove(job)
+        elif op == "peek":
+            assert q.peek(count) == model[:count]
+        else:
+            assert q.peek_tail(count) == list(reversed(model))[:count]
+        assert len(q) == len(model)
+        assert all(bool(j.in_queue) == (j in model) for j in pool)
+        assert (q.first() is model[0]) if model else q.first() is None
+
+
+def test_queue_order_is_ctime_then_id():
+    maker = IdMaker(NODE)
+    a, b = make_job(maker, 5), make_job(maker, 5)
+    first, second = sorted([a, b], key=lambda j: j.id)
+    assert compare(first, second) < 0
+    q = JobQueue()
+    q.push(second)
+    q.push(first)
+    old = make_job(maker, 1)
+    q.push(old)
+    assert q.peek(3) == [old, first, second]
+
+
+def test_queue_releases_jobs():
+    import sys
+    maker = IdMaker(NODE)
+    job = make_job(maker, 1)
+    base = sys.getrefcount(job)
+    q = JobQueue()
+    q.push(job)
+    assert sys.getrefcount(job) == base + 1
+    q.remove(job)
+    assert sys.getrefcount(job) == base
+    q.push(job)
+    del q
+    assert sys.getrefcount(job) == base
+
+
+# ---- the timer heap vs a dict model ---------------------------------------------------
+
+timer_ops = st.lists(st.tuples(st.sampled_from(["schedule", "cancel", "pop"]),
+                               st.integers(0, 30), st.integers(1, 500)), max_size=400)
+
+
+@settings(max_examples=200, deadline=None)
+@given(timer_ops)
+def test_timer_heap_matches_model(ops):
+    maker = IdMaker(NODE)
+    pool = [make_job(maker, n) for n in range(31)]
+    heap = TimerHeap()
+    model = {}       # job index -> when
+    for op, idx, when in ops:
+        job = pool[idx]
+        if op == "schedule":
+            heap.schedule(job, when)
+            model[idx] = when
+        elif op == "cancel":
+            heap.cancel(job)
+            model.pop(idx, None)
+        else:
+            due = heap.pop_due(when, 1000)
+            expected = sorted((w, i) for i, w in model.items() if w <= when)
+            assert [d.awakeme for d in due] == [0] * len(due)
+            assert sorted(pool.index(d) for d in due) == sorted(i for _, i in expected)
+            assert [model[pool.index(d)] for d in due] == [w for w, _ in expected]
+            for _, i in expected:
+                del model[i]
+        assert len(heap) == len(model)
+        assert heap.next_when() == (min(model.values()) if model else 0)
+        for i, job in enumerate(pool):
+            assert job.awakeme == model.get(i, 0)
+
+
+def test_timer_heap_compacts_stale_entries():
+    maker = IdMaker(NODE)
+    jobs = [make_job(maker, n) for n in range(5000)]
+    heap = TimerHeap()
+    for round_ in range(5):
+        for j in jobs:
+            heap.schedule(j, 1000 + round_)
+    assert len(heap) == 5000
+    assert heap.heap_size <= 2 * 5000 + 4096
+    for j in jobs:
+        heap.cancel(j)
+    heap.schedule(jobs[0], 5)
+    assert heap.pop_due(10 ** 9, 10) == [jobs[0]]
+    assert heap.next_when() == 0
+
+
+def test_pop_due_respects_limit_and_order():
+    maker = IdMaker(NODE)
+    heap = TimerHeap()
+    jobs = [make_job(maker, n) for n in range(10)]
+    for n, j in enumerate(jobs):
+        heap.schedule(j, 100 - n)
+    first = heap.pop_due(1000, 3)
+    assert first == [jobs[9], jobs[8], jobs[7]]
+    assert len(heap) == 7
