@@ -5,18 +5,15 @@ one ZeroMQ message when the tick ends; replies come back already encoded as RESP
 copied to clients. Each client keeps a FIFO of reply slots, so pipelined commands answered
 by different workers still reach it in request order.
 """
-import asyncio
 import logging
 import os
 import time
 
-import msgpack
-import zmq
-
 from disque import commands as C
 from disque import info as info_mod
 from disque._fast import resp
-from disque._fast.jobid import id_slot, queue_slot, valid_id
+from disque._fast.frontcore import Client, Core
+from disque._fast.jobid import queue_slot, valid_id
 from disque.workers import protocol as P
 
 log = logging.getLogger("disque.frontend")
@@ -29,148 +26,6 @@ parse_int = resp.parse_int
 
 def arity_error(name):
     return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
-
-
-class Client(asyncio.Protocol):
-    """One client connection: parses input, keeps reply order, holds a blocked GETJOB."""
-
-    def __init__(self, fe):
-        self.fe = fe
-        self.parser = resp.RequestParser()
-        self.slots = None          # deque of [reply-or-None] once replies are outstanding
-        self.backlog = None        # parsed commands waiting behind a blocking GETJOB
-        self.waiting = None        # the blocking GETJOB in progress (a reqid or MultiGet)
-        self.closing = False
-        self.closed = False
-        self.dirty = False
-        self.transport = None
-        self.id = 0
-        self.addr = ""
-        self.name = b""
-        self.created = time.time()
-        self.last_cmd = b""
-
-    # ---- connection events -------------------------------------------------------------
-
-    def connection_made(self, transport):
-        fe = self.fe
-        self.transport = transport
-        fe.next_client_id += 1
-        self.id = fe.next_client_id
-        peer = transport.get_extra_info("peername")
-        self.addr = "%s:%s" % (peer[0], peer[1]) if isinstance(peer, tuple) else str(peer)
-        fe.stats["total_connections_received"] += 1
-        if len(fe.clients) >= fe.maxclients:
-            fe.stats["rejected_connections"] += 1
-            transport.write(b"-ERR max number of clients reached\r\n")
-            transport.close()
-            self.closed = True
-            return
-        fe.clients[self.id] = self
-
-    def connection_lost(self, exc):
-        self.closed = True
-        self.fe.clients.pop(self.id, None)
-        if self.waiting is not None:
-            self.fe.cancel_wait(self)
-
-    def data_received(self, data):
-        if self.closing:
-            return
-        self.fe.stats["total_net_input_bytes"] += len(data)
-        try:
-            self.parser.feed(data)
-        except resp.QueryBufferOverflow:
-            log.warning("Closing client %s: query buffer over 1 GiB", self.addr)
-            self.transport.abort()
-            return
-        self.process_input()
-
-    # ---- input ------------------------------------------------------------------------
-
-    def process_input(self):
-        fe = self.fe
-        while self.waiting is None and not self.closing:
-            if self.backlog:
-                argv = self.backlog.pop(0)
-                fe.dispatch(self, argv)
-                continue
-            try:
-                cmds = self.parser.commands()
-            except resp.ProtocolError as e:
-                self.reply(b"-ERR " + str(e).encode() + b"\r\n")
-                self.close_after_reply()
-                return
-            if not cmds:
-                return
-            dispatch = fe.dispatch
-            for n, argv in enumerate(cmds):
-                dispatch(self, argv)
-                if self.waiting is not None or self.closing:
-                    rest = cmds[n + 1:]
-                    if rest:
-                        self.backlog = rest + (self.backlog or [])
-                    return
-
-    # ---- output -----------------------------------------------------------------------
-
-    def reply(self, data):
-        """An answer known now, placed after any still outstanding ones."""
-        if self.slots:
-            self.slots.append([data])
-        elif not self.closed:
-            self.write(data)
-
-    def slot(self):
-        """Reserve the place of a reply that a worker will produce."""
-        s = [None]
-        if self.slots is None:
-            from collections import deque
-            self.slots = deque()
-        self.slots.append(s)
-        return s
-
-    def fill(self, s, data):
-        s[0] = data
-        if self.slots and self.slots[0] is s and not self.dirty:
-            self.dirty = True
-            self.fe.dirty.append(self)
-
-    def flush(self):
-        self.dirty = False
-        slots = self.slots
-        out = []
-        while slots and slots[0][0] is not None:
-            out.append(slots.popleft()[0])
-        if out and not self.closed:
-            self.write(out[0] if len(out) == 1 else b"".join(out))
-        if self.closing and not slots:
-            self.transport.close()
-
-    def write(self, data):
-        self.fe.stats["total_net_output_bytes"] += len(data)
-        self.transport.write(data)
-
-    def close_after_reply(self):
-        self.closing = True
-        if not self.slots:
-            self.transport.close()
-
-    def resume(self):
-        """A blocking GETJOB finished: run the commands that queued up behind it."""
-        self.waiting = None
-        if not self.closed and not self.closing:
-            self.process_input()
-
-
-class Pending:
-    """A request in flight to a worker, waiting for its reply."""
-    __slots__ = ("client", "slot", "kind")
-
-    def __init__(self, client, slot, kind):
-        self.client = client
-        self.slot = slot
-        self.kind = kind
 
 
 class Gather:
@@ -193,7 +48,7 @@ class MultiGet:
     their worker, so no job is given twice or lost.
     """
     __slots__ = ("client", "slot", "count", "nohang", "reqids", "order", "answered",
-                 "jobs", "done", "blocked", "timer", "workers")
+                 "jobs", "done", "blocked", "timer", "workers", "unblocked")
 
     def __init__(self, client, slot, count, nohang, order):
         self.client = client
@@ -203,6 +58,7 @@ class MultiGet:
         self.order = order          # queue name -> position in the GETJOB arguments
         self.reqids = {}            # reqid -> worker index
         self.answered = set()
+        self.unblocked = set()      # reqids whose worker was told to drop its waiter
         self.jobs = []              # (position, encoded, id, worker)
         self.done = False
         self.blocked = False
@@ -210,27 +66,17 @@ class MultiGet:
         self.workers = []
 
 
-class Frontend:
+class Frontend(Core):
+    """The Python half of the front-end: everything off the per-command hot path."""
+
     def __init__(self, cfg, node_id, router, worker_idents, loop):
+        super().__init__(router, worker_idents, loop, C.BY_BYTES)
         self.cfg = cfg
         self.node_id = node_id
-        self.router = router
-        self.idents = worker_idents
-        self.nworkers = len(worker_idents)
-        self.loop = loop
-        self.clients = {}
-        self.next_client_id = 0
-        self.next_reqid = 0
-        self.pending = {}
-        self.outbox = [[] for _ in worker_idents]
-        self.flush_scheduled = False
-        self.eager_batch = int(os.environ.get("DISQUE_EAGER_BATCH", "16"))
-        self.dirty = []
         self.maxclients = getattr(cfg, "maxclients", 10000)
+        self.eager_batch = int(os.environ.get("DISQUE_EAGER_BATCH", "16"))
         self.started = time.time()
-        self.stats = {"total_connections_received": 0, "total_commands_processed": 0,
-                      "total_net_input_bytes": 0, "total_net_output_bytes": 0,
-                      "rejected_connections": 0}
+        self.stats = {"total_connections_received": 0, "rejected_connections": 0}
         self.multigets_blocked = 0
         self.shutdown_cb = None
         self.local = {
@@ -240,72 +86,33 @@ class Frontend:
             b"loadjob": self.cmd_loadjob,
         }
 
-    # ---- worker link ------------------------------------------------------------------
+    def new_client(self):
+        return Client(self)
 
-    def worker_of_queue(self, qname):
-        return queue_slot(qname) % self.nworkers
+    # ---- connections --------------------------------------------------------------------
 
-    def worker_of_id(self, jid):
-        slot = id_slot(jid)
-        return (slot if slot >= 0 else 0) % self.nworkers
+    def client_connected(self, client):
+        self.next_client_id += 1
+        client.id = self.next_client_id
+        peer = client.transport.get_extra_info("peername")
+        client.addr = "%s:%s" % (peer[0], peer[1]) if isinstance(peer, tuple) else str(peer)
+        self.stats["total_connections_received"] += 1
+        if len(self.clients) >= self.maxclients:
+            self.stats["rejected_connections"] += 1
+            client.transport.write(b"-ERR max number of clients reached\r\n")
+            client.transport.close()
+            client.closed = True
+            return
+        self.clients[client.id] = client
 
-    def new_reqid(self):
-        self.next_reqid += 1
-        return self.next_reqid
+    def client_gone(self, client):
+        self.clients.pop(client.id, None)
+        if client.waiting is not None:
+            self.cancel_wait(client)
 
-    def send(self, w, req):
-        box = self.outbox[w]
-        box.append(req)
-        if len(box) >= self.eager_batch:
-            # start the worker on this chunk while we keep parsing: the two processes overlap
-            self.outbox[w] = []
-            self.router.send_multipart([self.idents[w], msgpack.packb(box)])
-        if not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.loop.call_soon(self.flush)
-
-    def flush(self):
-        self.flush_scheduled = False
-        pack = msgpack.packb
-        router = self.router
-        for w, box in enumerate(self.outbox):
-            if box:
-                self.outbox[w] = []
-                router.send_multipart([self.idents[w], pack(box)])
-        # ZeroMQ's FD is edge-triggered: after sending, replies may already be waiting
-        self.on_worker_readable()
-
-    def on_worker_readable(self):
-        router = self.router
-        unpack = msgpack.unpackb
-        pending = self.pending
-        while True:
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) != 2 or frames[1] == P.READY:
-                continue
-            for rep in unpack(frames[1], use_list=True):
-                p = pending.pop(rep[0], None)
-                if p is None:
-                    continue
-                if p.__class__ is Pending:
-                    if p.kind is None:
-                        p.client.fill(p.slot, rep[1])
-                    else:
-                        p.kind(self, p, rep)
-                else:
-                    p(rep)
-        if self.dirty:
-            for c in self.dirty:
-                c.flush()
-            self.dirty = []
-
-    def forward(self, client, w, argv):
-        reqid = self.new_reqid()
-        self.pending[reqid] = Pending(client, client.slot(), None)
-        self.send(w, [P.CMD, reqid, argv])
+    def client_overflow(self, client):
+        log.warning("Closing client %s: query buffer over 1 GiB", client.addr)
+        client.transport.abort()
 
     def control_all(self, name, arg, done):
         """Ask every worker; `done(list_of_values)` runs when all answered."""
@@ -327,40 +134,18 @@ class Frontend:
 
     # ---- dispatch -----------------------------------------------------------------------
 
-    def dispatch(self, client, argv):
-        """SPEC 1.3 dispatch order for one command."""
-        self.stats["total_commands_processed"] += 1
-        name = argv[0].lower()
-        if name == b"quit":
-            client.reply(resp.OK)
-            client.close_after_reply()
-            return
-        cmd = C.BY_BYTES.get(name)
-        if cmd is None:
-            client.reply(b"-ERR unknown command '%s'\r\n" % argv[0])
-            return
-        if not cmd.arity_ok(len(argv)):
-            client.reply(arity_error(cmd.name))
-            return
-        client.last_cmd = name
-        route = cmd.route
-        if route == "queue":
-            self.forward(client, queue_slot(argv[1]) % self.nworkers, argv)
-        elif route == "getjob":
-            self.getjob(client, argv)
-        elif route == "ids":
-            self.route_ids(client, argv)
-        elif route == "id":
-            if not valid_id(argv[1]):
-                client.reply(BADID)
-            else:
-                self.forward(client, self.worker_of_id(argv[1]), argv)
+    def unknown_command(self, client, argv):
+        client.reply(b"-ERR unknown command '%s'\r\n" % argv[0])
+
+    def arity_error(self, client, cmd):
+        client.reply(arity_error(cmd.name))
+
+    def local_command(self, client, name, argv):
+        handler = self.local.get(name)
+        if handler is None:
+            client.reply(b"-ERR %s is not available in this version\r\n" % name.upper())
         else:
-            handler = self.local.get(name)
-            if handler is None:
-                client.reply(b"-ERR %s is not available in this version\r\n" % cmd.name.upper().encode())
-            else:
-                handler(client, argv)
+            handler(client, argv)
 
     def route_ids(self, client, argv):
         ids = argv[1:]
@@ -391,10 +176,10 @@ class Frontend:
                 total = 0
                 for part in g.parts:
                     if part[:1] != b":":
-                        g.client.fill(g.slot, part)
+                        g.slot.fill(part)
                         return
                     total += int(part[1:-2])
-                g.client.fill(g.slot, b":%d\r\n" % total)
+                g.slot.fill(b":%d\r\n" % total)
         return got
 
     # ---- GETJOB -------------------------------------------------------------------------
@@ -448,7 +233,7 @@ class Frontend:
         if owners is None or len(owners) == 1:
             w = 0 if owners is None else next(iter(owners))
             reqid = self.new_reqid()
-            self.pending[reqid] = Pending(client, client.slot(), Frontend.getjob_done)
+            self.pending[reqid] = self.getjob_done(client, client.slot(), w)
             if not nohang:
                 client.waiting = (reqid, w)
             self.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, timeout, False, queues])
@@ -468,26 +253,41 @@ class Frontend:
         if timeout and not nohang:
             m.timer = self.loop.call_later(timeout / 1000.0, self.multiget_timeout, m)
 
-    @staticmethod
-    def getjob_done(fe, p, rep):
-        client = p.client
-        if client.closed:
-            if rep[2]:
-                fe.send(fe.worker_of_id(rep[2][0]), [P.RETURN, rep[2]])
-            return
-        client.fill(p.slot, rep[1])
-        if client.waiting is not None:
-            client.resume()
+    def getjob_done(self, client, slot, w):
+        def got(rep):
+            if client.closed:
+                if rep[2]:
+                    self.send(w, [P.RETURN, rep[2]])    # the consumer vanished: not delivered
+                return
+            slot.fill(rep[1])
+            if client.waiting is not None:
+                client.resume()
+        return got
 
     def multiget_reply(self, m, reqid, w):
         def got(rep):
             jobs, ids = rep[1], rep[2]
+            if jobs == 0:
+                return              # the worker's last word after an UNBLOCK
             if m.done:
+                # too late for this client: give the jobs back and wait for the UNBLOCK ack
                 if ids:
                     self.send(w, [P.RETURN, ids])
+                if reqid in m.unblocked:
+                    self.pending[reqid] = got
                 return
-            for enc, jid in zip(jobs or (), ids or ()):
-                m.jobs.append((m.order.get(self.queue_of_encoded(enc), 0), enc, jid, w))
+            if jobs is None:
+                # the worker dropped its waiters (DEBUG FLUSHALL): the client gets a null reply
+                self.multiget_finish(m)
+                return
+            # a worker sweeps its queues one job per queue per round: (round, position)
+            # is the place each job would have in one sweep over all the queues
+            rounds = {}
+            for enc, jid in zip(jobs, ids or ()):
+                pos = m.order.get(self.queue_of_encoded(enc), 0)
+                rnd = rounds.get(pos, 0)
+                rounds[pos] = rnd + 1
+                m.jobs.append(((rnd, pos), enc, jid, w))
             if reqid not in m.answered:
                 m.answered.add(reqid)
                 if not jobs and not m.nohang:
@@ -515,8 +315,11 @@ class Frontend:
         if m.timer is not None:
             m.timer.cancel()
         for reqid, w in m.reqids.items():
-            if self.pending.pop(reqid, None) is not None:
-                self.send(w, [P.UNBLOCK, m.client.id])
+            if reqid in self.pending:
+                # this worker may still hold a waiter: drop it; its ack (and any offer
+                # already on the way, which is returned) still reaches `got`
+                m.unblocked.add(reqid)
+                self.send(w, [P.UNBLOCK, m.client.id, reqid])
         client = m.client
         jobs = sorted(m.jobs, key=lambda j: j[0])
         limit = m.count if not m.blocked else 1
@@ -528,9 +331,9 @@ class Frontend:
             self.send(w, [P.RETURN, [jid]])
         if not client.closed:
             if give:
-                client.fill(m.slot, b"*%d\r\n" % len(give) + b"".join(j[1] for j in give))
+                m.slot.fill(b"*%d\r\n" % len(give) + b"".join(j[1] for j in give))
             else:
-                client.fill(m.slot, NULL_ARRAY)
+                m.slot.fill(NULL_ARRAY)
             if client.waiting is m:
                 client.resume()
 
@@ -550,7 +353,7 @@ class Frontend:
         else:
             # the worker answers the UNBLOCK with a null reply, or a job already on its
             # way reaches getjob_done, which sees the closed client and returns it
-            self.send(w[1], [P.UNBLOCK, client.id])
+            self.send(w[1], [P.UNBLOCK, client.id, w[0]])
 
     # ---- local commands --------------------------------------------------------------------
 
@@ -610,7 +413,7 @@ class Frontend:
         sub = argv[1].lower()
         if sub == b"flushall" and len(argv) == 2:
             s = client.slot()
-            self.control_all("flushall", None, lambda res: client.fill(s, resp.OK))
+            self.control_all("flushall", None, lambda res: s.fill(resp.OK))
         elif sub == b"sleep" and len(argv) == 3:
             try:
                 secs = float(argv[2])
@@ -651,6 +454,7 @@ class Frontend:
             elif sub == b"resetstat" and len(argv) == 2:
                 for k in self.stats:
                     self.stats[k] = 0
+                self.commands_processed = self.net_input_bytes = self.net_output_bytes = 0
                 client.reply(resp.OK)
             elif sub in (b"get", b"set", b"rewrite", b"resetstat"):
                 client.reply(b"-ERR Wrong number of arguments for CONFIG %s\r\n" % argv[1].upper())
@@ -669,6 +473,6 @@ class Frontend:
 
         def done(workers):
             text = info_mod.render(self, workers, section)
-            client.fill(s, resp.bulk(text.encode()))
+            s.fill(resp.bulk(text.encode()))
 
         self.control_all("info", None, done)

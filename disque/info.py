@@ -69,10 +69,10 @@ def sections(fe, workers):
     st = fe.stats
     out["stats"] = [
         ("total_connections_received", st["total_connections_received"]),
-        ("total_commands_processed", st["total_commands_processed"]),
+        ("total_commands_processed", fe.commands_processed),
         ("instantaneous_ops_per_sec", 0),
-        ("total_net_input_bytes", st["total_net_input_bytes"]),
-        ("total_net_output_bytes", st["total_net_output_bytes"]),
+        ("total_net_input_bytes", fe.net_input_bytes),
+        ("total_net_output_bytes", fe.net_output_bytes),
         ("instantaneous_input_kbps", "0.00"), ("instantaneous_output_kbps", "0.00"),
         ("rejected_connections", st["rejected_connections"]), ("latest_fork_usec", 0),
     ]
@@ -90,13 +90,25 @@ def sections(fe, workers):
                           w["added"], w["delivered"], w["acked"], w["nacked"], w["requeued"],
                           w["expired"], w["rss"], w["cpu_user"], w["cpu_sys"])))
     out["workers"] = lines
+    usec = {}
+    for w in workers:
+        for k, v in w.get("command_usec", {}).items():
+            usec[k] = usec.get(k, 0) + v
+    stats = []
+    for name, calls in sorted(fe.calls.items()):
+        name = name.decode()
+        total = usec.get(name, 0)
+        stats.append(("cmdstat_" + name, "calls=%d,usec=%d,usec_per_call=%.2f" % (calls, total, total / calls)))
+    out["commandstats"] = stats
     return out
 
 
 def render(fe, workers, section="default"):
     data = sections(fe, workers)
-    if section in ("default", "all", "everything"):
+    if section == "default":
         names = DEFAULT_SECTIONS
+    elif section in ("all", "everything"):
+        names = DEFAULT_SECTIONS + ("commandstats",)
     elif section in data:
         names = (section,)
     else:
@@ -104,5 +116,6 @@ def render(fe, workers, section="default"):
     chunks = []
     for name in names:
         body = "".join("%s:%s\r\n" % (k, v) for k, v in data[name])
-        chunks.append("# %s\r\n%s" % (name.capitalize(), body))
+        title = "CPU" if name == "cpu" else name.capitalize()
+        chunks.append("# %s\r\n%s" % (title, body))
     return "\r\n".join(chunks)

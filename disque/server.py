@@ -18,7 +18,7 @@ import zmq
 
 from disque import config as config_mod
 from disque import log as dlog
-from disque.frontend import Client, Frontend
+from disque.frontend import Frontend
 from disque.workers import protocol as P
 
 log = logging.getLogger("disque.server")
@@ -135,7 +135,7 @@ class Node:
             fe.shutdown_cb = self.request_stop
             self.fe = fe
             loop.add_reader(self.router.getsockopt(zmq.FD), fe.on_worker_readable)
-            servers = [loop.run_until_complete(loop.create_server(lambda: Client(fe), sock=s))
+            servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
                        for s in socks]
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.on_signal, sig)

@@ -145,11 +145,6 @@ cdef inline long long parse_len(const char *p, Py_ssize_t n, bint *ok) noexcept:
 
 cdef class RequestParser:
     """Incremental parser of client requests (multibulk and inline)."""
-    cdef bytearray buf
-    cdef Py_ssize_t pos
-    cdef long long mb_left     # bulk arguments still expected in the current multibulk
-    cdef long long bulk_len    # length of the bulk being read, -1 while reading its header
-    cdef list args
 
     def __cinit__(self):
         self.buf = bytearray()

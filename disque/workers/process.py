@@ -86,7 +86,7 @@ class Worker:
                 if reply is not None:
                     out.append([reqid, reply, ids])
             elif kind == P.UNBLOCK:
-                shard.unblock_client(req[1])
+                shard.unblock_client(req[1], req[2])
             elif kind == P.RETURN:
                 shard.return_jobs(req[1])
             elif kind == P.CONTROL:

@@ -9,7 +9,9 @@ Requests:
         local (proxy=0): reply [reqid, resp_bytes, job_ids], possibly much later
         proxy (proxy=1): reply [reqid, [encoded jobs], job_ids] now (empty list: blocked
         or nothing), then at most one offer [reqid, [encoded job], [id]] later
-  [UNBLOCK, client]                       forget a blocked consumer; no reply
+  [UNBLOCK, client, reqid]                forget a blocked consumer's GETJOB; the reply
+                                          [reqid, null-array-or-0, None] is the last
+                                          message about that reqid
   [RETURN, job_ids]                       put fetched-but-undelivered jobs back; no reply
   [CONTROL, reqid, name, arg]             node-level operation; reply [reqid, value]
 """

@@ -6,15 +6,13 @@ bytes so the front-end only copies them to the client.
 """
 import collections
 import heapq
-import random
-import time
+from time import perf_counter_ns
 
 from disque._fast import resp
-from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
-                              FLAG_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job)
-from disque._fast.jobid import IdMaker, id_ttl_minutes, queue_slot
-from disque._fast.skiplist import JobQueue
-from disque._fast.timers import TimerHeap
+from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
+                              STATE_NAMES, Job)
+from disque._fast.jobid import id_ttl_minutes
+from disque._fast.shardcore import ShardCore, encode_job
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
@@ -29,28 +27,8 @@ QUEUE_MAX_IDLE_S = 300
 SCHEDULER_BATCH = 10000
 
 
-def rand_err(span=500):
-    """De-synchronization jitter used on every requeue/GC time: [-span/2, span/2)."""
-    return random.randrange(span) - span // 2
-
-
 def err(msg):
     return b"-" + msg.encode() + b"\r\n"
-
-
-class Queue:
-    """A named queue: ordered jobs plus the counters QSTAT shows (SPEC 3.10, 8.1)."""
-    __slots__ = ("name", "jobs", "ctime", "atime", "jobs_in", "jobs_out", "paused", "blocked")
-
-    def __init__(self, name, now_s):
-        self.name = name
-        self.jobs = JobQueue()
-        self.ctime = now_s
-        self.atime = now_s
-        self.jobs_in = 0
-        self.jobs_out = 0
-        self.paused = 0
-        self.blocked = collections.deque()   # Blocked entries, in blocking order
 
 
 class Blocked:
@@ -72,39 +50,17 @@ class Blocked:
         self.done = False
 
 
-def encode_job(job, withcounters):
-    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
-    q = job.queue
-    b = job.body
-    if withcounters:
-        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$5\r\nnacks\r\n:%d\r\n$21\r\nadditional-deliveries\r\n:%d\r\n" % (
-            len(q), q, job.id, len(b), b, job.nacks, job.additional_deliveries)
-    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (len(q), q, job.id, len(b), b)
-
-
-class Shard:
+class Shard(ShardCore):
     def __init__(self, index, nworkers, node_id, config=None):
+        super().__init__(node_id)
         self.index = index
         self.nworkers = nworkers
-        self.node_id = node_id
-        self.self_nodes = (node_id,)          # shared nodes_delivered tuple for local jobs
-        self.ids = IdMaker(node_id)
-        self.jobs = {}
-        self.queues = {}
-        self.timers = TimerHeap()
         self.blocked_by_client = {}
         self.block_deadlines = []             # heap of (deadline_ms, seq, Blocked)
         self.block_seq = 0
-        self.ready = set()                    # queues that got jobs while clients wait
         self.out = []                         # replies/offers for the front-end
-        self.cluster_size = 1
-        self.reachable_nodes = 0
-        self.leaving = False
-        self.memory_level = 0
         self.config = config or {}
-        self.now_ms = int(time.time() * 1000)
-        self.now_s = self.now_ms // 1000
-        self.stats = collections.Counter()
+        self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
         self.handlers = {
             b"addjob": self.cmd_addjob, b"ackjob": self.cmd_ackjob, b"fastack": self.cmd_fastack,
             b"deljob": self.cmd_deljob, b"show": self.cmd_show, b"qlen": self.cmd_qlen,
@@ -112,85 +68,20 @@ class Shard:
             b"nack": self.cmd_nack, b"dequeue": self.cmd_dequeue, b"working": self.cmd_working,
         }
 
-    # ---- clock ---------------------------------------------------------------------
-
-    def tick(self):
-        self.now_ms = int(time.time() * 1000)
-        self.now_s = self.now_ms // 1000
-
     # ---- requests from the front-end ----------------------------------------------
 
     def execute(self, reqid, argv):
         """A whole command routed to this worker; returns its RESP reply."""
         name = argv[0].lower()
-        self.stats[name] += 1
         handler = self.handlers.get(name)
         if handler is None:
             return err("ERR unknown command '%s'" % argv[0].decode(errors="replace"))
-        return handler(argv)
+        t0 = perf_counter_ns()
+        reply = handler(argv)
+        self.command_ns[name] += perf_counter_ns() - t0
+        return reply
 
-    # ---- queues ---------------------------------------------------------------------
-
-    def get_queue(self, name, create=False):
-        q = self.queues.get(name)
-        if q is None and create:
-            q = self.queues[name] = Queue(name, self.now_s)
-        return q
-
-    # ---- job registry and state machine ---------------------------------------------
-
-    def schedule(self, job):
-        """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""
-        awake = job.etime * 1000 + 1000
-        if (job.state == ACTIVE or job.state == QUEUED) and job.qtime:
-            t = job.qtime - 500 if job.flags & FLAG_BCAST_WILLQUEUE else job.qtime
-            if t < awake:
-                awake = t
-        self.timers.schedule(job, awake)
-
-    def enqueue(self, job, nack=False):
-        """The enqueue rule of SPEC 7.2; True when the job went into its queue."""
-        if job.state == QUEUED or job.qtime == 0:
-            return False
-        if job.retry == 0 and job.flags & FLAG_DELIVERED:
-            return False
-        q = self.get_queue(job.queue, create=True)
-        now = self.now_ms
-        job.state = QUEUED
-        if job.retry:
-            job.flags |= FLAG_BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + rand_err()
-        else:
-            job.qtime = 0
-        if job.flags & FLAG_BCAST_QUEUED or nack:
-            if nack:
-                job.nacks += 1
-            else:
-                job.additional_deliveries += 1
-        else:
-            job.flags |= FLAG_BCAST_QUEUED
-        q.jobs.push(job)
-        q.atime = self.now_s
-        q.jobs_in += 1
-        if q.blocked and not q.paused & PAUSE_OUT:
-            self.ready.add(q)
-        self.schedule(job)
-        return True
-
-    def dequeue(self, job):
-        if job.state != QUEUED:
-            return False
-        q = self.queues.get(job.queue)
-        if q is not None:
-            q.jobs.remove(job)
-        job.state = ACTIVE
-        return True
-
-    def delete_job(self, job):
-        if job.state == QUEUED:
-            self.dequeue(job)
-        self.timers.cancel(job)
-        self.jobs.pop(job.id, None)
+    # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
     def ack(self, job):
         """ACK then GC (SPEC 7.4). On a lone node every copy is ours: delete at once."""
@@ -209,19 +100,8 @@ class Shard:
         elif job.body is None and self.cluster_size == 1:
             self.delete_job(job)
         else:
-            delay = min(1000 * (1 << job.gc_retry), 180000) + rand_err()
+            delay = min(1000 * (1 << job.gc_retry), 180000) + self.rand_err()
             self.timers.schedule(job, min(job.etime * 1000 + 1000, self.now_ms + delay))
-
-    def fetch(self, q):
-        """Pop the head of `q` for a consumer (SPEC 3.2 "Fetching a job")."""
-        job = q.jobs.pop()
-        if job is None:
-            return None
-        job.state = ACTIVE
-        job.flags |= FLAG_DELIVERED
-        q.atime = self.now_s
-        q.jobs_out += 1
-        return job
 
     def run_timers(self):
         """Process due jobs (SPEC 7.1) and blocked clients whose timeout passed."""
@@ -229,7 +109,7 @@ class Shard:
         for job in self.timers.pop_due(now, SCHEDULER_BATCH):
             if job.etime <= self.now_s:
                 self.delete_job(job)
-                self.stats["expired"] += 1
+                self.n_expired += 1
                 continue
             state = job.state
             if state == ACTIVE or state == QUEUED:
@@ -238,14 +118,14 @@ class Shard:
                 if state == ACTIVE and job.qtime and job.qtime <= now:
                     q = self.queues.get(job.queue)
                     if job.retry and q is not None and q.paused & PAUSE_IN:
-                        job.qtime = now + job.retry * 1000 + rand_err()
+                        job.qtime = now + job.retry * 1000 + self.rand_err()
                     elif self.enqueue(job):
-                        if job.additional_deliveries or job.flags & FLAG_DELIVERED:
-                            self.stats["requeued"] += 1
+                        if job.flags & FLAG_DELIVERED:
+                            self.n_requeued += 1
                         continue
                 elif state == QUEUED and job.retry and job.qtime <= now:
                     job.flags |= FLAG_BCAST_WILLQUEUE
-                    job.qtime = now + job.retry * 1000 + rand_err()
+                    job.qtime = now + job.retry * 1000 + self.rand_err()
                 self.schedule(job)
             elif state == ACKED:
                 self.gc(job)
@@ -268,102 +148,20 @@ class Shard:
             return 100
         return max(0, min(100, wake - self.now_ms))
 
-    # ---- ADDJOB (SPEC 3.1) ----------------------------------------------------------
-
-    def cmd_addjob(self, argv):
-        qname, body, timeout_arg = argv[1], argv[2], argv[3]
-        replicate = None
-        delay = 0
-        retry = -1
-        ttl = 86400
-        maxlen = 0
-        is_async = False
-        i, argc = 4, len(argv)
-        while i < argc:
-            opt = argv[i].lower()
-            has_value = i + 1 < argc
-            if opt == b"replicate" and has_value:
-                replicate = parse_int(argv[i + 1])
-                if replicate is None or replicate <= 0 or replicate > 65535:
-                    return b"-ERR REPLICATE must be between 1 and 65535\r\n"
-                i += 1
-            elif opt == b"delay" and has_value:
-                delay = parse_int(argv[i + 1])
-                if delay is None or delay < 0:
-                    return b"-ERR DELAY time must be a non negative number\r\n"
-                i += 1
-            elif opt == b"retry" and has_value:
-                retry = parse_int(argv[i + 1])
-                if retry is None or retry < 0:
-                    return b"-ERR RETRY time must be a non negative number\r\n"
-                i += 1
-            elif opt == b"ttl" and has_value:
-                ttl = parse_int(argv[i + 1])
-                if ttl is None or ttl <= 0:
-                    return b"-ERR TTL must be a number > 0\r\n"
-                i += 1
-            elif opt == b"maxlen" and has_value:
-                maxlen = parse_int(argv[i + 1])
-                if maxlen is None or maxlen <= 0:
-                    return b"-ERR MAXLEN must be a positive number\r\n"
-                i += 1
-            elif opt == b"async":
-                is_async = True
-            else:
-                return SYNTAX_ERROR
-            i += 1
-        timeout = parse_int(timeout_arg)
-        if timeout is None:
-            return b"-ERR timeout is not an integer or out of range\r\n"
-        if timeout < 0:
-            return b"-ERR timeout is negative\r\n"
-        if replicate is None:
-            replicate = min(3, self.cluster_size)
-        if replicate > 1 and retry == 0:
-            return b"-ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)\r\n"
-        if delay >= ttl:
-            return b"-ERR The specified DELAY is greater than TTL. Job refused since would never be delivered\r\n"
-        if retry < 0:
-            retry = min(ttl // 10, 300) or 1
-        extrepl = self.memory_level >= 1 or self.leaving
-        needed = replicate if extrepl else replicate - 1
-        if needed > self.reachable_nodes:
-            if extrepl and needed - 1 == self.reachable_nodes:
-                reason = "I'm leaving the cluster" if self.leaving else "I'm out of memory"
-                return err("NOREPL Not enough reachable nodes for the requested replication level, "
-                           "since I'm unable to hold a copy of the message for the following reason: " + reason)
-            return b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
-        q = self.queues.get(qname)
-        if q is not None:
-            if maxlen and len(q.jobs) >= maxlen:
-                return b"-MAXLEN Queue is already longer than the specified MAXLEN count\r\n"
-            if q.paused & PAUSE_IN:
-                return b"-PAUSED Queue paused in input, try later\r\n"
-            qname = q.name                    # share one bytes object per queue name
-        now = self.now_ms
-        job = Job(self.ids.make(queue_slot(qname), ttl, retry), qname, body)
-        job.ctime = self.ids.next_ctime(now)
-        job.etime = self.now_s + ttl
-        job.delay = delay
-        job.retry = retry
-        job.repl = replicate
-        job.nodes_delivered = self.self_nodes
-        job.qtime = now + delay * 1000 if delay else now + retry * 1000
-        job.state = ACTIVE
-        self.jobs[job.id] = job
-        self.stats["added"] += 1
-        if delay:
-            self.schedule(job)
-        else:
-            self.enqueue(job)
-        return b"+" + job.id + b"\r\n"
-
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------
 
     def getjob(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy, queue_names):
         """Serve or block a consumer. Local mode returns the full reply (or None when it
         blocked); proxy mode returns a list of encoded jobs (empty: blocked/none)."""
-        self.stats[b"getjob"] += 1
+        t0 = perf_counter_ns()
+        try:
+            return self.fetch_or_block(reqid, client, count, nohang, withcounters, timeout_ms,
+                                       proxy, queue_names)
+        finally:
+            self.command_ns[b"getjob"] += perf_counter_ns() - t0
+
+    def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
+                       queue_names):
         queues = []
         seen = set()
         for name in queue_names:
@@ -383,7 +181,6 @@ class Shard:
             if not got:
                 break
         if jobs:
-            self.stats["delivered"] += len(jobs)
             encoded = [encode_job(j, withcounters) for j in jobs]
             ids = [j.id for j in jobs]
             if proxy:
@@ -414,12 +211,15 @@ class Shard:
             except ValueError:
                 pass
 
-    def unblock_client(self, client):
-        """The front-end gave up on this consumer; answer so it can drop its bookkeeping."""
+    def unblock_client(self, client, reqid):
+        """The front-end gave up on this consumer's GETJOB `reqid`. The answer is always
+        the last message about that reqid: a null reply (local waiter) or the ack 0."""
         b = self.blocked_by_client.get(client)
-        if b is not None:
+        if b is not None and b.reqid == reqid:
             self.unblock(b)
-            self.out.append([b.reqid, [] if b.proxy else NULL_ARRAY, None])
+            self.out.append([reqid, 0 if b.proxy else NULL_ARRAY, None])
+        else:
+            self.out.append([reqid, 0, None])
 
     def serve_ready(self):
         """Give queued jobs to blocked consumers, one job each, in blocking order."""
@@ -429,7 +229,6 @@ class Shard:
                 b = q.blocked[0]
                 self.unblock(b)
                 job = self.fetch(q)
-                self.stats["delivered"] += 1
                 item = encode_job(job, b.withcounters)
                 if b.proxy:
                     self.out.append([b.reqid, [item], [job.id]])
@@ -447,7 +246,7 @@ class Shard:
             job.state = QUEUED
             q.jobs.push(job)
             q.jobs_out -= 1
-            self.stats["delivered"] -= 1
+            self.n_delivered -= 1
             if q.blocked and not q.paused & PAUSE_OUT:
                 self.ready.add(q)
 
@@ -465,7 +264,7 @@ class Shard:
             if job.state != ACKED:
                 self.ack(job)
                 count += 1
-                self.stats["acked"] += 1
+                self.n_acked += 1
             else:
                 self.gc(job)
         return b":%d\r\n" % count
@@ -502,7 +301,7 @@ class Shard:
             job = self.jobs.get(jid)
             if job is not None and job.state == ACTIVE and self.enqueue(job, nack=True):
                 count += 1
-                self.stats["nacked"] += 1
+                self.n_nacked += 1
         return b":%d\r\n" % count
 
     def cmd_dequeue(self, argv):
@@ -526,7 +325,7 @@ class Shard:
             self.dequeue(job)
             job.flags |= FLAG_BCAST_WILLQUEUE
             if job.retry and job.qtime:
-                job.qtime = self.now_ms + job.retry * 1000 + rand_err()
+                job.qtime = self.now_ms + job.retry * 1000 + self.rand_err()
             self.schedule(job)
         return b":%d\r\n" % job.retry
 
@@ -609,7 +408,7 @@ class Shard:
         """DEBUG FLUSHALL: drop every job and queue; waiting consumers get a null array."""
         for b in list(self.blocked_by_client.values()):
             self.unblock(b)
-            self.out.append([b.reqid, [] if b.proxy else NULL_ARRAY, None])
+            self.out.append([b.reqid, None if b.proxy else NULL_ARRAY, None])
         for q in self.queues.values():
             q.jobs.clear()
         for job in self.jobs.values():
@@ -626,12 +425,12 @@ class Shard:
             "jobs": len(self.jobs),
             "queues": len(self.queues),
             "queued": queued,
-            "blocked": len(self.blocked_by_client),
-            "added": self.stats["added"],
-            "delivered": self.stats["delivered"],
-            "acked": self.stats["acked"],
-            "nacked": self.stats["nacked"],
-            "requeued": self.stats["requeued"],
-            "expired": self.stats["expired"],
-            "commands": sum(v for k, v in self.stats.items() if isinstance(k, bytes)),
+            "blocked": sum(1 for b in self.blocked_by_client.values() if not b.proxy),
+            "added": self.n_added,
+            "delivered": self.n_delivered,
+            "acked": self.n_acked,
+            "nacked": self.n_nacked,
+            "requeued": self.n_requeued,
+            "expired": self.n_expired,
+            "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
         }

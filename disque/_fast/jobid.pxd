@@ -1,0 +1,5 @@
+cpdef unsigned int crc16(bytes data)
+cpdef unsigned int queue_slot(bytes queue)
+cpdef bint valid_id(bytes jid)
+cpdef int id_slot(bytes jid)
+cpdef unsigned int id_ttl_minutes(bytes jid)

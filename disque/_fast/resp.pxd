@@ -1,0 +1,10 @@
+cdef class RequestParser:
+    cdef bytearray buf
+    cdef Py_ssize_t pos
+    cdef long long mb_left     # bulk arguments still expected in the current multibulk
+    cdef long long bulk_len    # length of the bulk being read, -1 while reading its header
+    cdef list args
+    cdef list next_command(self)
+    cdef list parse_inline(self, char *base, Py_ssize_t size)
+    cdef list parse_multibulk_header(self, char *base, Py_ssize_t size)
+    cdef list parse_bulks(self, char *base, Py_ssize_t size)

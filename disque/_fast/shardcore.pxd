@@ -1,0 +1,40 @@
+from disque._fast.job cimport Job
+from disque._fast.jobid cimport queue_slot
+from disque._fast.skiplist cimport JobQueue
+from disque._fast.timers cimport TimerHeap
+
+cdef class Queue:
+    cdef public bytes name
+    cdef public JobQueue jobs
+    cdef public long long ctime
+    cdef public long long atime
+    cdef public long long jobs_in
+    cdef public long long jobs_out
+    cdef public int paused
+    cdef public object blocked       # deque of waiting consumers, in blocking order
+
+cdef class ShardCore:
+    cdef public dict jobs
+    cdef public dict queues
+    cdef public TimerHeap timers
+    cdef public object ids
+    cdef public bytes node_id
+    cdef public tuple self_nodes
+    cdef public set ready
+    cdef public long long now_ms
+    cdef public long long now_s
+    cdef public int cluster_size
+    cdef public int reachable_nodes
+    cdef public bint leaving
+    cdef public int memory_level
+    cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired, n_commands
+    cdef unsigned long long rng
+
+    cpdef long long rand_err(self)
+    cpdef Queue get_queue(self, bytes name, bint create=*)
+    cpdef schedule(self, Job job)
+    cpdef bint enqueue(self, Job job, bint nack=*)
+    cpdef bint dequeue(self, Job job)
+    cpdef delete_job(self, Job job)
+    cpdef Job fetch(self, Queue q)
+    cpdef bytes cmd_addjob(self, list argv)

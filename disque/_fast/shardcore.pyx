@@ -1,0 +1,240 @@
+# cython: language_level=3
+"""The hot half of a worker's shard: queues, the enqueue rule, scheduling, ADDJOB.
+
+`disque.workers.shard.Shard` subclasses `ShardCore` and keeps the rest of the state
+machine in Python; the code here follows SPEC 3.1, 3.2 ("Fetching a job"), 7.1 and 7.2
+line by line.
+"""
+import os
+import time
+from collections import deque
+
+from disque._fast.job cimport (Job, JOB_ACTIVE, JOB_QUEUED, JOB_FLAG_BCAST_QUEUED,
+                               JOB_FLAG_BCAST_WILLQUEUE, JOB_FLAG_DELIVERED)
+from disque._fast.resp import parse_int
+from disque._fast.jobid import IdMaker
+
+DEF PAUSE_IN = 1
+DEF PAUSE_OUT = 2
+
+cdef bytes SYNTAX_ERROR = b"-ERR syntax error\r\n"
+
+
+cdef class Queue:
+    """A named queue: ordered jobs plus the counters QSTAT shows (SPEC 3.10, 8.1)."""
+    def __init__(self, bytes name, long long now_s):
+        self.name = name
+        self.jobs = JobQueue()
+        self.ctime = now_s
+        self.atime = now_s
+        self.jobs_in = 0
+        self.jobs_out = 0
+        self.paused = 0
+        self.blocked = deque()
+
+
+cpdef bytes encode_job(Job job, bint withcounters):
+    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
+    cdef bytes q = job.queue
+    cdef bytes b = job.body
+    if withcounters:
+        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$5\r\nnacks\r\n:%d\r\n$21\r\nadditional-deliveries\r\n:%d\r\n" % (
+            len(q), q, job.id, len(b), b, job.nacks, job.additional_deliveries)
+    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (len(q), q, job.id, len(b), b)
+
+
+cdef class ShardCore:
+    def __init__(self, bytes node_id):
+        self.node_id = node_id
+        self.self_nodes = (node_id,)     # shared nodes_delivered tuple for local jobs
+        self.ids = IdMaker(node_id)
+        self.jobs = {}
+        self.queues = {}
+        self.timers = TimerHeap()
+        self.ready = set()
+        self.cluster_size = 1
+        self.reachable_nodes = 0
+        self.leaving = False
+        self.memory_level = 0
+        self.rng = int.from_bytes(os.urandom(8), "little") | 1
+        self.tick()
+
+    def tick(self):
+        self.now_ms = <long long>(time.time() * 1000)
+        self.now_s = self.now_ms // 1000
+
+    cpdef long long rand_err(self):
+        """De-synchronization jitter of every requeue/GC time: [-250, +249] ms."""
+        cdef unsigned long long x = self.rng
+        x ^= x << 13
+        x ^= x >> 7
+        x ^= x << 17
+        self.rng = x
+        return <long long>(x % 500) - 250
+
+    cpdef Queue get_queue(self, bytes name, bint create=False):
+        cdef Queue q = self.queues.get(name)
+        if q is None and create:
+            q = Queue(name, self.now_s)
+            self.queues[name] = q
+        return q
+
+    cpdef schedule(self, Job job):
+        """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""
+        cdef long long awake = <long long>job.etime * 1000 + 1000, t
+        if (job.state == JOB_ACTIVE or job.state == JOB_QUEUED) and job.qtime:
+            t = job.qtime - 500 if job.flags & JOB_FLAG_BCAST_WILLQUEUE else job.qtime
+            if t < awake:
+                awake = t
+        self.timers.schedule(job, awake)
+
+    cpdef bint enqueue(self, Job job, bint nack=False):
+        """The enqueue rule of SPEC 7.2; True when the job went into its queue."""
+        if job.state == JOB_QUEUED or job.qtime == 0:
+            return False
+        if job.retry == 0 and job.flags & JOB_FLAG_DELIVERED:
+            return False
+        cdef Queue q = self.get_queue(job.queue, True)
+        job.state = JOB_QUEUED
+        if job.retry:
+            job.flags |= JOB_FLAG_BCAST_WILLQUEUE
+            job.qtime = self.now_ms + <long long>job.retry * 1000 + self.rand_err()
+        else:
+            job.qtime = 0
+        if job.flags & JOB_FLAG_BCAST_QUEUED or nack:
+            if nack:
+                job.nacks += 1
+            else:
+                job.additional_deliveries += 1
+        else:
+            job.flags |= JOB_FLAG_BCAST_QUEUED
+        q.jobs.push(job)
+        q.atime = self.now_s
+        q.jobs_in += 1
+        if q.blocked and not q.paused & PAUSE_OUT:
+            self.ready.add(q)
+        self.schedule(job)
+        return True
+
+    cpdef bint dequeue(self, Job job):
+        if job.state != JOB_QUEUED:
+            return False
+        cdef Queue q = self.queues.get(job.queue)
+        if q is not None:
+            q.jobs.remove(job)
+        job.state = JOB_ACTIVE
+        return True
+
+    cpdef delete_job(self, Job job):
+        if job.state == JOB_QUEUED:
+            self.dequeue(job)
+        self.timers.cancel(job)
+        self.jobs.pop(job.id, None)
+
+    cpdef Job fetch(self, Queue q):
+        """Pop the head of `q` for a consumer (SPEC 3.2 "Fetching a job")."""
+        cdef Job job = q.jobs.pop()
+        if job is None:
+            return None
+        job.state = JOB_ACTIVE
+        job.flags |= JOB_FLAG_DELIVERED
+        q.atime = self.now_s
+        q.jobs_out += 1
+        self.n_delivered += 1
+        return job
+
+    cpdef bytes cmd_addjob(self, list argv):
+        """ADDJOB <queue> <body> <ms-timeout> [options] (SPEC 3.1, in its order)."""
+        cdef bytes qname = argv[1], body = argv[2], opt
+        cdef long long replicate = -1, delay = 0, retry = -1, ttl = 86400, maxlen = 0
+        cdef bint is_async = False, has_value
+        cdef Py_ssize_t i = 4, argc = len(argv)
+        cdef object v
+        while i < argc:
+            opt = (<bytes>argv[i]).lower()
+            has_value = i + 1 < argc
+            if opt == b"replicate" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v <= 0 or v > 65535:
+                    return b"-ERR REPLICATE must be between 1 and 65535\r\n"
+                replicate = v
+                i += 1
+            elif opt == b"delay" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v < 0 or v > 4294967295:
+                    return b"-ERR DELAY time must be a non negative number\r\n"
+                delay = v
+                i += 1
+            elif opt == b"retry" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v < 0 or v > 4294967295:
+                    return b"-ERR RETRY time must be a non negative number\r\n"
+                retry = v
+                i += 1
+            elif opt == b"ttl" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v <= 0 or v > 4294967295:
+                    return b"-ERR TTL must be a number > 0\r\n"
+                ttl = v
+                i += 1
+            elif opt == b"maxlen" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v <= 0:
+                    return b"-ERR MAXLEN must be a positive number\r\n"
+                maxlen = v
+                i += 1
+            elif opt == b"async":
+                is_async = True
+            else:
+                return SYNTAX_ERROR
+            i += 1
+        v = parse_int(argv[3])
+        if v is None:
+            return b"-ERR timeout is not an integer or out of range\r\n"
+        if v < 0:
+            return b"-ERR timeout is negative\r\n"
+        if replicate < 0:
+            replicate = 3 if self.cluster_size > 3 else self.cluster_size
+        if replicate > 1 and retry == 0:
+            return b"-ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)\r\n"
+        if delay >= ttl:
+            return b"-ERR The specified DELAY is greater than TTL. Job refused since would never be delivered\r\n"
+        if retry < 0:
+            retry = ttl // 10
+            if retry > 300:
+                retry = 300
+            if retry == 0:
+                retry = 1
+        cdef bint extrepl = self.memory_level >= 1 or self.leaving
+        cdef long long needed = replicate if extrepl else replicate - 1
+        if needed > self.reachable_nodes:
+            if extrepl and needed - 1 == self.reachable_nodes:
+                reason = b"I'm leaving the cluster" if self.leaving else b"I'm out of memory"
+                return (b"-NOREPL Not enough reachable nodes for the requested replication level, "
+                        b"since I'm unable to hold a copy of the message for the following reason: "
+                        + reason + b"\r\n")
+            return b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
+        cdef Queue q = self.queues.get(qname)
+        if q is not None:
+            if maxlen and len(q.jobs) >= maxlen:
+                return b"-MAXLEN Queue is already longer than the specified MAXLEN count\r\n"
+            if q.paused & PAUSE_IN:
+                return b"-PAUSED Queue paused in input, try later\r\n"
+            qname = q.name                   # one bytes object per queue name, shared by its jobs
+        cdef long long now = self.now_ms
+        cdef Job job = Job(self.ids.make(queue_slot(qname), ttl, retry), qname, body)
+        job.ctime = self.ids.next_ctime(now)
+        job.etime = self.now_s + ttl
+        job.delay = delay
+        job.retry = retry
+        job.repl = replicate
+        job.nodes_delivered = self.self_nodes
+        job.qtime = now + delay * 1000 if delay else now + retry * 1000
+        job.state = JOB_ACTIVE
+        self.jobs[job.id] = job
+        self.n_added += 1
+        if delay:
+            self.schedule(job)
+        else:
+            self.enqueue(job, False)
+        return b"+" + job.id + b"\r\n"

@@ -1,0 +1,164 @@
+"""Process lifecycle: worker processes, SIGKILL/SIGTERM/SIGINT, SHUTDOWN, bad configuration
+(SPEC 4.5, 13; ARCHITECTURE "one node, several processes")."""
+
+import os
+import signal
+import socket
+import sys
+import time
+
+import psutil
+import pytest
+
+
+def _load_conftest():
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and os.path.abspath(f) == here:
+            return mod
+    raise ImportError("tests/conftest.py is not loaded")
+
+
+_c = _load_conftest()
+addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
+
+
+def _alive(pid_or_proc):
+    p = pid_or_proc if isinstance(pid_or_proc, psutil.Process) else psutil.Process(pid_or_proc)
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _busy(srv, queues=("pa", "pb", "pc", "pd", "pe", "pf")):
+    """Put some state in the server: jobs, a blocked client."""
+    r = srv.raw()
+    for q in queues:
+        addjob(r, q, b"x")
+    blocked = srv.raw()
+    blocked.send(encode("GETJOB", "FROM", "nothing-here-1", "nothing-here-2"))
+    wait_until(lambda: int(srv.info_fields("clients")["blocked_clients"]) >= 1, 5)
+    return r, blocked
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_worker_processes_exist(start_server, workers):
+    srv = start_server(workers=workers)
+    wait_until(lambda: len(srv.worker_pids()) >= workers, 10,
+               message=f"expected >= {workers} worker processes, got {srv.worker_pids()}")
+    for pid in srv.worker_pids():
+        assert psutil.Process(pid).ppid() == srv.pid or srv.pid in [p.pid for p in psutil.Process(pid).parents()]
+
+
+def test_sigkill_frontend_leaves_no_workers(start_server):
+    srv = start_server(workers=3)
+    _busy(srv)
+    srv.record_descendants()
+    tracked = [psutil.Process(pid) for pid in srv.tracked_pids() if pid != srv.pid]
+    assert len(tracked) >= 3, tracked
+    os.kill(srv.pid, signal.SIGKILL)
+    assert srv.wait_exit(5) == -signal.SIGKILL
+    t0 = time.monotonic()
+    survivors = srv.surviving_descendants(timeout=10)
+    assert not survivors, (f"workers still alive {time.monotonic() - t0:.1f}s after the front-end "
+                           f"was SIGKILLed: {[p.pid for p in survivors]}")
+
+
+def test_sigkill_frontend_idle_single_worker(start_server):
+    srv = start_server(workers=1)
+    os.kill(srv.pid, signal.SIGKILL)
+    srv.wait_exit(5)
+    assert not srv.surviving_descendants(timeout=10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("workers", [1, 3])
+def test_signal_clean_exit(start_server, workers, sig):
+    srv = start_server(workers=workers)
+    r, blocked = _busy(srv)
+    t0 = time.monotonic()
+    os.kill(srv.pid, sig)
+    rc = srv.wait_exit(10)
+    assert rc is not None, "server did not exit within 10 s"
+    assert rc == 0, f"exit code {rc}; log:\n{srv.log_tail()}"
+    assert time.monotonic() - t0 < 10
+    assert not srv.surviving_descendants(timeout=5)
+    data, closed = blocked.read_until_closed(5)
+    assert closed
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_shutdown_command(start_server, workers):
+    srv = start_server(workers=workers)
+    r, blocked = _busy(srv)
+    assert r.call("SHUTDOWN", "foo") == b"-ERR syntax error\r\n"
+    assert r.call("SHUTDOWN", "REWRITE-AOF", "x") == b"-ERR syntax error\r\n"
+    assert r.call("PING") == b"+PONG\r\n"
+    assert srv.is_alive()
+    r.send(encode("shutdown"))
+    data, closed = r.read_until_closed(10)
+    assert closed
+    assert not data.startswith(b"-"), data
+    rc = srv.wait_exit(10)
+    assert rc == 0, f"exit code {rc}; log:\n{srv.log_tail()}"
+    assert not srv.surviving_descendants(timeout=5)
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    # the port is released
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+
+
+def test_restart_on_same_port_after_shutdown(start_server):
+    srv = start_server(workers=3)
+    port = srv.port
+    srv.raw().send(encode("SHUTDOWN"))
+    assert srv.wait_exit(10) == 0
+    assert not srv.surviving_descendants(timeout=5)
+    srv2 = start_server(workers=3, port=port)
+    with srv2.raw() as r:
+        assert r.call("PING") == b"+PONG\r\n"
+        assert r.execute("QLEN", "pa") == 0      # no persistence by default
+
+
+@pytest.mark.parametrize("extra", [
+    ["--foo", "bar"],
+    ["--port", "70000"],
+    ["--loglevel", "loud"],
+    ["--appendfsync", "sometimes"],
+    ["--daemonize", "maybe"],
+    ["--maxmemory", "0"],
+], ids=lambda e: " ".join(e))
+def test_bad_configuration_fails_fast(start_server, extra):
+    srv = start_server(workers=1, extra_args=extra, wait=False)
+    t0 = time.monotonic()
+    rc = srv.wait_exit(10)
+    elapsed = time.monotonic() - t0
+    assert rc is not None, f"server with {extra} kept running; log:\n{srv.log_tail()}"
+    assert rc != 0
+    assert elapsed < 5, elapsed
+    out = srv.log_text()
+    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("=== start")]
+    assert lines, "no reason printed"
+    assert "Traceback" not in out, out
+    key = extra[0].lstrip("-")
+    assert any(key in ln or extra[1] in ln for ln in lines), out
+    assert not srv.surviving_descendants(timeout=5)
+
+
+def test_port_in_use_fails_fast(start_server):
+    lease = _c.lease_port()
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        blocker.bind(("127.0.0.1", lease.port))
+        blocker.listen(1)
+        srv = start_server(workers=1, wait=False, port=lease.port)
+        rc = srv.wait_exit(10)
+        assert rc is not None and rc != 0, f"server did not fail; log:\n{srv.log_tail()}"
+        assert srv.log_text().strip()
+        assert not srv.surviving_descendants(timeout=5)
+    finally:
+        blocker.close()
+        lease.release()
