@@ -732,6 +732,7 @@ _TABLE: list[Directive] = [
     # Our additions (rewritten after upstream's list so they survive CONFIG REWRITE).
     Directive("workers", Integer("Invalid number of workers (must be 1 or greater)", 1),
               _default_workers, **_GR),
+    Directive("worker-link", Enum("argument must be 'unix' or 'zmq'", ("unix", "zmq")), "unix", **_GR),
     Directive("stats-log-file", String(), "", **_GSR),
     Directive("stats-log-interval", Integer("Invalid stats-log-interval (must be 1 or greater)", 1),
               10, **_GSR),

@@ -5,6 +5,7 @@ one ZeroMQ message when the tick ends; replies come back already encoded as RESP
 copied to clients. Each client keeps a FIFO of reply slots, so pipelined commands answered
 by different workers still reach it in request order.
 """
+import heapq
 import logging
 import os
 import time
@@ -69,8 +70,8 @@ class MultiGet:
 class Frontend(Core):
     """The Python half of the front-end: everything off the per-command hot path."""
 
-    def __init__(self, cfg, node_id, router, worker_idents, loop):
-        super().__init__(router, worker_idents, loop, C.BY_BYTES)
+    def __init__(self, cfg, node_id, links, nworkers, loop):
+        super().__init__(links, nworkers, loop, C.BY_BYTES)
         self.cfg = cfg
         self.node_id = node_id
         self.maxclients = getattr(cfg, "maxclients", 10000)
@@ -78,6 +79,8 @@ class Frontend(Core):
         self.started = time.time()
         self.stats = {"total_connections_received": 0, "rejected_connections": 0}
         self.multigets_blocked = 0
+        self.multiget_deadlines = []     # heap of (monotonic deadline, seq, MultiGet)
+        self.multiget_seq = 0
         self.shutdown_cb = None
         self.local = {
             b"ping": self.cmd_ping, b"hello": self.cmd_hello, b"info": self.cmd_info,
@@ -251,7 +254,9 @@ class Frontend(Core):
             self.pending[reqid] = self.multiget_reply(m, reqid, w)
             self.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, 0, True, part])
         if timeout and not nohang:
-            m.timer = self.loop.call_later(timeout / 1000.0, self.multiget_timeout, m)
+            m.timer = time.monotonic() + timeout / 1000.0
+            self.multiget_seq += 1
+            heapq.heappush(self.multiget_deadlines, (m.timer, self.multiget_seq, m))
 
     def getjob_done(self, client, slot, w):
         def got(rep):
@@ -312,8 +317,6 @@ class Frontend(Core):
         m.done = True
         if m.blocked:
             self.multigets_blocked -= 1
-        if m.timer is not None:
-            m.timer.cancel()
         for reqid, w in m.reqids.items():
             if reqid in self.pending:
                 # this worker may still hold a waiter: drop it; its ack (and any offer
@@ -337,11 +340,24 @@ class Frontend(Core):
             if client.waiting is m:
                 client.resume()
 
-    def multiget_timeout(self, m):
-        m.timer = None
-        if not m.done:
-            self.multiget_finish(m)
-            self.on_worker_readable()
+    def cron(self):
+        """Every CRON_MS (timerfd tick): time out cross-worker GETJOBs."""
+        now = time.monotonic()
+        deadlines = self.multiget_deadlines
+        expired = False
+        while deadlines and deadlines[0][0] <= now:
+            m = heapq.heappop(deadlines)[2]
+            if not m.done:
+                self.multiget_finish(m)
+                expired = True
+        if expired:
+            self.flush_replies()
+        if len(deadlines) > 1024:
+            # GETJOBs that ended early leave their entry behind: drop them in bulk
+            live = [e for e in deadlines if not e[2].done]
+            if len(live) * 2 < len(deadlines):
+                heapq.heapify(live)
+                self.multiget_deadlines = live
 
     def cancel_wait(self, client):
         """The client vanished while blocked: forget it everywhere; late jobs go back."""

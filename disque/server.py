@@ -14,15 +14,16 @@ import sys
 import tempfile
 import time
 
-import zmq
-
 from disque import config as config_mod
 from disque import log as dlog
+from disque._fast.clock import PeriodicTimer
 from disque.frontend import Frontend
-from disque.workers import protocol as P
+from disque.workers.link import front_end_links
 
 log = logging.getLogger("disque.server")
 WORKER_START_TIMEOUT = 30.0
+CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
+WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
 
 
 class StartupError(Exception):
@@ -66,12 +67,12 @@ class Node:
         self.nworkers = cfg.workers
         self.node_id = os.urandom(20).hex().encode()
         self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % cfg.port)
-        self.endpoint = "ipc://%s/workers" % self.ipc_dir
-        self.ctx = zmq.Context(1)
-        self.router = None
+        self.links = None
         self.procs = []
         self.exit_code = 0
         self.stopping = False
+        self.cron_timer = None
+        self.cron_ticks = 0
 
     def worker_config(self):
         cfg = self.cfg
@@ -79,18 +80,16 @@ class Node:
                 "maxmemory": cfg.maxmemory}
 
     def start_workers(self):
-        self.router = self.ctx.socket(zmq.ROUTER)
-        self.router.setsockopt(zmq.LINGER, 0)
-        self.router.setsockopt(zmq.SNDHWM, 0)
-        self.router.setsockopt(zmq.RCVHWM, 0)
-        self.router.bind(self.endpoint)
+        self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
         conf = json.dumps(self.worker_config())
         for k in range(self.nworkers):
+            link_args, fds = links.worker_args(k)
             cmd = [sys.executable, "-m", "disque.workers", "--index", str(k),
-                   "--workers", str(self.nworkers), "--endpoint", self.endpoint,
-                   "--node-id", self.node_id.decode(), "--config", conf]
-            self.procs.append(subprocess.Popen(cmd, close_fds=True))
-        waiting = {b"w%d" % k for k in range(self.nworkers)}
+                   "--workers", str(self.nworkers), "--node-id", self.node_id.decode(),
+                   "--config", conf] + link_args
+            self.procs.append(subprocess.Popen(cmd, close_fds=True, pass_fds=fds))
+            links.after_spawn(k)
+        waiting = set(range(self.nworkers))
         deadline = time.monotonic() + WORKER_START_TIMEOUT
         while waiting:
             for k, p in enumerate(self.procs):
@@ -98,10 +97,7 @@ class Node:
                     raise StartupError("worker %d exited during startup (code %s)" % (k, p.returncode))
             if time.monotonic() > deadline:
                 raise StartupError("workers did not start within %ds" % WORKER_START_TIMEOUT)
-            if self.router.poll(100):
-                ident, msg = self.router.recv_multipart()
-                if msg == P.READY:
-                    waiting.discard(ident)
+            waiting.difference_update(links.wait_ready(100))
 
     def stop_workers(self):
         for p in self.procs:
@@ -117,9 +113,10 @@ class Node:
 
     def cleanup(self):
         self.stop_workers()
-        if self.router is not None:
-            self.router.close(linger=0)
-        self.ctx.term()
+        if self.links is not None:
+            self.links.close()
+        if self.cron_timer is not None:
+            self.cron_timer.close()
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def run(self):
@@ -129,19 +126,23 @@ class Node:
         asyncio.set_event_loop(loop)
         try:
             self.start_workers()
-            fe = Frontend(cfg, self.node_id, self.router, [b"w%d" % k for k in range(self.nworkers)], loop)
+            fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
             fe.loop_name = loop_name
             fe.executable = os.path.abspath(sys.argv[0])
             fe.shutdown_cb = self.request_stop
             self.fe = fe
-            loop.add_reader(self.router.getsockopt(zmq.FD), fe.on_worker_readable)
+            self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
             servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
                        for s in socks]
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.on_signal, sig)
-            loop.call_later(0.5, self.watch_workers)
-            log.info("Disque %s node %s: port %d, %d worker(s), %s loop. Ready to accept connections",
-                     "1.0-rc1", self.node_id[:8].decode(), cfg.port, self.nworkers, loop_name)
+            # the cron tick comes from a timerfd, so the loop never holds a timer and
+            # waits in epoll with no timeout (see disque/_fast/clock.pyx)
+            self.cron_timer = PeriodicTimer(CRON_MS)
+            loop.add_reader(self.cron_timer.fileno(), self.cron)
+            log.info("Disque %s node %s: port %d, %d worker(s) over %s, %s loop. "
+                     "Ready to accept connections", "1.0-rc1", self.node_id[:8].decode(),
+                     cfg.port, self.nworkers, self.links.kind, loop_name)
             loop.run_forever()
             for srv in servers:
                 srv.close()
@@ -161,6 +162,18 @@ class Node:
             self.exit_code = code
             asyncio.get_event_loop().stop()
 
+    def worker_lost(self, w):
+        if not self.stopping:
+            log.error("Lost the link to worker %d: shutting the node down", w)
+            self.request_stop(1)
+
+    def cron(self):
+        self.cron_ticks += self.cron_timer.drain()
+        self.fe.cron()
+        if self.cron_ticks >= WATCH_TICKS:
+            self.cron_ticks = 0
+            self.watch_workers()
+
     def watch_workers(self):
         for k, p in enumerate(self.procs):
             if p.poll() is not None:
@@ -168,7 +181,6 @@ class Node:
                           k, p.pid, p.returncode)
                 self.request_stop(1)
                 return
-        asyncio.get_event_loop().call_later(0.5, self.watch_workers)
 
 
 def main(argv=None):

@@ -29,8 +29,7 @@ cdef class Core:
     cdef public dict clients
     cdef public list outbox
     cdef public list dirty
-    cdef public list idents
-    cdef public object router
+    cdef public object links
     cdef public object loop
     cdef public int nworkers
     cdef public int eager_batch
@@ -45,10 +44,10 @@ cdef class Core:
     cdef public dict calls           # command name -> calls (INFO commandstats)
     cdef object packb
     cdef object unpackb
-    cdef object send_flags
     cpdef long long new_reqid(self)
     cpdef send(self, int w, list req)
     cpdef forward(self, Client client, int w, list argv)
     cpdef dispatch(self, Client client, list argv)
-    cpdef on_worker_readable(self)
+    cpdef deliver(self, bytes payload)
+    cpdef flush_replies(self)
     cpdef int worker_of_id(self, bytes jid)

@@ -8,12 +8,12 @@ that is not on the hot path (GETJOB blocking, node commands, INFO) readable. Her
   * `Core.dispatch` applies the SPEC 1.3 checks and routes queue/ID commands;
   * `Core.send` batches requests per worker; the batch leaves when the event-loop tick
     ends (or early, once `eager_batch` requests wait, so the worker starts sooner);
-  * `Core.on_worker_readable` copies encoded replies to their clients, one write each.
+  * `Core.deliver` routes one message of encoded replies; `flush_replies` then writes
+    each touched client once.
 """
 from collections import deque
 
 import msgpack
-import zmq
 
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import ProtocolError, QueryBufferOverflow
@@ -180,14 +180,13 @@ cdef class Client:
 
 
 cdef class Core:
-    def __init__(self, router, idents, loop, commands):
-        self.router = router
-        self.idents = list(idents)
-        self.nworkers = len(self.idents)
+    def __init__(self, links, int nworkers, loop, commands):
+        self.links = links
+        self.nworkers = nworkers
         self.loop = loop
         self.pending = {}
         self.clients = {}
-        self.outbox = [[] for _ in self.idents]
+        self.outbox = [[] for _ in range(nworkers)]
         self.dirty = []
         self.next_reqid = 0
         self.next_client_id = 0
@@ -224,7 +223,7 @@ cdef class Core:
         if len(box) >= self.eager_batch:
             # start the worker on this chunk while we keep parsing: the processes overlap
             self.outbox[w] = []
-            self.router.send_multipart([self.idents[w], self.packb(box)])
+            self.links.send(w, self.packb(box))
         if not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)
@@ -237,9 +236,8 @@ cdef class Core:
             box = <list>self.outbox[w]
             if box:
                 self.outbox[w] = []
-                self.router.send_multipart([self.idents[w], self.packb(box)])
-        # ZeroMQ's FD is edge-triggered: after sending, replies may already be waiting
-        self.on_worker_readable()
+                self.links.send(w, self.packb(box))
+        self.links.poll_now()
 
     cpdef forward(self, Client client, int w, list argv):
         self.next_reqid += 1
@@ -286,29 +284,22 @@ cdef class Core:
         cdef int slot = id_slot(jid)
         return (slot if slot >= 0 else 0) % self.nworkers
 
-    cpdef on_worker_readable(self):
-        router = self.router
+    cpdef deliver(self, bytes payload):
+        """One message from a worker: a list of [reqid, reply, ...] entries."""
         pending = self.pending
-        cdef list frames, reps, rep
+        cdef list reps = self.unpackb(payload, use_list=True)
+        cdef list rep
+        for rep in reps:
+            p = pending.pop(rep[0], None)
+            if p is None:
+                continue
+            if type(p) is Slot:
+                fill_slot(<Slot>p, <bytes>rep[1])
+            else:
+                p(rep)
+
+    cpdef flush_replies(self):
         cdef Client c
-        while True:
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) != 2:
-                continue
-            reps = self.unpackb(frames[1], use_list=True)
-            if not isinstance(reps, list):
-                continue
-            for rep in reps:
-                p = pending.pop(rep[0], None)
-                if p is None:
-                    continue
-                if type(p) is Slot:
-                    fill_slot(<Slot>p, <bytes>rep[1])
-                else:
-                    p(rep)
         if self.dirty:
             dirty = self.dirty
             self.dirty = []

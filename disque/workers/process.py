@@ -14,13 +14,16 @@ import time
 
 import msgpack
 import psutil
-import zmq
 
 from disque import log as dlog
+from disque._fast.clock import PeriodicTimer
 from disque.workers import protocol as P
+from disque.workers.link import worker_link
 from disque.workers.shard import Shard
 
 PR_SET_PDEATHSIG = 1
+TICK_MS = 10             # job timers fire within this of their due time (SPEC allows 100)
+SLOW_CRON_TICKS = 50
 log = logging.getLogger("disque.worker")
 
 
@@ -34,15 +37,11 @@ def die_with_parent():
 
 
 class Worker:
-    def __init__(self, index, nworkers, endpoint, node_id, config):
+    def __init__(self, index, nworkers, link_spec, node_id, config):
         self.index = index
         self.parent = os.getppid()
         self.shard = Shard(index, nworkers, node_id, config)
-        self.ctx = zmq.Context(1)
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, b"w%d" % index)
-        self.sock.setsockopt(zmq.LINGER, 1000)
-        self.sock.connect(endpoint)
+        self.link = worker_link(link_spec, index)
         self.running = True
         self.process = psutil.Process()
         self.started = time.time()
@@ -97,49 +96,53 @@ class Worker:
                     out.append([req[1], {"error": str(e)}])
 
     def run(self):
-        sock = self.sock
+        link = self.link
         shard = self.shard
-        sock.send(P.READY)
+        timer = PeriodicTimer(TICK_MS)
+        wait = link.waiter(timer.fileno())
+        link.send(P.READY)
         log.info("Worker %d ready", self.index)
         unpack = msgpack.unpackb
         pack = msgpack.packb
-        last_parent_check = 0.0
-        last_evict = 0
-        while self.running:
+        ticks = 0
+        while self.running and not link.closed:
+            readable, ticked = wait()
             shard.tick()
-            if sock.poll(shard.next_wakeup_ms()):
-                while True:
-                    try:
-                        msg = sock.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    shard.tick()
+            if readable:
+                for msg in link.recv_all():
                     self.handle_batch(unpack(msg, use_list=True))
-            shard.tick()
+                    shard.tick()
+            if ticked:
+                ticks += timer.drain()
+                if ticks >= SLOW_CRON_TICKS:
+                    ticks = 0
+                    if not self.slow_cron():
+                        break
             shard.run_timers()
             if shard.ready:
                 shard.serve_ready()
             if shard.out:
-                sock.send(pack(shard.out))
+                link.send(pack(shard.out))
                 shard.out = []
-            now = time.monotonic()
-            if now - last_parent_check > 0.5:
-                last_parent_check = now
-                if os.getppid() != self.parent:
-                    log.warning("Front-end is gone: worker %d exits", self.index)
-                    break
-                if shard.now_s != last_evict:
-                    last_evict = shard.now_s
-                    shard.evict_idle_queues()
-        sock.close(linger=500)
-        self.ctx.term()
+        if link.closed and self.running:
+            log.warning("Link to the front-end closed: worker %d exits", self.index)
+        timer.close()
+        link.close()
+
+    def slow_cron(self):
+        """Twice a second: leave if the front-end is gone, evict idle queues."""
+        if os.getppid() != self.parent:
+            log.warning("Front-end is gone: worker %d exits", self.index)
+            return False
+        self.shard.evict_idle_queues()
+        return True
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="disque-worker")
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--workers", type=int, required=True)
-    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--link", required=True, help="unix:<fd> or zmq:<endpoint>")
     ap.add_argument("--node-id", required=True)
     ap.add_argument("--config", default="{}")
     args = ap.parse_args(argv)
@@ -149,7 +152,7 @@ def main(argv=None):
     if os.getppid() == 1:
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the front-end decides when we stop
-    worker = Worker(args.index, args.workers, args.endpoint, args.node_id.encode(), config)
+    worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
     try:
         worker.run()

@@ -137,16 +137,12 @@ class Shard(ShardCore):
             if not b.done:
                 self.unblock(b)
                 self.out.append([b.reqid, NULL_ARRAY, None])
-
-    def next_wakeup_ms(self):
-        """Milliseconds until something is due (capped so the loop stays responsive)."""
-        wake = self.timers.next_when()
-        if self.block_deadlines:
-            d = self.block_deadlines[0][0]
-            wake = d if not wake else min(wake, d)
-        if not wake:
-            return 100
-        return max(0, min(100, wake - self.now_ms))
+        if len(deadlines) > 1024:
+            # consumers served before their timeout leave an entry behind: drop them in bulk
+            live = [e for e in deadlines if not e[2].done]
+            if len(live) * 2 < len(deadlines):
+                heapq.heapify(live)
+                self.block_deadlines = live
 
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------
 
