@@ -17,7 +17,6 @@ restarted if a test killed or crashed them.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import random
@@ -695,11 +694,12 @@ def info_sections(text: bytes) -> dict:
 # ---------------------------------------------------------------------------
 
 
-_MODULE_SERVER_FIXTURES = ("server1", "server3", "server")
+_MODULE_SERVER_FIXTURES = ("server1", "server3", "server3zmq", "server")
 
 
-def _make_module_server(tmp_path_factory, workers):
-    srv = DisqueServer(workers=workers, workdir=tmp_path_factory.mktemp(f"disque-w{workers}-"))
+def _make_module_server(tmp_path_factory, workers, extra_args=()):
+    srv = DisqueServer(workers=workers, extra_args=extra_args,
+                       workdir=tmp_path_factory.mktemp(f"disque-w{workers}-"))
     srv.start()
     return srv
 
@@ -722,10 +722,20 @@ def server3(tmp_path_factory):
         srv.stop()
 
 
-@pytest.fixture(params=[1, 3], ids=["w1", "w3"])
+@pytest.fixture(scope="module")
+def server3zmq(tmp_path_factory):
+    """3 workers reached over ZeroMQ instead of the default socketpair link."""
+    srv = _make_module_server(tmp_path_factory, 3, ("--worker-link", "zmq"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(params=["server1", "server3", "server3zmq"], ids=["w1", "w3", "w3zmq"])
 def server(request):
-    """The module-scoped 1-worker or 3-worker server, flushed."""
-    return request.getfixturevalue("server1" if request.param == 1 else "server3")
+    """A module-scoped server, flushed: 1 worker, 3 workers, or 3 workers over ZeroMQ."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(autouse=True)
@@ -733,7 +743,7 @@ def _module_server_hygiene(request):
     """Before a test: make sure the shared servers it uses are alive and empty.
     After it: close its clients and fail the test if it killed the server."""
     used = []
-    for name in ("server1", "server3"):
+    for name in ("server1", "server3", "server3zmq"):
         if name in request.fixturenames:
             used.append(request.getfixturevalue(name))
     if "server" in request.fixturenames:

@@ -701,7 +701,8 @@ SPEC_GET_PARAMETERS = {
 def test_config_get_star_lists_spec_parameters_and_ours():
     names = [name for name, _ in Config().config_get("*")]
     assert len(names) == len(set(names))
-    assert set(names) == SPEC_GET_PARAMETERS | {"workers", "stats-log-file", "stats-log-interval"}
+    assert set(names) == SPEC_GET_PARAMETERS | {"workers", "worker-link", "stats-log-file",
+                                                  "stats-log-interval"}
 
 
 def test_config_get_default_values():

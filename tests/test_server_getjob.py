@@ -2,7 +2,6 @@
 
 import os
 import sys
-import threading
 import time
 
 import pytest

@@ -8,7 +8,6 @@ import os
 import sys
 import time
 
-import pytest
 
 
 def _load_conftest():

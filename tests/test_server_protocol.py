@@ -260,8 +260,6 @@ def test_pipeline_many_commands_in_one_write(server):
             cmds.append(encode("QLEN", q))
             expected_kinds.append(("qlen", q, i))
     r.send(b"".join(cmds))
-    qlen_seen = {}
-    counts = {q: 0 for q in QUEUES}
     for kind in expected_kinds:
         reply = r.read_parsed(timeout=15)
         if kind == "id":

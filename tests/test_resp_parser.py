@@ -1,0 +1,84 @@
+"""The Cython request parser held against hiredis (a reference RESP parser) and SPEC 1.2."""
+import hiredis
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from disque._fast.resp import ProtocolError, RequestParser, parse_int, split_args
+
+args_st = st.lists(st.binary(max_size=40), min_size=1, max_size=6)
+
+
+def encode(argv):
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(args_st, min_size=1, max_size=12), st.lists(st.integers(1, 50), max_size=30))
+def test_multibulk_stream_matches_hiredis_whatever_the_read_boundaries(commands, cuts):
+    stream = b"".join(encode(c) for c in commands)
+    ours = RequestParser()
+    ref = hiredis.Reader()
+    got, expected = [], []
+    pos = 0
+    for size in cuts + [len(stream)]:
+        piece = stream[pos:pos + size]
+        pos += size
+        ours.feed(piece)
+        got.extend(ours.commands())
+        ref.feed(piece)
+        while (item := ref.gets()) is not False:
+            expected.append(item)
+        if pos >= len(stream):
+            break
+    assert got == expected == commands
+    assert ours.pending == 0
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"*abc\r\n", "Protocol error: invalid multibulk length"),
+    (b"*2000000\r\n", "Protocol error: invalid multibulk length"),
+    (b"*1\r\n:5\r\n", "Protocol error: expected '$', got ':'"),
+    (b"*1\r\n$-3\r\n", "Protocol error: invalid bulk length"),
+    (b"*1\r\n$999999999999\r\n", "Protocol error: invalid bulk length"),
+    (b"PING \"unbalanced\r\n", "Protocol error: unbalanced quotes in request"),
+    (b"x" * (64 * 1024 + 1), "Protocol error: too big inline request"),
+    (b"*" + b"1" * (64 * 1024 + 1), "Protocol error: too big mbulk count string"),
+    (b"*1\r\n$" + b"1" * (64 * 1024 + 1), "Protocol error: too big bulk count string"),
+])
+def test_protocol_errors_have_upstream_text(raw, message):
+    p = RequestParser()
+    p.feed(raw)
+    with pytest.raises(ProtocolError) as e:
+        p.commands()
+    assert str(e.value) == message
+
+
+def test_commands_before_an_error_come_first():
+    p = RequestParser()
+    p.feed(b"PING\r\n*1\r\n$4\r\nPING\r\n*x\r\n")
+    assert p.commands() == [[b"PING"], [b"PING"]]
+    with pytest.raises(ProtocolError):
+        p.commands()
+
+
+def test_inline_and_empty_multibulk():
+    p = RequestParser()
+    p.feed(b"*0\r\n*-1\r\n  \r\nADDJOB q \"a b\" 0\n'it\\'s' \"\\x41\\n\"\r\n")
+    assert p.commands() == [[b"ADDJOB", b"q", b"a b", b"0"], [b"it's", b"A\n"]]
+
+
+def test_inline_drops_empty_arguments():
+    assert split_args(b'a "" b') == [b"a", b"", b"b"]
+    p = RequestParser()
+    p.feed(b'PING ""\r\n')
+    assert p.commands() == [[b"PING"]]
+
+
+@pytest.mark.parametrize("text, value", [
+    (b"", 0), (b"0", 0), (b"+7", 7), (b"-7", -7), (b"007", 7),
+    (b"9223372036854775807", 2 ** 63 - 1), (b"-9223372036854775808", -2 ** 63),
+    (b"9223372036854775808", None), (b" 1", None), (b"1 ", None), (b"1.5", None),
+    (b"+", None), (b"-", None), (b"0x10", None), (b"1_000", None),
+])
+def test_parse_int_is_strtoll_with_full_consumption(text, value):
+    assert parse_int(text) == value
