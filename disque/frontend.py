@@ -143,6 +143,10 @@ class Frontend(Core):
     def arity_error(self, client, cmd):
         client.reply(arity_error(cmd.name))
 
+    def all_workers_command(self, client, name, argv):
+        """Commands that every worker answers and the front-end merges (QSCAN, JSCAN)."""
+        client.reply(b"-ERR %s is not available in this version\r\n" % name.upper())
+
     def local_command(self, client, name, argv):
         handler = self.local.get(name)
         if handler is None:

@@ -277,6 +277,8 @@ cdef class Core:
             self.route_ids(client, argv)
         elif route == ROUTE_GETJOB:
             self.getjob(client, argv)
+        elif route == ROUTE_ALL:
+            self.all_workers_command(client, name, argv)
         else:
             self.local_command(client, name, argv)
 
