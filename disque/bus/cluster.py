@@ -1,0 +1,355 @@
+"""Cluster membership: MEET handshakes, gossip, failure detection (SPEC 4.2, 10).
+
+`Cluster` is driven by its owner's event loop: `on_readable()` when the bus socket has
+input, `cron()` every CRON_MS. Job messages (REPLJOB ... PAUSE) from known nodes are
+handed to `on_job_message(msg)`; the front-end routes them to the owning worker.
+"""
+import logging
+import random
+
+import zmq
+
+from disque.bus import messages as M
+from disque.bus.nodes import Node, NodesFile, now_ms, random_id
+from disque.bus.transport import Transport
+
+log = logging.getLogger("disque.bus")
+
+CRON_MS = 100
+BUS_PORT_OFFSET = 10000
+FORGET_BLACKLIST_MS = 60000
+PING_EVERY_CRONS = 10          # one random ping per second
+
+
+class Cluster:
+    def __init__(self, port, bind_addrs, node_timeout_ms, config_path, ctx=None,
+                 on_job_message=None, on_change=None):
+        self.node_timeout = node_timeout_ms
+        self.file = NodesFile(config_path)
+        self.file.lock()
+        myself, others = self.file.load()
+        if myself is None:
+            myself = Node(random_id(), flags=M.MYSELF)
+            log.info("No cluster configuration found, I'm %s", myself.id)
+        else:
+            log.info("Node configuration loaded, I'm %s", myself.id)
+        self.myself = myself
+        myself.port = port
+        specific = [a for a in bind_addrs if a not in ("0.0.0.0", "::", "*")]
+        if specific:
+            myself.ip = specific[0]
+        self.nodes = {myself.id: myself}
+        for n in others:
+            n.flags &= ~(M.PFAIL | M.MYSELF)
+            self.nodes[n.id] = n
+        self.own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context(1)
+        self.transport = Transport(self.ctx, myself.id, bind_addrs or ["127.0.0.1"],
+                                   port + BUS_PORT_OFFSET)
+        for n in others:
+            self.link(n)
+        self.blacklist = {}
+        self.on_job_message = on_job_message
+        self.on_change = on_change
+        self.crons = 0
+        self.dirty = True
+        self.stats_sent = 0
+        self.stats_received = 0
+        self.save()
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def link(self, node):
+        if node.ip and node.port:
+            self.transport.connect(node.id, node.ip, node.port + BUS_PORT_OFFSET)
+
+    def others(self):
+        return [n for n in self.nodes.values() if n is not self.myself]
+
+    @property
+    def size(self):
+        """cluster_size: nodes not in handshake, self included."""
+        return sum(1 for n in self.nodes.values() if not n.has(M.HANDSHAKE))
+
+    def reachable(self):
+        bad = M.HANDSHAKE | M.LEAVING | M.PFAIL | M.FAIL_FLAG
+        return [n for n in self.others() if not n.flags & bad]
+
+    def save(self):
+        self.file.save(self.myself, list(self.nodes.values()))
+        self.dirty = False
+
+    def changed(self):
+        self.dirty = True
+        if self.on_change:
+            self.on_change()
+
+    def send(self, node, mtype, payload=None, mflags=0):
+        me = self.myself
+        data = M.encode(mtype, me.id, me.ip, me.port, me.flags & M.LEAVING, mflags, payload)
+        if self.transport.send(node.id, data):
+            self.stats_sent += 1
+            return True
+        return False
+
+    def broadcast(self, mtype, payload=None, mflags=0, nodes=None):
+        for n in (nodes if nodes is not None else self.others()):
+            if not n.has(M.HANDSHAKE):
+                self.send(n, mtype, payload, mflags)
+
+    def gossip(self, exclude=None):
+        """Entries about max(3, known/10) random nodes, capped at known-2, failing ones first."""
+        candidates = [n for n in self.others()
+                      if not n.flags & (M.HANDSHAKE | M.NOADDR) and n is not exclude]
+        wanted = min(max(3, len(self.nodes) // 10), max(0, len(self.nodes) - 2))
+        failing = [n for n in candidates if n.failing]
+        rest = [n for n in candidates if not n.failing]
+        random.shuffle(rest)
+        chosen = (failing + rest)[:wanted]
+        return [[n.id, n.ping_sent, n.pong_received, n.ip, n.port, n.flags & ~M.MYSELF]
+                for n in chosen]
+
+    # ---- commands ---------------------------------------------------------------------
+
+    def meet(self, ip, port):
+        """CLUSTER MEET: start a handshake (ignored when one to that address is running)."""
+        for n in self.nodes.values():
+            if n.has(M.HANDSHAKE) and n.ip == ip and n.port == port:
+                return
+        node = Node(random_id(), ip, port, M.HANDSHAKE | M.MEET_FLAG)
+        self.nodes[node.id] = node
+        self.link(node)
+        self.send(node, M.MEET, self.gossip())
+
+    def forget(self, node_id):
+        node = self.nodes.pop(node_id)
+        self.transport.disconnect(node_id)
+        self.blacklist[node_id] = now_ms() + FORGET_BLACKLIST_MS
+        for n in self.nodes.values():
+            n.fail_reports.pop(node_id, None)
+        self.changed()
+        return node
+
+    def reset(self, hard):
+        for n in self.others():
+            self.transport.disconnect(n.id)
+        self.nodes = {self.myself.id: self.myself}
+        if hard:
+            old = self.myself.id
+            self.myself.id = random_id()
+            self.nodes = {self.myself.id: self.myself}
+            self.transport.close()
+            self.transport = Transport(self.ctx, self.myself.id, self.bind_addrs(),
+                                       self.myself.port + BUS_PORT_OFFSET)
+            log.warning("CLUSTER RESET HARD: node id %s -> %s", old, self.myself.id)
+        self.changed()
+        self.save()
+
+    def bind_addrs(self):
+        return [self.myself.ip] if self.myself.ip else ["127.0.0.1"]
+
+    def set_leaving(self, leaving):
+        if leaving:
+            self.myself.flags |= M.LEAVING
+        else:
+            self.myself.flags &= ~M.LEAVING
+        self.changed()
+        self.save()
+
+    def nodes_text(self):
+        return "".join(n.line(self.myself) + "\n" for n in self.nodes.values())
+
+    def info_text(self):
+        return ("cluster_state:ok\r\ncluster_known_nodes:%d\r\ncluster_reachable_nodes:%d\r\n"
+                "cluster_size:%d\r\ncluster_stats_messages_sent:%d\r\n"
+                "cluster_stats_messages_received:%d\r\n" % (
+                    len(self.nodes), len(self.reachable()), self.size,
+                    self.stats_sent, self.stats_received))
+
+    def hello_entries(self):
+        """HELLO node list: [id, ip, port, priority] with SPEC 4.1 priorities."""
+        out = []
+        for n in self.nodes.values():
+            prio = 1
+            if n is not self.myself and not n.linked:
+                prio = 5
+            if n.has(M.PFAIL):
+                prio = 10
+            if n.flags & (M.FAIL_FLAG | M.LEAVING):
+                prio = 100
+            out.append([n.id, n.ip, str(n.port), str(prio)])
+        return out
+
+    # ---- input ------------------------------------------------------------------------
+
+    def on_readable(self):
+        for ident, data, peer in self.transport.recv_all():
+            msg = M.decode(data, peer)
+            if msg is None or ident.decode(errors="replace") != msg.sender:
+                continue
+            self.stats_received += 1
+            self.process(msg)
+        if self.dirty:
+            self.save()
+
+    def process(self, msg):
+        now = now_ms()
+        sender = self.nodes.get(msg.sender)
+        if msg.sender == self.myself.id:
+            return
+        if sender is None:
+            if msg.type == M.MEET and not self.blacklisted(msg.sender):
+                sender = Node(msg.sender, msg.ip or msg.peer_ip, msg.port)
+                self.nodes[sender.id] = sender
+                self.link(sender)
+                log.info("Node %s (%s:%d) met us", sender.id[:8], sender.ip, sender.port)
+                self.changed()
+            elif msg.type == M.PONG:
+                sender = self.complete_handshake(msg)
+            if sender is None:
+                return
+        sender.last_seen = now
+        sender.linked = True
+        self.drop_handshakes_to(sender)
+        if (msg.node_flags & M.LEAVING) != (sender.flags & M.LEAVING):
+            sender.flags ^= M.LEAVING
+            self.changed()
+        ip = msg.ip or msg.peer_ip
+        if ip and (sender.ip != ip or sender.port != msg.port) and not sender.has(M.HANDSHAKE):
+            sender.ip, sender.port = ip, msg.port
+            self.link(sender)
+            self.changed()
+        if msg.type in (M.PING, M.MEET):
+            self.send(sender, M.PONG, self.gossip(exclude=sender))
+            self.process_gossip(sender, msg.payload)
+        elif msg.type == M.PONG:
+            sender.pong_received = now
+            sender.ping_sent = 0
+            if sender.failing:
+                if sender.has(M.FAIL_FLAG):
+                    log.info("Clear FAIL state for node %s: it is reachable again", sender.id[:8])
+                sender.flags &= ~(M.PFAIL | M.FAIL_FLAG)
+                self.changed()
+            self.process_gossip(sender, msg.payload)
+        elif msg.type == M.FAIL:
+            target = self.nodes.get(msg.payload)
+            if target is not None and target is not self.myself and not target.has(M.FAIL_FLAG):
+                target.flags = (target.flags | M.FAIL_FLAG) & ~M.PFAIL
+                log.info("FAIL message received from %s about %s", sender.id[:8], target.id[:8])
+                self.changed()
+        elif msg.type in M.JOB_TYPES and self.on_job_message is not None:
+            self.on_job_message(msg)
+
+    def complete_handshake(self, msg):
+        """A PONG from an unknown ID answers our MEET: rename the handshake node."""
+        ip = msg.ip or msg.peer_ip
+        for n in list(self.nodes.values()):
+            if n.has(M.HANDSHAKE) and n.port == msg.port and (n.ip == ip or not ip):
+                if msg.sender in self.nodes or self.blacklisted(msg.sender):
+                    del self.nodes[n.id]
+                    self.transport.disconnect(n.id)
+                    return self.nodes.get(msg.sender)
+                del self.nodes[n.id]
+                self.transport.rename(n.id, msg.sender)
+                n.id = msg.sender
+                n.flags &= ~(M.HANDSHAKE | M.MEET_FLAG)
+                self.nodes[n.id] = n
+                log.info("Handshake with node %s (%s:%d) completed", n.id[:8], n.ip, n.port)
+                self.changed()
+                return n
+        return None
+
+    def drop_handshakes_to(self, node):
+        """A handshake to the address of a node we now know by ID is redundant."""
+        for n in list(self.nodes.values()):
+            if n.has(M.HANDSHAKE) and n.ip == node.ip and n.port == node.port:
+                del self.nodes[n.id]
+                self.transport.disconnect(n.id)
+
+    def known_address(self, ip, port):
+        return any(n.ip == ip and n.port == port for n in self.nodes.values())
+
+    def blacklisted(self, node_id):
+        expire = self.blacklist.get(node_id)
+        if expire is None:
+            return False
+        if expire < now_ms():
+            del self.blacklist[node_id]
+            return False
+        return True
+
+    def process_gossip(self, sender, entries):
+        now = now_ms()
+        for node_id, _ping, _pong, ip, port, flags in entries:
+            if node_id == self.myself.id:
+                continue
+            node = self.nodes.get(node_id)
+            if node is not None:
+                if flags & (M.PFAIL | M.FAIL_FLAG):
+                    node.fail_reports[sender.id] = now
+                else:
+                    node.fail_reports.pop(sender.id, None)
+            elif (ip and port and not flags & M.NOADDR and not self.blacklisted(node_id)
+                  and not self.known_address(ip, port)):
+                self.meet(ip, port)
+
+    # ---- cron -------------------------------------------------------------------------
+
+    def cron(self):
+        now = now_ms()
+        self.crons += 1
+        timeout = self.node_timeout
+        handshake_timeout = max(timeout, 1000)
+        for n in self.others():
+            if n.has(M.HANDSHAKE):
+                if now - n.created > handshake_timeout:
+                    del self.nodes[n.id]
+                    self.transport.disconnect(n.id)
+                else:
+                    self.send(n, M.MEET, self.gossip())
+                continue
+            n.linked = now - n.last_seen < timeout if n.last_seen else False
+        candidates = [n for n in self.others() if not n.has(M.HANDSHAKE)]
+        if self.crons % PING_EVERY_CRONS == 0 and candidates:
+            sample = random.sample(candidates, min(5, len(candidates)))
+            sample = [n for n in sample if not n.ping_sent]
+            if sample:
+                self.ping(min(sample, key=lambda n: n.pong_received))
+        resend = min(timeout // 2, 1000)
+        for n in candidates:
+            if not n.ping_sent and now - n.pong_received > timeout // 2:
+                self.ping(n)
+            elif n.ping_sent and now - n.ping_tx > resend:
+                # ZeroMQ reconnects silently and drops what it could not deliver: keep
+                # asking, so a node that comes back answers and clears its failure flags
+                self.ping(n)
+            if n.ping_sent and now - n.ping_sent > timeout and not n.failing:
+                n.flags |= M.PFAIL
+                log.info("Marking node %s as failing (quorum needed)", n.id[:8])
+            if n.has(M.PFAIL):
+                self.check_fail(n, now)
+        if self.dirty:
+            self.save()
+
+    def ping(self, node):
+        self.send(node, M.PING, self.gossip(exclude=node))
+        node.ping_tx = now_ms()
+        if not node.ping_sent:
+            node.ping_sent = node.ping_tx
+
+    def check_fail(self, node, now):
+        valid = 2 * self.node_timeout
+        for reporter, when in list(node.fail_reports.items()):
+            if now - when > valid or reporter not in self.nodes:
+                del node.fail_reports[reporter]
+        if len(node.fail_reports) + 1 >= self.size // 2 + 1:
+            node.flags = (node.flags | M.FAIL_FLAG) & ~M.PFAIL
+            log.info("Marking node %s as failing (quorum reached)", node.id[:8])
+            self.broadcast(M.FAIL, node.id)
+            self.changed()
+
+    def close(self):
+        self.transport.close()
+        self.file.unlock()
+        if self.own_ctx:
+            self.ctx.term()

@@ -1,0 +1,96 @@
+"""Cluster bus messages (SPEC 10.2-10.4, carried as msgpack instead of the C header).
+
+Every bus message is one ZeroMQ frame holding the msgpack list
+    [type, sender_id, sender_ip, sender_port, sender_flags, message_flags, payload]
+The sender's client port (not the bus port), its node flags (only LEAVING is trusted by
+receivers) and the message flags (NOREPLY, INCR_NACKS, INCR_DELIV) mirror the upstream
+header; `payload` depends on the type (see PAYLOADS).
+"""
+import msgpack
+
+PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, SETACK, WILLQUEUE, GOTACK, \
+    DELJOB, NEEDJOBS, YOURJOBS, WORKING, PAUSE = range(16)
+NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
+         "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE")
+GOSSIP_TYPES = (PING, PONG, MEET)
+JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1))
+
+# message flags (header byte 0)
+NOREPLY = 1
+INCR_NACKS = 2
+INCR_DELIV = 4
+
+# node flags (SPEC 10.2)
+PFAIL = 1
+FAIL_FLAG = 2
+MYSELF = 4
+HANDSHAKE = 8
+NOADDR = 16
+MEET_FLAG = 32
+DELETED = 64
+LEAVING = 128
+
+PAYLOADS = {
+    PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags]",
+    FAIL: "failing node id",
+    REPLJOB: "serialized job (storage form, see disque.workers.serialize)",
+    YOURJOBS: "list of serialized jobs",
+    NEEDJOBS: "[queue, count]",
+    PAUSE: "[queue, flags]",
+    GOTJOB: "[job_id, aux]",  # and every other single-job message: [job_id, aux]
+}
+
+
+def encode(mtype, sender_id, ip, port, node_flags, mflags, payload):
+    return msgpack.packb([mtype, sender_id, ip, port, node_flags, mflags, payload],
+                         use_bin_type=True)
+
+
+class Message:
+    __slots__ = ("type", "sender", "ip", "port", "node_flags", "flags", "payload", "peer_ip")
+
+    def __init__(self, mtype, sender, ip, port, node_flags, flags, payload, peer_ip=""):
+        self.type = mtype
+        self.sender = sender
+        self.ip = ip
+        self.port = port
+        self.node_flags = node_flags
+        self.flags = flags
+        self.payload = payload
+        self.peer_ip = peer_ip
+
+    @property
+    def name(self):
+        return NAMES[self.type] if 0 <= self.type < len(NAMES) else str(self.type)
+
+
+def decode(data, peer_ip=""):
+    """A Message, or None for anything malformed (the bus ignores bad frames)."""
+    try:
+        fields = msgpack.unpackb(data, raw=False, use_list=True)
+    except Exception:
+        return None
+    if not isinstance(fields, list) or len(fields) != 7:
+        return None
+    mtype, sender, ip, port, node_flags, mflags, payload = fields
+    if not (isinstance(mtype, int) and 0 <= mtype < len(NAMES)):
+        return None
+    if not (isinstance(sender, str) and len(sender) == 40):
+        return None
+    if not isinstance(ip, str) or not isinstance(port, int) or not 0 <= port <= 65535:
+        return None
+    if not isinstance(node_flags, int) or not isinstance(mflags, int):
+        return None
+    if mtype in GOSSIP_TYPES:
+        if not isinstance(payload, list) or not all(valid_gossip(g) for g in payload):
+            return None
+    elif mtype == FAIL and not (isinstance(payload, str) and len(payload) == 40):
+        return None
+    return Message(mtype, sender, ip, port, node_flags, mflags, payload, peer_ip)
+
+
+def valid_gossip(entry):
+    return (isinstance(entry, list) and len(entry) == 6 and isinstance(entry[0], str)
+            and len(entry[0]) == 40 and isinstance(entry[3], str) and isinstance(entry[4], int)
+            and isinstance(entry[5], int) and isinstance(entry[1], int)
+            and isinstance(entry[2], int))

@@ -1,0 +1,146 @@
+"""Known nodes and the cluster config file (SPEC 10.1, 10.6).
+
+nodes.conf holds one line per node (handshake nodes excluded):
+    <id> <ip>:<port> <flags> <ping_sent_ms> <pong_received_ms> <connected|disconnected>
+with exactly one `myself`. It is rewritten atomically (temp file + rename) whenever
+membership, addresses or FAIL/LEAVING change; because a rename replaces the inode, the
+lock that stops two nodes from sharing it is held on a sidecar `<file>.lock`.
+"""
+import fcntl
+import os
+import time
+
+from disque.bus import messages as M
+
+FLAG_ORDER = ((M.MYSELF, "myself"), (M.PFAIL, "fail?"), (M.FAIL_FLAG, "fail"),
+              (M.HANDSHAKE, "handshake"), (M.NOADDR, "noaddr"), (M.LEAVING, "leaving"))
+FILE_FLAGS = {"myself": M.MYSELF, "fail?": M.PFAIL, "fail": M.FAIL_FLAG, "noaddr": M.NOADDR,
+              "leaving": M.LEAVING, "noflags": 0}
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def random_id():
+    return os.urandom(20).hex()
+
+
+class Node:
+    __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "created",
+                 "fail_reports", "last_seen", "linked", "ping_tx")
+
+    def __init__(self, node_id, ip="", port=0, flags=0):
+        self.id = node_id
+        self.ip = ip
+        self.port = port
+        self.flags = flags
+        self.ping_sent = 0          # ms when the pending PING was sent, 0 = none pending
+        self.pong_received = 0
+        self.created = now_ms()
+        self.fail_reports = {}      # reporter id -> ms of its latest PFAIL/FAIL gossip
+        self.last_seen = 0          # ms of the last message received from it
+        self.linked = False
+        self.ping_tx = 0            # ms of the last PING actually sent (resends included)
+
+    def has(self, flag):
+        return bool(self.flags & flag)
+
+    @property
+    def failing(self):
+        return bool(self.flags & (M.PFAIL | M.FAIL_FLAG))
+
+    def flag_names(self):
+        names = [name for bit, name in FLAG_ORDER if self.flags & bit]
+        return ",".join(names) if names else "noflags"
+
+    def line(self, myself):
+        connected = "connected" if (self is myself or self.linked) else "disconnected"
+        return "%s %s:%d %s %d %d %s" % (self.id, self.ip, self.port, self.flag_names(),
+                                         self.ping_sent, self.pong_received, connected)
+
+    def __repr__(self):
+        return "<Node %s %s:%d %s>" % (self.id[:8], self.ip, self.port, self.flag_names())
+
+
+class ConfigFileError(Exception):
+    pass
+
+
+class NodesFile:
+    """The locked cluster config file."""
+
+    def __init__(self, path):
+        self.path = path
+        self.lock_fd = None
+
+    def lock(self):
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ConfigFileError(
+                "Sorry, the cluster configuration file %s is already used by a different "
+                "Disque node. Please make sure that different nodes use different cluster "
+                "configuration files." % self.path)
+        self.lock_fd = fd
+
+    def unlock(self):
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+    def load(self):
+        """(myself, [other nodes]) from the file, or (None, []) when it is empty."""
+        try:
+            with open(self.path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None, []
+        myself = None
+        others = []
+        for lineno, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("vars "):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 6:
+                raise ConfigFileError("Unrecoverable error: corrupted cluster config file "
+                                      "%s at line %d: %r" % (self.path, lineno, raw))
+            node_id, addr, flags_text, ping_sent, pong_received, _link = parts
+            ip, _, port = addr.rpartition(":")
+            try:
+                port = int(port)
+                flags = 0
+                for name in flags_text.split(","):
+                    flags |= FILE_FLAGS[name]
+            except (ValueError, KeyError):
+                raise ConfigFileError("Unrecoverable error: corrupted cluster config file "
+                                      "%s at line %d: %r" % (self.path, lineno, raw))
+            if len(node_id) != 40:
+                raise ConfigFileError("Unrecoverable error: bad node id in %s at line %d"
+                                      % (self.path, lineno))
+            node = Node(node_id, ip, port, flags)
+            stamp = now_ms()
+            node.ping_sent = stamp if ping_sent != "0" else 0
+            node.pong_received = stamp if pong_received != "0" else 0
+            if flags & M.MYSELF:
+                if myself is not None:
+                    raise ConfigFileError("Unrecoverable error: more than one 'myself' "
+                                          "node in %s" % self.path)
+                myself = node
+            else:
+                others.append(node)
+        if others and myself is None:
+            raise ConfigFileError("Unrecoverable error: no 'myself' node in %s" % self.path)
+        return myself, others
+
+    def save(self, myself, nodes):
+        lines = [n.line(myself) for n in nodes if not n.has(M.HANDSHAKE)]
+        tmp = self.path + ".tmp-%d" % os.getpid()
+        with open(tmp, "w") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

@@ -1,0 +1,205 @@
+"""Cluster bus membership over real ZeroMQ sockets on loopback: MEET chains, gossip,
+PFAIL/FAIL and their clearing, nodes.conf persistence, FORGET (SPEC 10).
+
+Several `Cluster` objects run in this process, driven by a small loop that plays the
+part of each node's event loop (the server drives the same two entry points).
+"""
+import os
+import time
+
+import pytest
+
+from conftest import lease_port, wait_until
+from disque.bus import messages as M
+from disque.bus.cluster import Cluster
+from disque.bus.nodes import ConfigFileError, NodesFile
+
+NODE_TIMEOUT = 600
+
+
+class Net:
+    """A few bus nodes and the loop that drives them."""
+
+    def __init__(self, tmp_path):
+        self.tmp = tmp_path
+        self.nodes = {}        # name -> Cluster
+        self.leases = {}
+        self.down = set()
+        self.last_cron = 0.0
+
+    def add(self, name, port=None):
+        if port is None:
+            lease = lease_port()
+            self.leases[name] = lease
+            port = lease.port
+        c = Cluster(port, ["127.0.0.1"], NODE_TIMEOUT, str(self.tmp / ("%s.conf" % name)))
+        self.nodes[name] = c
+        self.down.discard(name)
+        return c
+
+    def kill(self, name):
+        self.nodes[name].close()
+        self.down.add(name)
+
+    def restart(self, name):
+        port = self.nodes[name].myself.port
+        return self.add(name, port)
+
+    def step(self):
+        for name, c in self.nodes.items():
+            if name not in self.down:
+                c.on_readable()
+        if time.monotonic() - self.last_cron >= 0.1:
+            self.last_cron = time.monotonic()
+            for name, c in self.nodes.items():
+                if name not in self.down:
+                    c.cron()
+        time.sleep(0.005)
+
+    def until(self, predicate, timeout=15.0, message=None):
+        def check():
+            self.step()
+            return predicate()
+        return wait_until(check, timeout=timeout, interval=0, message=message)
+
+    def close(self):
+        for name, c in self.nodes.items():
+            if name not in self.down:
+                c.close()
+        for lease in self.leases.values():
+            lease.release()
+
+
+@pytest.fixture
+def net(tmp_path):
+    n = Net(tmp_path)
+    yield n
+    n.close()
+
+
+def ids(c):
+    return {n.id for n in c.nodes.values() if not n.has(M.HANDSHAKE)}
+
+
+def full_mesh(net):
+    everyone = {c.myself.id for name, c in net.nodes.items() if name not in net.down}
+    return all(ids(c) >= everyone for name, c in net.nodes.items() if name not in net.down)
+
+
+def test_chain_of_meets_forms_a_full_mesh(net):
+    names = ["a", "b", "c", "d", "e"]
+    for name in names:
+        net.add(name)
+    # a meets b, b meets c, ... : gossip must teach everyone about everyone
+    for x, y in zip(names, names[1:]):
+        net.nodes[x].meet("127.0.0.1", net.nodes[y].myself.port)
+    net.until(lambda: full_mesh(net), message="mesh never formed")
+    for c in net.nodes.values():
+        assert c.size == 5
+        net.until(lambda: len(c.reachable()) == 4)
+        text = c.nodes_text()
+        assert text.count("\n") == 5 and text.count("myself") == 1
+        for line in text.splitlines():
+            fields = line.split(" ")
+            assert len(fields) == 6 and len(fields[0]) == 40
+            assert fields[5] == "connected"
+
+
+def test_either_side_may_meet(net):
+    a, b = net.add("a"), net.add("b")
+    b.meet("127.0.0.1", a.myself.port)
+    net.until(lambda: full_mesh(net))
+    assert a.nodes[b.myself.id].port == b.myself.port
+
+
+def test_killed_node_goes_pfail_then_fail_and_clears_after_restart(net):
+    for name in "abc":
+        net.add(name)
+    net.nodes["a"].meet("127.0.0.1", net.nodes["b"].myself.port)
+    net.nodes["a"].meet("127.0.0.1", net.nodes["c"].myself.port)
+    net.until(lambda: full_mesh(net))
+    victim = net.nodes["c"].myself.id
+    net.kill("c")
+    a, b = net.nodes["a"], net.nodes["b"]
+    net.until(lambda: a.nodes[victim].has(M.FAIL_FLAG) and b.nodes[victim].has(M.FAIL_FLAG),
+              message="FAIL never agreed")
+    assert "fail" in a.nodes_text().splitlines()[[l.split()[0] for l in a.nodes_text().splitlines()].index(victim)]
+    assert victim not in {n.id for n in a.reachable()}
+    hello = {e[0]: e[3] for e in a.hello_entries()}
+    assert hello[victim] == "100"
+    c = net.restart("c")
+    assert c.myself.id == victim                       # identity reloaded from nodes.conf
+    net.until(lambda: not a.nodes[victim].failing and not b.nodes[victim].failing,
+              message="FAIL never cleared")
+
+
+def test_nodes_conf_round_trip_and_lock(net, tmp_path):
+    a, b = net.add("a"), net.add("b")
+    a.meet("127.0.0.1", b.myself.port)
+    net.until(lambda: full_mesh(net))
+    path = str(tmp_path / "a.conf")
+    lines = open(path).read().splitlines()
+    assert len(lines) == 2 and sum("myself" in l for l in lines) == 1
+    with pytest.raises(ConfigFileError, match="already used"):
+        NodesFile(path).lock()
+    myself, others = NodesFile(path).load()
+    assert myself.id == a.myself.id and [o.id for o in others] == [b.myself.id]
+
+
+@pytest.mark.parametrize("text", ["garbage\n", "%s 127.0.0.1:1 bogusflag 0 0 connected\n" % ("a" * 40),
+                                  "%s 127.0.0.1:1 myself 0 0 connected\n%s 127.0.0.1:2 myself 0 0 connected\n"
+                                  % ("a" * 40, "b" * 40)])
+def test_corrupt_nodes_conf_is_refused(tmp_path, text):
+    path = tmp_path / "nodes.conf"
+    path.write_text(text)
+    with pytest.raises(ConfigFileError):
+        NodesFile(str(path)).load()
+
+
+def test_forget_blacklists_the_node(net):
+    for name in "abc":
+        net.add(name)
+    net.nodes["a"].meet("127.0.0.1", net.nodes["b"].myself.port)
+    net.nodes["b"].meet("127.0.0.1", net.nodes["c"].myself.port)
+    net.until(lambda: full_mesh(net))
+    a = net.nodes["a"]
+    cid = net.nodes["c"].myself.id
+    a.forget(cid)
+    # gossip from b keeps mentioning c; the blacklist keeps it out for 60 s
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        net.step()
+        assert cid not in a.nodes
+    assert a.size == 2
+
+
+def test_leaving_flag_propagates(net):
+    a, b = net.add("a"), net.add("b")
+    a.meet("127.0.0.1", b.myself.port)
+    net.until(lambda: full_mesh(net))
+    a.set_leaving(True)
+    net.until(lambda: b.nodes[a.myself.id].has(M.LEAVING))
+    assert a.myself.id not in {n.id for n in b.reachable()}
+    assert "leaving" in open(a.file.path).read()
+    a.set_leaving(False)
+    net.until(lambda: not b.nodes[a.myself.id].has(M.LEAVING))
+
+
+def test_job_messages_reach_the_handler_only_from_known_nodes(net):
+    got = []
+    a, b = net.add("a"), net.add("b")
+    a.on_job_message = got.append
+    a.meet("127.0.0.1", b.myself.port)
+    net.until(lambda: full_mesh(net))
+    b.send(b.nodes[a.myself.id], M.GOTJOB, ["D-" + "x" * 38, 0])
+    net.until(lambda: got)
+    assert got[0].type == M.GOTJOB and got[0].sender == b.myself.id
+
+
+def test_malformed_frames_are_ignored():
+    assert M.decode(b"\x00garbage") is None
+    assert M.decode(M.encode(99, "a" * 40, "", 1, 0, 0, None)) is None
+    assert M.decode(M.encode(M.PING, "short", "", 1, 0, 0, [])) is None
+    assert M.decode(M.encode(M.PING, "a" * 40, "", 1, 0, 0, [["x"]])) is None
+    ok = M.decode(M.encode(M.PING, "a" * 40, "127.0.0.1", 7711, 0, 0, []))
+    assert ok is not None and ok.name == "PING"
