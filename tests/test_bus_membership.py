@@ -4,7 +4,6 @@ PFAIL/FAIL and their clearing, nodes.conf persistence, FORGET (SPEC 10).
 Several `Cluster` objects run in this process, driven by a small loop that plays the
 part of each node's event loop (the server drives the same two entry points).
 """
-import os
 import time
 
 import pytest

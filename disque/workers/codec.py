@@ -1,0 +1,95 @@
+"""The serialized job (SPEC 11), shared by REPLJOB / YOURJOBS on the bus and LOADJOB in the AOF.
+
+Little-endian layout:
+    u32 length of the rest | 40 id | u8 state (low nibble) + gc_retry (high) | u8 flags |
+    u16 repl | u32 etime | u64 ctime | u32 delay | u32 retry | u16 nacks |
+    u16 additional-deliveries | u32 + queue | u32 + body | u32 k + k * 40 node ids
+Storage form (AOF) keeps etime absolute, the state and DELIVERED; message form (bus) sends
+etime as remaining seconds + 1 and clears DELIVERED; the receiver makes it absolute again.
+"""
+import struct
+
+from disque._fast.job import ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job
+
+FIXED = struct.Struct("<I40sBBHIQIIHH")      # through additional-deliveries: 72 bytes
+U32 = struct.Struct("<I")
+NODE_ID_LEN = 40
+
+
+class CodecError(ValueError):
+    pass
+
+
+def serialize(job, storage, now_s):
+    """Bytes of `job` in storage form (AOF) or message form (bus)."""
+    queue = job.queue or b""
+    body = job.body or b""
+    if storage:
+        etime = job.etime
+        flags = job.flags
+    else:
+        etime = job.etime - now_s + 1 if job.etime > now_s else 1
+        flags = job.flags & ~FLAG_DELIVERED
+    nodes = job.nodes_delivered
+    rest = (b"".join([U32.pack(len(queue)), queue, U32.pack(len(body)), body,
+                      U32.pack(len(nodes))] + [n for n in nodes]))
+    head = FIXED.pack(0, job.id, (job.state & 15) | ((job.gc_retry & 15) << 4), flags & 255,
+                      job.repl, etime, job.ctime, job.delay, job.retry,
+                      min(job.nacks, 65535), min(job.additional_deliveries, 65535))
+    size = len(head) - 4 + len(rest)
+    return U32.pack(size) + head[4:] + rest
+
+
+def deserialize(data, offset, storage, now_s, now_ms, jitter=0):
+    """(Job, next offset) from `data` at `offset`; CodecError on any inconsistency.
+
+    Like upstream: gc_retry restarts at 0; a job with RETRY gets BCAST_WILLQUEUE and
+    qtime = now + (delay + retry) s + jitter, an at-most-once job qtime 0. Node IDs are
+    returned as they are; the caller drops the ones it does not know.
+    """
+    end_of_data = len(data)
+    if end_of_data - offset < FIXED.size:
+        raise CodecError("truncated job header")
+    (size, jid, state_byte, flags, repl, etime, ctime, delay, retry, nacks,
+     adeliv) = FIXED.unpack_from(data, offset)
+    end = offset + 4 + size
+    if end > end_of_data:
+        raise CodecError("job length %d past the end of the data" % size)
+    pos = offset + FIXED.size
+    fields = []
+    for _ in range(2):
+        if pos + 4 > end:
+            raise CodecError("truncated string length")
+        n = U32.unpack_from(data, pos)[0]
+        pos += 4
+        if pos + n > end:
+            raise CodecError("string past the end of the job")
+        fields.append(bytes(data[pos:pos + n]))
+        pos += n
+    if pos + 4 > end:
+        raise CodecError("truncated node count")
+    count = U32.unpack_from(data, pos)[0]
+    pos += 4
+    if pos + count * NODE_ID_LEN != end:
+        raise CodecError("job length does not match its content")
+    nodes = tuple(bytes(data[pos + i * NODE_ID_LEN:pos + (i + 1) * NODE_ID_LEN])
+                  for i in range(count))
+    queue, body = fields
+    job = Job(bytes(jid), queue, body)
+    job.state = state_byte & 15 if storage else ACTIVE
+    job.gc_retry = 0
+    job.flags = flags if storage else flags & ~FLAG_DELIVERED
+    job.repl = repl
+    job.etime = etime if storage else now_s + etime
+    job.ctime = ctime
+    job.delay = delay
+    job.retry = retry
+    job.nacks = nacks
+    job.additional_deliveries = adeliv
+    job.nodes_delivered = nodes
+    if retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        job.qtime = now_ms + (delay + retry) * 1000 + jitter
+    else:
+        job.qtime = 0
+    return job, end
