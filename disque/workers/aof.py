@@ -1,0 +1,196 @@
+"""Append-only file of one worker (SPEC 12): LOADJOB / DELJOB records in RESP form.
+
+    *2\r\n$7\r\nLOADJOB\r\n$<n>\r\n<serialized job, storage form>\r\n
+    *2\r\n$6\r\nDELJOB\r\n$40\r\n<job id>\r\n
+
+Writes are buffered during a batch and written before the batch's replies leave the
+worker, so a reply never announces a job the file does not hold. `appendfsync always`
+fsyncs that write before the replies go out; `everysec` fsyncs from a background thread
+at most once a second; `no` leaves it to the kernel. A failed write puts the writer in an
+error state (the worker then answers write commands with -MISCONF) until a write works.
+"""
+import os
+import threading
+
+LOADJOB = b"LOADJOB"
+DELJOB = b"DELJOB"
+
+
+def record(cmd, arg):
+    return b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(cmd), cmd, len(arg), arg)
+
+
+class AofCorrupt(Exception):
+    """Bad data in the middle of the file: the node must not start from it."""
+
+    def __init__(self, path, offset, reason):
+        super().__init__("Bad file format reading the append only file %s at byte offset %d: %s"
+                         % (path, offset, reason))
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class AofTruncated(Exception):
+    """The file ends inside a record (a crash while writing)."""
+
+    def __init__(self, path, valid_up_to, size):
+        super().__init__("The append only file %s is truncated: %d bytes after the last "
+                         "complete record at offset %d" % (path, size - valid_up_to, valid_up_to))
+        self.path = path
+        self.valid_up_to = valid_up_to
+        self.size = size
+
+
+def _parse_line(data, pos, prefix, path):
+    end = data.find(b"\r\n", pos)
+    if end < 0:
+        return None, pos
+    if data[pos:pos + 1] != prefix:
+        raise AofCorrupt(path, pos, "expected %r, got %r" % (prefix.decode(), data[pos:pos + 1]))
+    try:
+        value = int(data[pos + 1:end])
+    except ValueError:
+        raise AofCorrupt(path, pos, "bad length %r" % data[pos + 1:end][:20])
+    if value < 0:
+        raise AofCorrupt(path, pos, "negative length")
+    return value, end + 2
+
+
+def read_records(path, data=None):
+    """Yield (command, argument, offset_after) for every complete record.
+
+    Raises AofCorrupt on malformed data and AofTruncated when the file ends inside a
+    record (after yielding everything before it)."""
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
+    pos = 0
+    size = len(data)
+    while pos < size:
+        start = pos
+        argc, pos = _parse_line(data, pos, b"*", path)
+        if argc is None:
+            raise AofTruncated(path, start, size)
+        if argc != 2:
+            raise AofCorrupt(path, start, "expected 2 arguments, got %d" % argc)
+        args = []
+        for _ in range(2):
+            n, pos = _parse_line(data, pos, b"$", path)
+            if n is None:
+                raise AofTruncated(path, start, size)
+            if pos + n + 2 > size:
+                raise AofTruncated(path, start, size)
+            if data[pos + n:pos + n + 2] != b"\r\n":
+                raise AofCorrupt(path, pos + n, "bulk not terminated by CRLF")
+            args.append(data[pos:pos + n])
+            pos += n + 2
+        cmd = args[0].upper()
+        if cmd not in (LOADJOB, DELJOB):
+            raise AofCorrupt(path, start, "unknown command %r" % args[0][:20])
+        yield cmd, args[1], pos
+
+
+class AofWriter:
+    def __init__(self, path, fsync="everysec"):
+        self.path = path
+        self.policy = fsync
+        self.buf = []
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.base_size = self.size          # size after the last load/rewrite
+        self.error = None                   # strerror of the last failed write
+        self.delayed_fsync = 0
+        self.lock = threading.Lock()
+        self.dirty_since_fsync = False
+        self.rewrite_buffer = None          # records written while a rewrite runs
+        self.stop = threading.Event()
+        self.thread = None
+        if fsync == "everysec":
+            self.thread = threading.Thread(target=self.fsync_loop, name="aof-fsync", daemon=True)
+            self.thread.start()
+
+    def append(self, cmd, arg):
+        self.buf.append(record(cmd, arg))
+
+    def flush(self):
+        """Write what the batch appended; False (and self.error set) when writing failed."""
+        if not self.buf:
+            return self.error is None
+        data = b"".join(self.buf)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(self.fd, data[written:])
+            if self.policy == "always":
+                os.fsync(self.fd)
+            else:
+                self.dirty_since_fsync = True
+        except OSError as e:
+            self.error = e.strerror or str(e)
+            # keep the data: it is written again on the next flush (retried every second)
+            return False
+        self.buf = []
+        self.size += len(data)
+        self.error = None
+        if self.rewrite_buffer is not None:
+            self.rewrite_buffer.append(data)
+        return True
+
+    def fsync_loop(self):
+        while not self.stop.wait(1.0):
+            if self.dirty_since_fsync:
+                self.dirty_since_fsync = False
+                with self.lock:
+                    try:
+                        os.fsync(self.fd)
+                    except OSError:
+                        pass
+
+    def close(self):
+        self.flush()
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(2.0)
+        try:
+            os.fsync(self.fd)
+        except OSError:
+            pass
+        os.close(self.fd)
+
+    def reopen(self):
+        """After a rewrite renamed a new file over ours."""
+        with self.lock:
+            os.close(self.fd)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.size = self.base_size = os.fstat(self.fd).st_size
+
+
+def write_snapshot(path, records, tmp_path=None):
+    """Write `records` (bytes) to a temp file, fsync and rename it over `path` atomically."""
+    tmp = tmp_path or "%s.temp-rewriteaof-%d" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        written = 0
+        for chunk in records:
+            f.write(chunk)
+            written += len(chunk)
+            if written >= 32 * 1024 * 1024:        # aof-rewrite-incremental-fsync
+                f.flush()
+                os.fsync(f.fileno())
+                written = 0
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dirfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+def should_auto_rewrite(size, base_size, percentage, min_size):
+    """auto-aof-rewrite-percentage / -min-size (SPEC 12)."""
+    if not percentage or size < min_size:
+        return False
+    base = base_size or 1
+    return (size - base) * 100 // base >= percentage
