@@ -1,0 +1,49 @@
+"""Stats log: the schema-v1 record and size-based rotation."""
+import json
+
+from disque.statslog import LATENCY_BOUNDS_US, LatencyHistogram, StatsLog, line
+
+WORKER = {"index": 1, "pid": 42, "uptime_s": 3.5, "commands": {"addjob": 7}, "added": 7,
+          "delivered": 5, "acked": 4, "jobs": 3, "queued": 1, "queues": 2, "blocked": 0,
+          "top_queues": [{"queue": "q", "len": 1, "jobs_in": 7, "jobs_out": 5, "nacks": 0,
+                          "additional_deliveries": 1}],
+          "bus_in": {"REPLJOB": 2}, "rss": 1000, "cpu_user": 0.25, "cpu_sys": 0.125}
+
+SCHEMA_KEYS = {"v", "ts", "node", "addr", "worker", "pid", "uptime_s", "commands", "jobs", "gauges",
+               "top_queues", "bus", "rss", "cpu_user", "cpu_sys", "latency_us"}
+
+
+def test_record_has_every_schema_field_with_types():
+    r = line(1795239598.1234, "a" * 40, "127.0.0.1:7711", WORKER)
+    assert set(r) == SCHEMA_KEYS
+    assert r["v"] == 1 and r["worker"] == 1 and r["pid"] == 42 and r["ts"] == 1795239598.123
+    assert set(r["jobs"]) == {"added", "delivered", "acked", "nacked", "requeued", "expired", "deleted"}
+    assert r["jobs"]["added"] == 7 and r["jobs"]["nacked"] == 0
+    assert r["gauges"] == {"jobs": 3, "queued": 1, "active": 2, "queues": 2, "blocked": 0}
+    assert r["bus"] == {"in": {"REPLJOB": 2}, "out": {}}
+    assert r["latency_us"]["bounds"] == list(LATENCY_BOUNDS_US)
+    assert len(r["latency_us"]["counts"]) == len(LATENCY_BOUNDS_US) + 1
+    json.dumps(r)
+
+
+def test_rotation_by_size(tmp_path):
+    path = str(tmp_path / "stats.jsonl")
+    log = StatsLog(path, max_bytes=2000, keep=2)
+    rec = line(1.0, "a" * 40, "x:1", WORKER)
+    for _ in range(40):
+        assert log.write([rec])
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["stats.jsonl", "stats.jsonl.1", "stats.jsonl.2"]
+    for name in files:
+        text = (tmp_path / name).read_text()
+        assert len(text) <= 2000
+        for raw in text.splitlines():
+            assert json.loads(raw)["v"] == 1
+    assert log.lines_written == 40
+
+
+def test_latency_histogram_buckets():
+    h = LatencyHistogram()
+    for us in (1, 10, 11, 100000, 100001, 10 ** 9):
+        h.add(us)
+    assert h.counts[0] == 2 and h.counts[1] == 1 and h.counts[-2] == 1 and h.counts[-1] == 2
