@@ -25,13 +25,17 @@ class Command:
 
     @property
     def flag_words(self):
-        words = {"w": "write", "r": "readonly", "m": "denyoom", "a": "admin", "l": "loading", "F": "fast"}
-        return [words[f] for f in self.flags if f in words]
+        # upstream's order (COMMAND): write readonly denyoom admin loading fast
+        return [word for letter, word in (("w", "write"), ("r", "readonly"), ("m", "denyoom"),
+                                          ("a", "admin"), ("l", "loading"), ("F", "fast"))
+                if letter in self.flags]
 
 
 COMMANDS = {c.name: c for c in [
     Command("auth", 2, "rlF", "local"),
     Command("ping", -1, "rF", "local"),
+    # not in upstream Disque: redis-cli --pipe ends its input with ECHO to know it is done
+    Command("echo", 2, "rF", "local"),
     Command("info", -1, "rl", "local"),
     Command("shutdown", -1, "arl", "local"),
     Command("monitor", 1, "ar", "local"),
@@ -43,7 +47,7 @@ COMMANDS = {c.name: c for c in [
     Command("time", 1, "rF", "local"),
     Command("command", 0, "rl", "local"),
     Command("latency", -2, "arl", "local"),
-    Command("hello", 1, "rF", "local"),
+    Command("hello", -1, "rF", "local"),     # -1: HELLO <protover> [AUTH u p] [SETNAME n]
     Command("addjob", -4, "wmF", "queue"),
     Command("getjob", -2, "wF", "getjob"),
     Command("ackjob", -1, "wF", "ids"),
@@ -66,3 +70,22 @@ COMMANDS = {c.name: c for c in [
 
 # The byte-string view used on the hot path: lowercased name -> Command.
 BY_BYTES = {name.encode(): cmd for name, cmd in COMMANDS.items()}
+
+
+def command_table(renames=None):
+    """The dispatch table after `rename-command` (applied in order, as upstream does at
+    config load): {name as typed, lowercase bytes: Command}. A command renamed to "" is
+    gone; the new name of a renamed command is its only name. Raises ValueError with
+    upstream's message for an unknown command or a name already taken."""
+    table = dict(BY_BYTES)
+    for old, new in (renames or {}).items():
+        cmd = table.pop(old.lower().encode(), None)
+        if cmd is None:
+            raise ValueError("No such command in rename-command")
+        if new:
+            key = new.lower().encode()
+            if key in table:
+                raise ValueError("Target command name already exists")
+            if key != b"quit":          # QUIT is matched first: such a name is unreachable
+                table[key] = cmd
+    return table

@@ -11,7 +11,9 @@ import os
 import time
 
 from disque import commands as C
+from disque.admin import AdminMixin
 from disque import info as info_mod
+from disque import memstat
 from disque._fast import resp
 from disque._fast.frontcore import Client, Core
 from disque._fast.jobid import queue_slot, valid_id
@@ -27,6 +29,12 @@ parse_int = resp.parse_int
 
 def arity_error(name):
     return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
+
+
+def one_line(text):
+    """Client input echoed in an error reply: CR/LF become spaces, as upstream's
+    addReplyErrorFormat does, so a client cannot break (or forge) the reply stream."""
+    return text.replace(b"\r", b" ").replace(b"\n", b" ")
 
 
 class Gather:
@@ -67,11 +75,124 @@ class MultiGet:
         self.workers = []
 
 
-class Frontend(Core):
-    """The Python half of the front-end: everything off the per-command hot path."""
+class Scan:
+    """One QSCAN/JSCAN call in progress (Frontend.all_workers_command)."""
+    __slots__ = ("kind", "cursor", "count", "steps", "opts", "queue", "only", "w", "low",
+                 "bits", "epoch", "slot", "found", "parts")
+
+    def __init__(self):
+        self.queue = None
+        self.only = None
+        self.found = 0
+        self.parts = []
+
+
+SCAN_STATES = {b"wait-repl": 0, b"active": 1, b"queued": 2, b"acked": 3}
+NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"
+ULONG_MAX = (1 << 64) - 1
+SCAN_LIMIT = 1 << 62
+SCAN_EPOCHS = 4096      # QSCAN/JSCAN cursors carry the second the scan began, mod this
+
+
+def parse_scan_cursor(arg):
+    """C strtoul base 10 with the whole word consumed, no leading space (upstream's
+    parseScanCursorOrReply): '' is 0, a leading '-' wraps around. None when invalid."""
+    if arg[:1].isspace():
+        return None
+    neg = arg[:1] == b"-"
+    digits = arg[1:] if arg[:1] in (b"+", b"-") else arg
+    if not digits:
+        return 0 if not arg else None
+    if not digits.isdigit() or not digits.isascii():
+        return None
+    v = int(digits)
+    if v > ULONG_MAX:
+        return None
+    return (-v) & ULONG_MAX if neg else v
+
+
+def parse_scan(jscan, argv):
+    """QSCAN/JSCAN options, left to right (SPEC 3.11): a Scan, or the error reply."""
+    scan = Scan()
+    cursor = None
+    count = 100
+    busyloop = False
+    minlen = maxlen = importrate = -1
+    states = 0
+    reply_all = False
+    i, argc = 1, len(argv)
+    while i < argc:
+        opt = argv[i].lower()
+        has_value = i + 1 < argc
+        if opt == b"count" and has_value:
+            count = parse_int(argv[i + 1])
+            if count is None:
+                return NOT_INTEGER
+            i += 1
+        elif opt == b"busyloop":
+            busyloop = True
+        elif not jscan and opt in (b"minlen", b"maxlen", b"importrate") and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None:
+                return NOT_INTEGER
+            if opt == b"minlen":
+                minlen = v
+            elif opt == b"maxlen":
+                maxlen = v
+            else:
+                importrate = v
+            i += 1
+        elif jscan and opt == b"queue" and has_value:
+            scan.queue = argv[i + 1]
+            i += 1
+        elif jscan and opt == b"state" and has_value:
+            state = SCAN_STATES.get(argv[i + 1].lower())
+            if state is None:
+                return b"-ERR Invalid job state name\r\n"
+            states |= 1 << state
+            i += 1
+        elif jscan and opt == b"reply" and has_value:
+            kind = argv[i + 1].lower()
+            if kind == b"id":
+                reply_all = False
+            elif kind == b"all":
+                reply_all = True
+            else:
+                return b"-ERR Invalid REPLY type, try ID or ALL\r\n"
+            i += 1
+        else:
+            if cursor is not None:
+                return SYNTAX_ERROR
+            cursor = parse_scan_cursor(argv[i])
+            if cursor is None:
+                return b"-ERR invalid cursor or option name\r\n"
+        i += 1
+    scan.cursor = cursor or 0
+    # COUNT bounds both the matches (COUNT) and the entries looked at (COUNT*10) per call;
+    # -1 = no bound. As upstream: BUSYLOOP or a negative COUNT scan to the end, COUNT 0
+    # looks at one entry.
+    if busyloop or count < 0:
+        scan.count = scan.steps = -1
+    elif count == 0:
+        scan.count, scan.steps = -1, 1
+    else:
+        scan.count, scan.steps = min(count, SCAN_LIMIT), min(count * 10, SCAN_LIMIT)
+    if jscan:
+        scan.kind, scan.opts = "j", [scan.queue, states, reply_all]
+    else:
+        scan.kind, scan.opts = "q", [minlen, maxlen, importrate]
+    return scan
+
+
+class Frontend(AdminMixin, Core):
+    """The Python half of the front-end: everything off the per-command hot path.
+
+    Admin commands (AUTH, HELLO 2/3, CLIENT, MONITOR, SLOWLOG, LATENCY, COMMAND) and the
+    client cron come from `disque.admin.AdminMixin`."""
 
     def __init__(self, cfg, node_id, links, nworkers, loop):
-        super().__init__(links, nworkers, loop, C.BY_BYTES)
+        # rename-command was validated at startup (server.main)
+        super().__init__(links, nworkers, loop, C.command_table(cfg.rename_commands))
         self.cfg = cfg
         self.node_id = node_id
         self.maxclients = getattr(cfg, "maxclients", 10000)
@@ -84,10 +205,11 @@ class Frontend(Core):
         self.shutdown_cb = None
         self.local = {
             b"ping": self.cmd_ping, b"hello": self.cmd_hello, b"info": self.cmd_info,
-            b"time": self.cmd_time, b"command": self.cmd_command, b"debug": self.cmd_debug,
+            b"time": self.cmd_time, b"echo": self.cmd_echo, b"command": self.cmd_command, b"debug": self.cmd_debug,
             b"shutdown": self.cmd_shutdown, b"config": self.cmd_config,
             b"loadjob": self.cmd_loadjob,
         }
+        self.admin_init()
 
     def new_client(self):
         return Client(self)
@@ -98,18 +220,29 @@ class Frontend(Core):
         self.next_client_id += 1
         client.id = self.next_client_id
         peer = client.transport.get_extra_info("peername")
-        client.addr = "%s:%s" % (peer[0], peer[1]) if isinstance(peer, tuple) else str(peer)
-        self.stats["total_connections_received"] += 1
+        if isinstance(peer, tuple):
+            host = peer[0]
+            client.addr = ("[%s]:%s" if ":" in host else "%s:%s") % (host, peer[1])
+        else:
+            client.addr = str(peer)
+        sock = client.transport.get_extra_info("socket")
+        try:
+            client.fd = sock.fileno() if sock is not None else -1
+        except Exception:
+            client.fd = -1
+        client.last_interaction = self.now
         if len(self.clients) >= self.maxclients:
             self.stats["rejected_connections"] += 1
             client.transport.write(b"-ERR max number of clients reached\r\n")
             client.transport.close()
-            client.closed = True
+            client.closing = client.closed = True
             return
+        self.stats["total_connections_received"] += 1
         self.clients[client.id] = client
 
     def client_gone(self, client):
         self.clients.pop(client.id, None)
+        self.admin_client_gone(client)
         if client.waiting is not None:
             self.cancel_wait(client)
 
@@ -138,21 +271,164 @@ class Frontend(Core):
     # ---- dispatch -----------------------------------------------------------------------
 
     def unknown_command(self, client, argv):
-        client.reply(b"-ERR unknown command '%s'\r\n" % argv[0])
+        client.reply(b"-ERR unknown command '%s'\r\n" % one_line(argv[0]))
 
     def arity_error(self, client, cmd):
         client.reply(arity_error(cmd.name))
 
+    # ---- QSCAN / JSCAN (SPEC 3.11) ------------------------------------------------------
+
     def all_workers_command(self, client, name, argv):
-        """Commands that every worker answers and the front-end merges (QSCAN, JSCAN)."""
-        client.reply(b"-ERR %s is not available in this version\r\n" % name.upper())
+        """QSCAN / JSCAN over every worker (SPEC 3.11).
+
+        Each worker keeps its queues and jobs in a scan log (`ScanLog`): every element gets
+        a sequence number that never changes, so an element present for the whole scan is
+        returned once the cursor passes it, whatever is added or removed meanwhile. The
+        node-wide cursor is `((low * 4096) + epoch) * N + w`: w is the worker being scanned,
+        low the low bits of the sequence number reached in its log (0: its start) and epoch
+        the second the scan began, mod 4096. Elements added after the scan began need not
+        be returned, so each worker's share ends at the sequence number its log had reached
+        one second after the epoch (`scan_bound`): a scan never chases new elements forever.
+        Workers are scanned in order; one call goes on to the next worker while COUNT and
+        the COUNT*10 step budget last, so a small node answers in one call with cursor 0.
+        Options are validated here, once, left to right as upstream does.
+        """
+        scan = parse_scan(name == b"jscan", argv)
+        if type(scan) is bytes:
+            client.reply(scan)
+            return
+        n = self.nworkers
+        scan.bits = 64 - SCAN_EPOCHS.bit_length() - n.bit_length()
+        if scan.cursor == 0:
+            scan.w, scan.epoch, scan.low = 0, int(time.time()) % SCAN_EPOCHS, 0
+        else:
+            rest, scan.w = divmod(scan.cursor, n)
+            rest, scan.epoch = divmod(rest, SCAN_EPOCHS)
+            scan.low = rest & ((1 << scan.bits) - 1)
+        if scan.queue is not None:
+            # all the jobs of a queue live in the worker owning its slot
+            scan.only = queue_slot(scan.queue) % n
+        scan.slot = client.slot()
+        self.scan_next(scan)
+
+    def scan_next(self, scan):
+        if scan.only is not None:
+            if scan.w < scan.only:
+                scan.w, scan.low = scan.only, 0
+            elif scan.w > scan.only:
+                self.scan_finish(scan, 0)
+                return
+        reqid = self.new_reqid()
+        self.pending[reqid] = lambda rep: self.scan_got(scan, rep)
+        bound = self.scan_bound(scan.epoch, scan.w, 0 if scan.kind == "j" else 1)
+        self.send(scan.w, [P.CONTROL, reqid, "scan", [scan.kind, scan.low, scan.bits, bound,
+                                                      scan.count, scan.steps, scan.opts]])
+
+    def scan_got(self, scan, rep):
+        part = rep[1]
+        if type(part) is not list:
+            scan.slot.fill(b"-ERR internal error, check server logs\r\n")
+            return
+        nxt, used, found, data = part
+        scan.found += found
+        scan.parts.append(data)
+        if scan.count != -1:
+            scan.count -= found
+        if scan.steps != -1:
+            scan.steps -= used
+        if nxt >= 0:                    # stopped inside this worker's log
+            low = nxt & ((1 << scan.bits) - 1)
+            self.scan_finish(scan, ((low * SCAN_EPOCHS) + scan.epoch) * self.nworkers + scan.w)
+            return
+        w = scan.w + 1                  # this worker is done
+        if w >= self.nworkers or (scan.only is not None and w > scan.only):
+            self.scan_finish(scan, 0)
+        elif scan.count == 0 or scan.steps == 0:
+            self.scan_finish(scan, scan.epoch * self.nworkers + w)   # worker w, from its start
+        else:
+            scan.w, scan.low = w, 0
+            self.scan_next(scan)
+
+    @staticmethod
+    def scan_finish(scan, cursor):
+        scan.slot.fill(b"*2\r\n" + resp.bulk(b"%d" % cursor) + b"*%d\r\n" % scan.found
+                       + b"".join(scan.parts))
+
+    scan_marks = None       # ring: second % SCAN_EPOCHS -> (second, per worker (job, queue) seq)
+
+    def scan_mark(self, second, reports):
+        """Remember each worker's next scan-log sequence numbers, first seen in `second`
+        (from a memory poll sent in that second, so they are at least the values the logs
+        had when the second began)."""
+        if self.scan_marks is None:
+            self.scan_marks = [None] * SCAN_EPOCHS
+        k = second % SCAN_EPOCHS
+        mark = self.scan_marks[k]
+        if mark is None or mark[0] != second:
+            if all(type(r) is list and len(r) >= 5 for r in reports):
+                self.scan_marks[k] = (second, [(r[3], r[4]) for r in reports])
+
+    def scan_bound(self, epoch, w, kind):
+        """The sequence number worker w's log (kind 0 jobs, 1 queues) had reached when the
+        second after the scan's start began, or later (a later mark only widens the scan,
+        which stays correct); -1 when no such mark exists yet."""
+        marks = self.scan_marks
+        if marks is None:
+            return -1
+        now = int(time.time())
+        start = now - (now - epoch) % SCAN_EPOCHS     # the latest second with this epoch
+        for second in range(start + 1, now + 1):
+            mark = marks[second % SCAN_EPOCHS]
+            if mark is not None and mark[0] == second:
+                return mark[1][w][kind]
+        return -1
+
+    # ---- memory limits (SPEC 9) ----------------------------------------------------------
+
+    mem_level = 0           # 0: <= 75% of maxmemory, 1: > 75%, 2: > 95%
+    mem_used = 0            # bytes, last measured (front-end RSS + every worker's share)
+    mem_excess = None       # used - 95% of maxmemory; None: not measured yet / no limit
+    mem_polling = False
+
+    def memory_cron(self):
+        """Every ~100 ms (Node.cron): push the last level to the workers and collect their
+        memory use (`Shard.memory_report`); `memory_measured` computes the new level."""
+        if self.mem_polling:
+            return
+        self.mem_polling = True
+        noeviction = self.cfg.maxmemory_policy == "noeviction"
+        second = int(time.time())
+        self.control_all("memory", [self.mem_level, self.mem_excess, noeviction],
+                         lambda reports: self.memory_measured(reports, second))
+
+    def memory_measured(self, reports, second):
+        self.mem_polling = False
+        self.scan_mark(second, reports)
+        used = memstat.used_bytes()          # the front-end's own share
+        for r in reports:
+            if type(r) is list:
+                used += r[0]
+        maxmemory = self.cfg.maxmemory       # read every time: CONFIG SET maxmemory
+        if maxmemory <= 0:
+            level, excess = 0, None          # CONFIG SET maxmemory 0: no limit
+        else:
+            unit = maxmemory // 100          # upstream's integer math
+            level = 2 if used > unit * 95 else 1 if used > unit * 75 else 0
+            excess = used - unit * 95
+        changed = level != self.mem_level
+        self.mem_used, self.mem_level, self.mem_excess = used, level, excess
+        if changed:
+            log.info("Memory level %d: used %d bytes, maxmemory %d", level, used, maxmemory)
+            self.memory_cron()               # tell the workers now, not at the next tick
 
     def local_command(self, client, name, argv):
         handler = self.local.get(name)
         if handler is None:
             client.reply(b"-ERR %s is not available in this version\r\n" % name.upper())
         else:
+            t0 = time.perf_counter_ns()
             handler(client, argv)
+            self.local_usec[name] += (time.perf_counter_ns() - t0) // 1000
 
     def route_ids(self, client, argv):
         ids = argv[1:]
@@ -230,6 +506,8 @@ class Frontend(Core):
         if not queues:
             client.reply(SYNTAX_ERROR)
             return
+        if not nohang:
+            self.cur_t0 = 0     # SLOWLOG: a GETJOB that may block is timed in the front-end only
         n = self.nworkers
         if n == 1:
             owners = None
@@ -240,7 +518,7 @@ class Frontend(Core):
         if owners is None or len(owners) == 1:
             w = 0 if owners is None else next(iter(owners))
             reqid = self.new_reqid()
-            self.pending[reqid] = self.getjob_done(client, client.slot(), w)
+            self.pending[reqid] = self.getjob_done(client, client.slot(), w, reqid)
             if not nohang:
                 client.waiting = (reqid, w)
             self.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, timeout, False, queues])
@@ -262,14 +540,17 @@ class Frontend(Core):
             self.multiget_seq += 1
             heapq.heappush(self.multiget_deadlines, (m.timer, self.multiget_seq, m))
 
-    def getjob_done(self, client, slot, w):
+    def getjob_done(self, client, slot, w, reqid):
         def got(rep):
             if client.closed:
                 if rep[2]:
                     self.send(w, [P.RETURN, rep[2]])    # the consumer vanished: not delivered
                 return
             slot.fill(rep[1])
-            if client.waiting is not None:
+            waiting = client.waiting
+            # only the end of the GETJOB the client waits on lets its next commands run
+            # (a NOHANG GETJOB pipelined before a blocking one must not)
+            if type(waiting) is tuple and waiting[0] == reqid:
                 client.resume()
         return got
 
@@ -345,7 +626,8 @@ class Frontend(Core):
                 client.resume()
 
     def cron(self):
-        """Every CRON_MS (timerfd tick): time out cross-worker GETJOBs."""
+        """Every CRON_MS (timerfd tick): time out cross-worker GETJOBs; client cron."""
+        self.admin_cron()
         now = time.monotonic()
         deadlines = self.multiget_deadlines
         expired = False
@@ -397,34 +679,13 @@ class Frontend(Core):
         node = resp.bulk_array([me, self.my_ip(), str(self.cfg.port).encode(), b"1"])
         client.reply(b"*3\r\n:1\r\n" + resp.bulk(me) + node)
 
+    def cmd_echo(self, client, argv):
+        client.reply(resp.bulk(argv[1]))
+
     def cmd_time(self, client, argv):
         t = time.time()
         sec = int(t)
         client.reply(resp.bulk_array([str(sec).encode(), str(int((t - sec) * 1e6)).encode()]))
-
-    def cmd_command(self, client, argv):
-        if len(argv) == 1:
-            items = [self.command_info(c) for c in C.COMMANDS.values()]
-            client.reply(b"*%d\r\n" % len(items) + b"".join(items))
-            return
-        sub = argv[1].lower()
-        if sub == b"count" and len(argv) == 2:
-            client.reply(b":%d\r\n" % len(C.COMMANDS))
-        elif sub == b"info":
-            items = []
-            for n in argv[2:]:
-                c = C.BY_BYTES.get(n.lower())
-                items.append(self.command_info(c) if c else resp.NULL_BULK)
-            client.reply(b"*%d\r\n" % len(items) + b"".join(items))
-        else:
-            client.reply(b"-ERR Unknown subcommand or wrong number of arguments.\r\n")
-
-    @staticmethod
-    def command_info(c):
-        flags = [f.encode() for f in c.flag_words]
-        return (b"*6\r\n" + resp.bulk(c.name.encode()) + b":%d\r\n" % c.arity
-                + b"*%d\r\n" % len(flags) + b"".join(b"+%s\r\n" % f for f in flags)
-                + b":0\r\n:0\r\n:0\r\n")
 
     def cmd_loadjob(self, client, argv):
         client.reply(b"-ERR LOADJOB is a special command only processed from AOF\r\n")
@@ -445,7 +706,7 @@ class Frontend(Core):
             client.reply(b"-" + argv[2].replace(b"\r", b" ").replace(b"\n", b" ") + b"\r\n")
         else:
             client.reply(b"-ERR Unknown DEBUG subcommand or wrong number of arguments for '%s'\r\n"
-                         % argv[1])
+                         % one_line(argv[1]))
 
     def cmd_shutdown(self, client, argv):
         if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"rewrite-aof"):
@@ -461,28 +722,24 @@ class Frontend(Core):
         try:
             if sub == b"get" and len(argv) == 3:
                 pairs = cfg.config_get(argv[2].decode(errors="replace"))
-                flat = []
-                for k, v in pairs:
-                    flat += [k.encode(), v.encode()]
-                client.reply(resp.bulk_array(flat))
+                client.reply(self.config_reply_pairs(client, pairs))   # a map for RESP3
             elif sub == b"set" and len(argv) == 4:
-                cfg.config_set(argv[2].decode(errors="replace"), argv[3].decode(errors="replace"))
-                client.reply(resp.OK)
+                name = argv[2].decode(errors="replace")
+                cfg.config_set(name, argv[3].decode(errors="replace"))
+                err = self.config_changed(name.lower())     # front-end side effects
+                client.reply(err or resp.OK)
             elif sub == b"rewrite" and len(argv) == 2:
                 cfg.rewrite()
                 client.reply(resp.OK)
             elif sub == b"resetstat" and len(argv) == 2:
-                for k in self.stats:
-                    self.stats[k] = 0
-                self.commands_processed = self.net_input_bytes = self.net_output_bytes = 0
-                client.reply(resp.OK)
+                self.reset_stats(client)
             elif sub in (b"get", b"set", b"rewrite", b"resetstat"):
                 client.reply(b"-ERR Wrong number of arguments for CONFIG %s\r\n" % argv[1].upper())
             else:
                 client.reply(b"-ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE\r\n")
         except Exception as e:   # ConfigError carries the exact message
-            msg = str(e).splitlines()[-1] if str(e) else "error"
-            client.reply(b"-ERR " + msg.encode() + b"\r\n")
+            msg = getattr(e, "message", None) or str(e) or "error"
+            client.reply(b"-ERR " + one_line(msg.encode("utf-8", "surrogateescape")) + b"\r\n")
 
     def cmd_info(self, client, argv):
         if len(argv) > 2:

@@ -1,5 +1,8 @@
 """INFO (SPEC 14): node totals from the front-end and every worker, plus a per-worker section.
 
+Instantaneous metrics (ops/sec, input/output kbps) are sampled by the front-end cron every
+100 ms and averaged over the last 16 samples, as upstream (`disque.admin`).
+
 used_memory is the RSS of the front-end and all workers (the figure maxmemory is held
 against), since a Python process has no allocator counter comparable to jemalloc's.
 """
@@ -70,10 +73,11 @@ def sections(fe, workers):
     out["stats"] = [
         ("total_connections_received", st["total_connections_received"]),
         ("total_commands_processed", fe.commands_processed),
-        ("instantaneous_ops_per_sec", 0),
+        ("instantaneous_ops_per_sec", int(fe.instantaneous("ops"))),
         ("total_net_input_bytes", fe.net_input_bytes),
         ("total_net_output_bytes", fe.net_output_bytes),
-        ("instantaneous_input_kbps", "0.00"), ("instantaneous_output_kbps", "0.00"),
+        ("instantaneous_input_kbps", "%.2f" % (fe.instantaneous("in") / 1024)),
+        ("instantaneous_output_kbps", "%.2f" % (fe.instantaneous("out") / 1024)),
         ("rejected_connections", st["rejected_connections"]), ("latest_fork_usec", 0),
     ]
     out["cpu"] = [
@@ -90,10 +94,7 @@ def sections(fe, workers):
                           w["added"], w["delivered"], w["acked"], w["nacked"], w["requeued"],
                           w["expired"], w["rss"], w["cpu_user"], w["cpu_sys"])))
     out["workers"] = lines
-    usec = {}
-    for w in workers:
-        for k, v in w.get("command_usec", {}).items():
-            usec[k] = usec.get(k, 0) + v
+    usec = fe.command_usec(workers)
     stats = []
     for name, calls in sorted(fe.calls.items()):
         name = name.decode()

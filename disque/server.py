@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 
+from disque import commands as commands_mod
 from disque import config as config_mod
 from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
@@ -24,6 +25,7 @@ log = logging.getLogger("disque.server")
 WORKER_START_TIMEOUT = 30.0
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
+MEMORY_TICKS = 2        # measure memory and push the level to workers (SPEC 9) every 100 ms
 
 
 class StartupError(Exception):
@@ -73,6 +75,7 @@ class Node:
         self.stopping = False
         self.cron_timer = None
         self.cron_ticks = 0
+        self.memory_ticks = 0
 
     def worker_config(self):
         cfg = self.cfg
@@ -168,8 +171,13 @@ class Node:
             self.request_stop(1)
 
     def cron(self):
-        self.cron_ticks += self.cron_timer.drain()
+        ticks = self.cron_timer.drain()
+        self.cron_ticks += ticks
+        self.memory_ticks += ticks
         self.fe.cron()
+        if self.memory_ticks >= MEMORY_TICKS:
+            self.memory_ticks = 0
+            self.fe.memory_cron()
         if self.cron_ticks >= WATCH_TICKS:
             self.cron_ticks = 0
             self.watch_workers()
@@ -192,6 +200,11 @@ def main(argv=None):
         sys.exit(0)
     except config_mod.ConfigError as e:
         print("disque-server: " + e.one_line, file=sys.stderr)
+        sys.exit(1)
+    try:
+        commands_mod.command_table(cfg.rename_commands)
+    except ValueError as e:
+        print("disque-server: config error: rename-command: %s" % e, file=sys.stderr)
         sys.exit(1)
     dlog.setup("frontend", cfg.loglevel, cfg.logfile)
     try:

@@ -164,7 +164,7 @@ class ProtocolViolation(Exception):
 
 
 def parse_resp(buf: bytes, pos: int = 0):
-    """Parse one RESP2 reply at ``buf[pos:]``; return (value, new_pos).
+    """Parse one RESP2 (or RESP3) reply at ``buf[pos:]``; return (value, new_pos).
 
     Raises Incomplete if more bytes are needed."""
     nl = buf.find(b"\r\n", pos)
@@ -197,6 +197,25 @@ def parse_resp(buf: bytes, pos: int = 0):
             item, pos = parse_resp(buf, pos)
             items.append(item)
         return items, pos
+    # RESP3 (after HELLO 3): null, map, set, boolean, double
+    if kind == b"_":
+        return None, pos
+    if kind == b"%":
+        out = {}
+        for _ in range(int(line)):
+            key, pos = parse_resp(buf, pos)
+            out[key], pos = parse_resp(buf, pos)
+        return out, pos
+    if kind == b"~":
+        items = []
+        for _ in range(int(line)):
+            item, pos = parse_resp(buf, pos)
+            items.append(item)
+        return items, pos
+    if kind == b"#":
+        return line == b"t", pos
+    if kind == b",":
+        return float(line), pos
     raise ProtocolViolation(f"unexpected reply type byte {kind!r} in {bytes(buf[pos - 1:pos + 40])!r}")
 
 

@@ -3,6 +3,10 @@ from disque._fast.resp cimport RequestParser
 cdef class Slot:
     cdef public object data
     cdef public Client client
+    cdef public long long t0          # dispatch time (monotonic us) when the slowlog times it
+    cdef public object argv           # the timed command (slowlog), else None
+    cdef public bint mute             # CLIENT REPLY OFF/SKIP: the reply is dropped
+    cdef public bint resp3            # the reply is converted to RESP3 (HELLO 3)
 
 cdef class Client:
     cdef public Core fe
@@ -13,10 +17,19 @@ cdef class Client:
     cdef public object waiting        # the blocking GETJOB in progress, or None
     cdef public bint closing, closed, dirty
     cdef public long long id
+    cdef public int fd
     cdef public str addr
     cdef public bytes name
     cdef public bytes last_cmd
     cdef public double created
+    cdef public double last_interaction   # Core.now at the last read or write (idle timeout)
+    cdef public double obuf_soft_since    # when the output buffer went over the soft limit
+    cdef public bint authenticated
+    cdef public bint resp3            # HELLO 3: nulls are sent as RESP3 `_`
+    cdef public bint monitor          # MONITOR: receives the feed, not paused, never idle
+    cdef public bint mute             # replies of the command being executed are dropped
+    cdef public int reply_mode        # CLIENT REPLY: 0 on, 1 off, 2 skip the next command
+    cdef public object lib_name, lib_ver
     cpdef reply(self, bytes data)
     cpdef Slot slot(self)
     cpdef flush(self)
@@ -40,14 +53,29 @@ cdef class Core:
     cdef public long long net_input_bytes
     cdef public long long net_output_bytes
     cdef public int maxclients
-    cdef dict table
-    cdef public dict calls           # command name -> calls (INFO commandstats)
+    cdef public dict table            # command name as typed -> (route, arity, Command, name, flags, renamed)
+    cdef public dict calls            # command name -> calls (INFO commandstats)
+    # SPEC 1.3 steps and admin features, each a flag tested once per command
+    cdef public bint auth_required    # requirepass is set
+    cdef public bint gate             # OOM / MISCONF / LOADING hook: call command_gate()
+    cdef public bint paused           # CLIENT PAUSE in effect
+    cdef public int nmonitors         # MONITOR clients connected
+    cdef public long long slowlog_slower_than   # us; < 0: the slowlog is off
+    cdef public long long cur_t0      # dispatch time of the command being dispatched
+    cdef public object cur_argv
+    cdef public bint cur_slotted      # the command being dispatched reserved a timed Slot
+    cdef public long long input_t     # clock at the read being processed (slowlog)
+    cdef public long long deliver_t   # clock at the worker message being delivered (slowlog)
+    cdef public bint obuf_limited     # client-output-buffer-limit has a non-zero limit
+    cdef public double now            # wall clock, refreshed by the cron
     cdef object packb
     cdef object unpackb
     cpdef long long new_reqid(self)
     cpdef send(self, int w, list req)
     cpdef forward(self, Client client, int w, list argv)
     cpdef dispatch(self, Client client, list argv)
+    cdef run(self, Client client, list argv)
+    cdef route(self, Client client, int route, bytes name, list argv)
     cpdef deliver(self, bytes payload)
     cpdef flush_replies(self)
     cpdef int worker_of_id(self, bytes jid)

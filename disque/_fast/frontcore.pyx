@@ -10,14 +10,28 @@ that is not on the hot path (GETJOB blocking, node commands, INFO) readable. Her
     ends (or early, once `eager_batch` requests wait, so the worker starts sooner);
   * `Core.deliver` routes one message of encoded replies; `flush_replies` then writes
     each touched client once.
+
+Admin features cost one flag test per command when unused: `auth_required` (requirepass),
+`gate` (OOM / MISCONF / LOADING hook), `nmonitors` (MONITOR), `paused` (CLIENT PAUSE),
+`Client.reply_mode` (CLIENT REPLY), `Client.resp3` (HELLO 3), `obuf_limited`
+(client-output-buffer-limit). The slowlog, on by default as upstream, reads the monotonic
+clock once per read from a client and once per worker message (plus once more for a
+command answered at once).
 """
 from collections import deque
+import time
 
 import msgpack
+
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from libc.string cimport memchr
 
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import ProtocolError, QueryBufferOverflow
 from disque._fast.jobid cimport queue_slot, id_slot, valid_id
+
+cdef extern from "string.h" nogil:
+    void *memmem(const void *haystack, size_t haystacklen, const void *needle, size_t needlelen)
 
 DEF ROUTE_LOCAL = 0
 DEF ROUTE_QUEUE = 1
@@ -28,24 +42,131 @@ DEF ROUTE_ALL = 5
 ROUTE_CODES = {"local": ROUTE_LOCAL, "queue": ROUTE_QUEUE, "id": ROUTE_ID, "ids": ROUTE_IDS,
                "getjob": ROUTE_GETJOB, "all": ROUTE_ALL}
 
+# Command flag bits kept in the dispatch table (entry[4]).
+DEF F_ADMIN = 1         # SPEC 2 flag `a`
+DEF F_NOAUTH = 2        # AUTH: allowed before authentication
+DEF F_HELLO = 4         # HELLO <protover> ...: authenticates itself (HELLO AUTH)
+DEF F_NOMONITOR = 8     # not fed to MONITOR clients (admin commands, AUTH)
+DEF F_DENYOOM = 16      # SPEC 2 flag `m`
+DEF F_WRITE = 32        # SPEC 2 flag `w`
+DEF F_LOADING = 64      # SPEC 2 flag `l`
+COMMAND_FLAGS = {"admin": F_ADMIN, "noauth": F_NOAUTH, "hello": F_HELLO,
+                 "nomonitor": F_NOMONITOR, "denyoom": F_DENYOOM, "write": F_WRITE,
+                 "loading": F_LOADING}
+
 cdef int REQ_CMD = 0
 cdef bytes BADID = b"-BADID Invalid Job ID format.\r\n"
 cdef bytes OK = b"+OK\r\n"
+cdef bytes NOAUTH = b"-NOAUTH Authentication required.\r\n"
+cdef bytes NULL3 = b"_\r\n"
 
+
+cdef inline long long mono_us() noexcept:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <long long>ts.tv_sec * 1000000 + ts.tv_nsec // 1000
+
+
+def monotonic_us():
+    """The clock the slowlog uses (for tests and the Python side)."""
+    return mono_us()
+
+
+# ---- RESP3 --------------------------------------------------------------------------
+
+cdef bytes convert_nulls(bytes data):
+    """Rewrite every RESP2 null (`$-1`, `*-1`) in one encoded reply as RESP3 `_`.
+
+    A linear walk over the element headers: bulk payloads are skipped by their length,
+    so a job body that happens to contain "$-1\r\n" is left alone. Malformed input is
+    returned unchanged."""
+    cdef const char *p = data
+    cdef Py_ssize_t n = len(data), pos = 0, last = 0, cr, i
+    cdef const char *crp
+    cdef char t
+    cdef long long blen
+    cdef list out = None
+    while pos < n:
+        t = p[pos]
+        crp = <const char*>memchr(p + pos, b'\r', n - pos)
+        if crp == NULL:
+            return data
+        cr = crp - p
+        if cr - pos == 3 and p[pos + 1] == b'-' and p[pos + 2] == b'1' and (
+                t == b'$' or t == b'*' or t == b'%' or t == b'~'):
+            if out is None:
+                out = []
+            out.append(data[last:pos])
+            out.append(NULL3)
+            pos = cr + 2
+            last = pos
+            continue
+        if t == b'$' or t == b'=' or t == b'!':
+            blen = 0
+            if cr - pos < 2:
+                return data
+            for i in range(pos + 1, cr):
+                if p[i] < b'0' or p[i] > b'9':
+                    return data
+                blen = blen * 10 + (p[i] - 48)
+            pos = cr + 2 + blen + 2
+        else:
+            pos = cr + 2
+    if out is None:
+        return data
+    out.append(data[last:])
+    return b"".join(out)
+
+
+cdef inline bytes to_resp3(bytes data):
+    cdef const char *p = data
+    cdef Py_ssize_t n = len(data)
+    if n == 5 and p[1] == b'-' and p[2] == b'1' and (p[0] == b'$' or p[0] == b'*'):
+        return NULL3
+    if n < 5 or memmem(p, n, b"-1\r\n", 4) == NULL:
+        return data
+    return convert_nulls(data)
+
+
+def resp3(bytes data):
+    """The RESP3 form of an encoded RESP2 reply (nulls become `_`)."""
+    return to_resp3(data)
+
+
+# ---- replies ------------------------------------------------------------------------
 
 cdef class Slot:
     """The place of one reply in a client's output order."""
     def __cinit__(self, Client client):
         self.client = client
         self.data = None
+        self.t0 = 0
+        self.argv = None
+        self.mute = False
+        self.resp3 = False
 
     def fill(self, bytes data):
         fill_slot(self, data)
 
 
+cdef void slot_timed(Slot s):
+    """A timed command's reply is ready: log it when slow (SPEC 4.5 SLOWLOG)."""
+    cdef Core fe = s.client.fe
+    # replies of one worker message share one clock reading (Core.deliver)
+    cdef long long d = (fe.deliver_t if fe.deliver_t else mono_us()) - s.t0
+    s.t0 = 0
+    if fe.slowlog_slower_than >= 0 and d >= fe.slowlog_slower_than:
+        fe.slowlog_push(s.client, s.argv, d)
+    s.argv = None
+
+
 cdef inline void fill_slot(Slot s, bytes data):
-    s.data = data
     cdef Client c = s.client
+    if s.resp3:
+        data = to_resp3(data)
+    s.data = data
+    if s.t0:
+        slot_timed(s)
     if not c.dirty and c.slots and c.slots[0] is s:
         c.dirty = True
         c.fe.dirty.append(c)
@@ -62,11 +183,20 @@ cdef class Client:
         self.closed = False
         self.dirty = False
         self.id = 0
+        self.fd = -1
         self.addr = ""
         self.name = b""
         self.last_cmd = b""
-        import time
         self.created = time.time()
+        self.last_interaction = self.created
+        self.obuf_soft_since = 0.0
+        self.authenticated = False
+        self.resp3 = False
+        self.monitor = False
+        self.mute = False
+        self.reply_mode = 0
+        self.lib_name = None
+        self.lib_ver = None
 
     # ---- asyncio protocol ----------------------------------------------------------
 
@@ -81,11 +211,13 @@ cdef class Client:
     def data_received(self, bytes data):
         if self.closing:
             return
-        self.fe.net_input_bytes += len(data)
+        cdef Core fe = self.fe
+        fe.net_input_bytes += len(data)
+        self.last_interaction = fe.now
         try:
             self.parser.feed(data)
         except QueryBufferOverflow:
-            self.fe.client_overflow(self)
+            fe.client_overflow(self)
             return
         self.process_input()
 
@@ -104,14 +236,20 @@ cdef class Client:
         cdef Core fe = self.fe
         cdef list cmds
         cdef Py_ssize_t n, ncmds
+        # SLOWLOG: the commands of one read are timed from this clock reading
+        fe.input_t = mono_us() if fe.slowlog_slower_than >= 0 else 0
         while self.waiting is None and not self.closing:
+            if fe.paused and not self.monitor:
+                return          # CLIENT PAUSE: the input waits in the parser / backlog
             if self.backlog:
                 fe.dispatch(self, self.backlog.pop(0))
                 continue
             try:
                 cmds = self.parser.commands()
             except ProtocolError as e:
-                self.reply(b"-ERR " + str(e).encode() + b"\r\n")
+                # the offending byte as the byte itself (C %c), never a CR/LF
+                self.reply(b"-ERR " + str(e).encode("latin-1", "replace").replace(
+                    b"\r", b" ").replace(b"\n", b" ") + b"\r\n")
                 self.close_after_reply()
                 return
             ncmds = len(cmds)
@@ -119,7 +257,7 @@ cdef class Client:
                 return
             for n in range(ncmds):
                 fe.dispatch(self, <list>cmds[n])
-                if self.waiting is not None or self.closing:
+                if self.waiting is not None or self.closing or (fe.paused and not self.monitor):
                     if n + 1 < ncmds:
                         self.backlog = cmds[n + 1:] + (self.backlog or [])
                     return
@@ -135,6 +273,10 @@ cdef class Client:
     cpdef reply(self, bytes data):
         """An answer known now, placed after any still outstanding ones."""
         cdef Slot s
+        if self.mute:
+            return
+        if self.resp3:
+            data = to_resp3(data)
         if self.slots:
             s = Slot(self)
             s.data = data
@@ -145,9 +287,20 @@ cdef class Client:
     cpdef Slot slot(self):
         """Reserve the place of a reply that a worker will produce."""
         cdef Slot s = Slot(self)
+        cdef Core fe = self.fe
         if self.slots is None:
             self.slots = deque()
         self.slots.append(s)
+        if self.mute:
+            s.mute = True
+        if self.resp3:
+            s.resp3 = True      # the protocol when the command ran (HELLO may follow)
+        if fe.cur_t0:
+            # the command being dispatched is timed until this reply is ready
+            s.t0 = fe.cur_t0
+            s.argv = fe.cur_argv
+            fe.cur_t0 = 0
+            fe.cur_slotted = True
         return s
 
     def fill(self, Slot s, bytes data):
@@ -163,19 +316,24 @@ cdef class Client:
             if s.data is None:
                 break
             slots.popleft()
-            out.append(s.data)
+            if not s.mute:
+                out.append(s.data)
         if out and not self.closed:
             self.write(<bytes>out[0] if len(out) == 1 else b"".join(out))
-        if self.closing and not slots:
+        if self.closing and not slots and not self.closed:
             self.transport.close()
 
     cpdef write(self, bytes data):
-        self.fe.net_output_bytes += len(data)
+        cdef Core fe = self.fe
+        fe.net_output_bytes += len(data)
+        self.last_interaction = fe.now
         self.transport.write(data)
+        if fe.obuf_limited:
+            fe.check_output_buffer(self)
 
     cpdef close_after_reply(self):
         self.closing = True
-        if not self.slots:
+        if not self.slots and not self.closed:
             self.transport.close()
 
 
@@ -196,12 +354,44 @@ cdef class Core:
         self.net_input_bytes = 0
         self.net_output_bytes = 0
         self.maxclients = 10000
+        self.auth_required = False
+        self.gate = False
+        self.paused = False
+        self.nmonitors = 0
+        self.slowlog_slower_than = 10000
+        self.cur_t0 = 0
+        self.cur_argv = None
+        self.cur_slotted = False
+        self.input_t = 0
+        self.deliver_t = 0
+        self.obuf_limited = False
+        self.now = time.time()
         self.packb = msgpack.Packer().pack
         self.unpackb = msgpack.unpackb
-        self.table = {}
         self.calls = {}
+        self.set_commands(commands)
+
+    def set_commands(self, commands):
+        """The dispatch table: {name as typed (lowercase bytes): Command}. A name that is
+        not the command's own comes from rename-command."""
+        table = {}
         for name, cmd in commands.items():
-            self.table[name] = (ROUTE_CODES[cmd.route], cmd.arity, cmd)
+            real = cmd.name.encode()
+            flags = 0
+            if "a" in cmd.flags:
+                flags |= F_ADMIN | F_NOMONITOR
+            if "m" in cmd.flags:
+                flags |= F_DENYOOM
+            if "w" in cmd.flags:
+                flags |= F_WRITE
+            if "l" in cmd.flags:
+                flags |= F_LOADING
+            if real == b"auth":
+                flags |= F_NOAUTH | F_NOMONITOR
+            elif real == b"hello":
+                flags |= F_HELLO
+            table[name] = (ROUTE_CODES[cmd.route], cmd.arity, cmd, real, flags, name != real)
+        self.table = table
 
     # hooks the Python subclass provides
     def client_connected(self, client):
@@ -212,6 +402,11 @@ cdef class Core:
 
     def client_overflow(self, client):
         client.transport.abort()
+
+    def command_gate(self, client, cmd, argv):
+        """SPEC 1.3 steps 5-7 (OOM, MISCONF, LOADING), called only while `gate` is set:
+        reply and return False to stop the command."""
+        return True
 
     cpdef long long new_reqid(self):
         self.next_reqid += 1
@@ -246,26 +441,77 @@ cdef class Core:
         self.send(w, [REQ_CMD, self.next_reqid, argv])
 
     cpdef dispatch(self, Client client, list argv):
+        """One command, with CLIENT REPLY OFF/SKIP applied around it."""
+        if client.reply_mode:
+            client.mute = True
+            if client.reply_mode == 2:
+                client.reply_mode = 0       # SKIP mutes just this command
+        self.run(client, argv)
+        if client.mute and client.reply_mode != 1:
+            client.mute = False
+
+    cdef run(self, Client client, list argv):
         """SPEC 1.3 dispatch order for one command."""
-        self.commands_processed += 1
         cdef bytes name = (<bytes>argv[0]).lower()
         cdef tuple entry = self.table.get(name)
-        cdef int route, arity
+        cdef int route, arity, flags
         cdef Py_ssize_t argc = len(argv)
+        cdef long long t0
         if entry is None:
+            # 1. QUIT (never in the table, so a renamed command cannot shadow it)
             if name == b"quit":
                 client.reply(OK)
                 client.close_after_reply()
                 return
+            # 2. unknown (or renamed away) command
             self.unknown_command(client, argv)
             return
-        route = entry[0]
+        # 3. arity
         arity = entry[1]
-        self.calls[name] = self.calls.get(name, 0) + 1
         if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
             self.arity_error(client, entry[2])
             return
+        flags = entry[4]
+        # 4. requirepass: AUTH, and HELLO with a protocol version, authenticate themselves
+        if self.auth_required and not client.authenticated:
+            if not (flags & F_NOAUTH or (flags & F_HELLO and argc > 1)):
+                client.reply(NOAUTH)
+                return
+        # 5-7. OOM / MISCONF / LOADING: one flag until one of them can apply
+        if self.gate and not self.command_gate(client, entry[2], argv):
+            return
+        name = <bytes>entry[3]
+        self.commands_processed += 1
+        self.calls[name] = self.calls.get(name, 0) + 1
         client.last_cmd = name
+        if self.nmonitors and not (flags & F_NOMONITOR):
+            self.feed_monitors(client, argv)
+        if entry[5]:
+            argv[0] = name          # renamed: workers know a command by its real name
+        route = entry[0]
+        if self.slowlog_slower_than < 0:
+            self.route(client, route, name, argv)
+            return
+        # SLOWLOG: from the read that brought the command (Client.process_input) to its
+        # reply: now for a command answered at once, else when its reply slot is filled
+        # (slot_timed). Two clock readings per read and per worker message, not per command.
+        t0 = self.input_t
+        if t0 == 0:
+            self.route(client, route, name, argv)
+            return
+        self.cur_t0 = t0
+        self.cur_argv = argv
+        self.route(client, route, name, argv)
+        self.cur_argv = None
+        if self.cur_slotted:
+            self.cur_slotted = False
+        else:
+            self.cur_t0 = 0
+            t0 = mono_us() - t0
+            if self.slowlog_slower_than >= 0 and t0 >= self.slowlog_slower_than:
+                self.slowlog_push(client, argv, t0)
+
+    cdef route(self, Client client, int route, bytes name, list argv):
         if route == ROUTE_QUEUE:
             self.forward(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
         elif route == ROUTE_ID:
@@ -291,6 +537,8 @@ cdef class Core:
         pending = self.pending
         cdef list reps = self.unpackb(payload, use_list=True)
         cdef list rep
+        if self.slowlog_slower_than >= 0:
+            self.deliver_t = mono_us()
         for rep in reps:
             p = pending.pop(rep[0], None)
             if p is None:
@@ -299,6 +547,7 @@ cdef class Core:
                 fill_slot(<Slot>p, <bytes>rep[1])
             else:
                 p(rep)
+        self.deliver_t = 0
 
     cpdef flush_replies(self):
         cdef Client c

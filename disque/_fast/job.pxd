@@ -32,5 +32,9 @@ cdef class Job:
     cdef public unsigned char flags
     cdef public unsigned char gc_retry
     cdef public unsigned char in_queue  # 1 while linked in a JobQueue
+    # position in the shard's scan log (QSCAN/JSCAN cursors), 48 bits split to fit the
+    # padding at the end of the record: seq = scan_hi << 32 | scan_lo; 0 = not logged
+    cdef public unsigned short scan_hi
+    cdef public unsigned int scan_lo
 
 cdef int job_cmp(Job a, Job b)

@@ -211,10 +211,12 @@ cdef class RequestParser:
         if end > 0 and start[end - 1] == b'\r':
             end -= 1
         cdef bytes line = PyBytes_FromStringAndSize(start, end)
-        self.pos += linelen + 1
         argv = split_args(line)
         if argv is None:
+            # the line stays unconsumed: the error repeats on the next call, after the
+            # commands parsed before it were answered (commands())
             raise ProtocolError(PROTO_UNBALANCED)
+        self.pos += linelen + 1
         return [a for a in argv if len(a)]
 
     cdef list parse_multibulk_header(self, char *base, Py_ssize_t size):

@@ -12,6 +12,18 @@ cdef class Queue:
     cdef public long long jobs_out
     cdef public int paused
     cdef public object blocked       # deque of waiting consumers, in blocking order
+    cdef public unsigned long long scan_seq   # position in the shard's queue scan log
+
+cdef class ScanLog:
+    cdef public list items           # logged objects in insertion order; None = removed
+    cdef unsigned long long *seqs    # seqs[i]: the ever-increasing number of items[i]
+    cdef Py_ssize_t cap
+    cdef public Py_ssize_t n_dead
+    cdef public unsigned long long next_seq
+    cdef unsigned long long add(self, object item) except 0
+    cdef void kill(self, unsigned long long seq)
+    cdef void compact(self)
+    cpdef Py_ssize_t position(self, unsigned long long seq)
 
 cdef class ShardCore:
     cdef public dict jobs
@@ -27,11 +39,16 @@ cdef class ShardCore:
     cdef public int reachable_nodes
     cdef public bint leaving
     cdef public int memory_level
+    cdef public ScanLog job_log, queue_log
+    cdef public long long data_bytes     # estimated bytes held by jobs and queues (SPEC 9)
     cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired, n_commands
     cdef unsigned long long rng
 
     cpdef long long rand_err(self)
     cpdef Queue get_queue(self, bytes name, bint create=*)
+    cpdef register_job(self, Job job)
+    cpdef remove_queue(self, Queue q)
+    cpdef long long job_cost(self, Job job)
     cpdef schedule(self, Job job)
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)

@@ -9,6 +9,8 @@ import os
 import time
 from collections import deque
 
+from libc.stdlib cimport realloc, free
+
 from disque._fast.job cimport (Job, JOB_ACTIVE, JOB_QUEUED, JOB_FLAG_BCAST_QUEUED,
                                JOB_FLAG_BCAST_WILLQUEUE, JOB_FLAG_DELIVERED)
 from disque._fast.resp import parse_int
@@ -18,6 +20,11 @@ DEF PAUSE_IN = 1
 DEF PAUSE_OUT = 2
 
 cdef bytes SYNTAX_ERROR = b"-ERR syntax error\r\n"
+
+# Estimated bytes one job / one queue costs beyond its body and name (memory limits, SPEC 9):
+# the Job record, its ID, dict/skiplist/timer-heap/scan-log entries, as measured in RSS.
+JOB_COST = 400
+QUEUE_COST = 1200
 
 
 cdef class Queue:
@@ -31,6 +38,86 @@ cdef class Queue:
         self.jobs_out = 0
         self.paused = 0
         self.blocked = deque()
+        self.scan_seq = 0
+
+
+cdef class ScanLog:
+    """The objects of a dict (a shard's jobs or queues) in insertion order, for QSCAN/JSCAN.
+
+    Each added object gets a sequence number that never changes and only grows; a cursor is
+    "the next sequence number to look at". A removed object leaves a None (found again by
+    bisection on the sequence numbers) and the holes are squeezed out once they are half the
+    log, which moves positions but not sequence numbers. So an object present for a whole
+    scan keeps its number and is reached when the cursor passes it: returned at least once,
+    whatever is added or removed meanwhile, with bounded work per call and no state kept
+    between calls. Cost: two words per object, plus at most as many per removed one.
+    """
+    def __cinit__(self):
+        self.items = []
+        self.seqs = NULL
+        self.cap = 0
+        self.n_dead = 0
+        self.next_seq = 1
+
+    def __dealloc__(self):
+        free(self.seqs)
+
+    def __len__(self):
+        return len(self.items)
+
+    cdef unsigned long long add(self, object item) except 0:
+        cdef Py_ssize_t n = len(self.items), cap
+        cdef unsigned long long *p
+        if n == self.cap:
+            cap = 64 if self.cap < 64 else self.cap * 2
+            p = <unsigned long long *>realloc(self.seqs, cap * sizeof(unsigned long long))
+            if p == NULL:
+                raise MemoryError()
+            self.seqs = p
+            self.cap = cap
+        cdef unsigned long long seq = self.next_seq
+        self.next_seq += 1
+        self.seqs[n] = seq
+        self.items.append(item)
+        return seq
+
+    cpdef Py_ssize_t position(self, unsigned long long seq):
+        """Index of the first item whose sequence number is >= seq."""
+        cdef Py_ssize_t lo = 0, hi = len(self.items), mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self.seqs[mid] < seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def seq_at(self, Py_ssize_t pos):
+        return self.seqs[pos]
+
+    cdef void kill(self, unsigned long long seq):
+        cdef Py_ssize_t pos = self.position(seq), n = len(self.items)
+        if pos < n and self.seqs[pos] == seq and self.items[pos] is not None:
+            self.items[pos] = None
+            self.n_dead += 1
+            if self.n_dead > 1024 and self.n_dead * 2 > n:
+                self.compact()
+
+    cdef void compact(self):
+        cdef list items = self.items, kept = []
+        cdef Py_ssize_t i, j = 0, n = len(items)
+        for i in range(n):
+            item = items[i]
+            if item is not None:
+                kept.append(item)
+                self.seqs[j] = self.seqs[i]
+                j += 1
+        self.items = kept
+        self.n_dead = 0
+
+    def clear(self):
+        self.items = []
+        self.n_dead = 0
 
 
 cpdef bytes encode_job(Job job, bint withcounters):
@@ -56,6 +143,9 @@ cdef class ShardCore:
         self.reachable_nodes = 0
         self.leaving = False
         self.memory_level = 0
+        self.job_log = ScanLog()
+        self.queue_log = ScanLog()
+        self.data_bytes = 0
         self.rng = int.from_bytes(os.urandom(8), "little") | 1
         self.tick()
 
@@ -77,7 +167,30 @@ cdef class ShardCore:
         if q is None and create:
             q = Queue(name, self.now_s)
             self.queues[name] = q
+            q.scan_seq = self.queue_log.add(q)
+            self.data_bytes += QUEUE_COST + len(name)
         return q
+
+    cpdef register_job(self, Job job):
+        """Every job enters `self.jobs` here (scan log and memory estimate follow it)."""
+        self.jobs[job.id] = job
+        cdef unsigned long long seq = self.job_log.add(job)
+        job.scan_hi = <unsigned short>(seq >> 32)
+        job.scan_lo = <unsigned int>(seq & 0xffffffffULL)
+        self.data_bytes += self.job_cost(job)
+
+    cpdef remove_queue(self, Queue q):
+        """Every queue leaves `self.queues` here."""
+        if self.queues.get(q.name) is q:
+            del self.queues[q.name]
+            self.queue_log.kill(q.scan_seq)
+            self.data_bytes -= QUEUE_COST + len(q.name)
+
+    cpdef long long job_cost(self, Job job):
+        """Estimated bytes the job holds (SPEC 9 accounting, see Shard.memory_used)."""
+        if job.body is None:
+            return JOB_COST
+        return JOB_COST + len(<bytes>job.body)
 
     cpdef schedule(self, Job job):
         """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""
@@ -129,7 +242,9 @@ cdef class ShardCore:
         if job.state == JOB_QUEUED:
             self.dequeue(job)
         self.timers.cancel(job)
-        self.jobs.pop(job.id, None)
+        if self.jobs.pop(job.id, None) is job:
+            self.job_log.kill((<unsigned long long>job.scan_hi << 32) | job.scan_lo)
+            self.data_bytes -= self.job_cost(job)
 
     cpdef Job fetch(self, Queue q):
         """Pop the head of `q` for a consumer (SPEC 3.2 "Fetching a job")."""
@@ -205,7 +320,11 @@ cdef class ShardCore:
                 retry = 300
             if retry == 0:
                 retry = 1
-        cdef bint extrepl = self.memory_level >= 1 or self.leaving
+        # SPEC 3.1 step 5 turns external replication on at memory level >= 1, which on a
+        # lone node (no other node can hold the copy) would refuse every ADDJOB with NOREPL
+        # from 75% on. Deliberate difference: a lone node keeps storing jobs locally until
+        # 95%, where the OOM check before ADDJOB (Shard.execute) takes over.
+        cdef bint extrepl = (self.memory_level >= 1 and self.cluster_size > 1) or self.leaving
         cdef long long needed = replicate if extrepl else replicate - 1
         if needed > self.reachable_nodes:
             if extrepl and needed - 1 == self.reachable_nodes:
@@ -231,7 +350,7 @@ cdef class ShardCore:
         job.nodes_delivered = self.self_nodes
         job.qtime = now + delay * 1000 if delay else now + retry * 1000
         job.state = JOB_ACTIVE
-        self.jobs[job.id] = job
+        self.register_job(job)
         self.n_added += 1
         if delay:
             self.schedule(job)

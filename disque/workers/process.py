@@ -16,6 +16,7 @@ import msgpack
 import psutil
 
 from disque import log as dlog
+from disque import memstat
 from disque._fast.clock import PeriodicTimer
 from disque.workers import protocol as P
 from disque.workers.link import worker_link
@@ -56,6 +57,11 @@ class Worker:
             info.update(pid=os.getpid(), rss=mem.rss, cpu_user=cpu.user, cpu_sys=cpu.system,
                         ops=self.ops, index=self.index)
             return info
+        if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
+            return shard.scan(*arg)
+        if name == "memory":                # every ~100 ms: [level, excess, noeviction]
+            shard.set_memory(*arg)
+            return shard.memory_report(memstat.rss())
         if name == "flushall":
             shard.flushall()
             return True

@@ -14,6 +14,9 @@ Requests:
                                           message about that reqid
   [RETURN, job_ids]                       put fetched-but-undelivered jobs back; no reply
   [CONTROL, reqid, name, arg]             node-level operation; reply [reqid, value]
+        names: info, flushall, shutdown, ping; scan (a QSCAN/JSCAN share, Shard.scan);
+        memory (every ~100 ms: [level, excess, noeviction] in, memory figures and scan-log
+        sequence numbers out, Shard.set_memory / Shard.memory_report)
 """
 CMD = 0
 GETJOB = 1

@@ -6,6 +6,7 @@ bytes so the front-end only copies them to the client.
 """
 import collections
 import heapq
+import random
 from time import perf_counter_ns
 
 from disque._fast import resp
@@ -23,8 +24,15 @@ PAUSE_IN = 1
 PAUSE_OUT = 2
 PAUSE_NAMES = (b"none", b"in", b"out", b"all")
 
-QUEUE_MAX_IDLE_S = 300
+QUEUE_MAX_IDLE_BY_LEVEL = (300, 10, 2)    # seconds, by memory level (SPEC 8.2)
 SCHEDULER_BATCH = 10000
+QPEEK_MAX = 1 << 62
+
+NO_LIMIT = 1 << 62
+DENYOOM = frozenset((b"addjob", b"enqueue", b"nack"))      # flag `m` (SPEC 2)
+OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+EVICT_MAX_MISSES = 10           # SPEC 9: give up after > 10 non-evictable samples in a row
+EVICT_MAX_NS = 1000000          # ... or after 1 ms
 
 
 def err(msg):
@@ -66,7 +74,13 @@ class Shard(ShardCore):
             b"deljob": self.cmd_deljob, b"show": self.cmd_show, b"qlen": self.cmd_qlen,
             b"qpeek": self.cmd_qpeek, b"qstat": self.cmd_qstat, b"enqueue": self.cmd_enqueue,
             b"nack": self.cmd_nack, b"dequeue": self.cmd_dequeue, b"working": self.cmd_working,
+            b"pause": self.cmd_pause,
         }
+        # memory limits (SPEC 9), from the front-end every ~100 ms: see set_memory()
+        self.oom_data = NO_LIMIT         # data_bytes above which the node is over 95%
+        self.mem_data_ref = 0            # data_bytes when we last reported our memory
+        self.mem_noeviction = False
+        self.mem_base_rss = None         # RSS of this process before it held any data
 
     # ---- requests from the front-end ----------------------------------------------
 
@@ -77,7 +91,10 @@ class Shard(ShardCore):
         if handler is None:
             return err("ERR unknown command '%s'" % argv[0].decode(errors="replace"))
         t0 = perf_counter_ns()
-        reply = handler(argv)
+        if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
+            reply = OOM_ERROR
+        else:
+            reply = handler(argv)
         self.command_ns[name] += perf_counter_ns() - t0
         return reply
 
@@ -269,7 +286,7 @@ class Shard(ShardCore):
         job = Job(jid, None, None)
         job.state = ACKED
         job.etime = self.now_s + id_ttl_minutes(jid) * 60
-        self.jobs[jid] = job
+        self.register_job(job)
         return job
 
     def cmd_fastack(self, argv):
@@ -369,6 +386,8 @@ class Shard(ShardCore):
         q = self.queues.get(argv[1])
         if q is None or count == 0:
             return resp.EMPTY_ARRAY
+        # |count| may not fit a Py_ssize_t (QPEEK q -9223372036854775808): no queue is longer
+        count = max(-QPEEK_MAX, min(count, QPEEK_MAX))
         jobs = q.jobs.peek(count) if count > 0 else q.jobs.peek_tail(-count)
         return b"*%d\r\n" % len(jobs) + b"".join([encode_job(j, False) for j in jobs])
 
@@ -390,15 +409,182 @@ class Shard(ShardCore):
             b"$5\r\npause\r\n", resp.bulk(PAUSE_NAMES[q.paused]),
         ])
 
+    def cmd_pause(self, argv):
+        """PAUSE <queue> <opt> ... (SPEC 3.12): options left to right, all or nothing."""
+        flags = 0
+        update = False
+        for opt in argv[2:]:
+            opt = opt.lower()
+            if opt == b"none":
+                flags = 0
+                update = True
+            elif opt == b"in":
+                flags |= PAUSE_IN
+                update = True
+            elif opt == b"out":
+                flags |= PAUSE_OUT
+                update = True
+            elif opt == b"all":
+                flags |= PAUSE_IN | PAUSE_OUT
+                update = True
+            elif opt == b"state":
+                pass
+            elif opt == b"bcast":
+                pass    # no cluster bus yet: accepted, there is no other node to tell
+            else:
+                return SYNTAX_ERROR
+        q = self.queues.get(argv[1])
+        if q is None and update and flags:
+            q = self.get_queue(argv[1], create=True)
+        if q is not None and update:
+            old = q.paused
+            q.paused = flags
+            if old & PAUSE_OUT and not flags & PAUSE_OUT and q.blocked and len(q.jobs):
+                self.ready.add(q)       # consumers blocked while it was paused get served now
+        return b"+%s\r\n" % PAUSE_NAMES[q.paused if q is not None else 0]
+
+    # ---- QSCAN / JSCAN, this worker's share (SPEC 3.11; the front-end drives the cursor) ----
+
+    def scan(self, kind, low, bits, bound, count, steps, opts):
+        """Look at up to `steps` entries of the scan log from the sequence number whose low
+        `bits` bits are `low` (0: from the start), stopping after `count` matches (-1: no
+        limit) or at sequence number `bound` (-1: none; entries added after the scan began
+        need not be returned, and the bound keeps a scan from chasing them forever).
+        Returns [next sequence number or -1 when this worker is done, entries looked at,
+        matches, the matches as RESP items]."""
+        t0 = perf_counter_ns()
+        log = self.job_log if kind == "j" else self.queue_log
+        items = log.items
+        n = len(items)
+        if low:
+            mask = (1 << bits) - 1
+            top = log.next_seq
+            seq = top - ((top - low) & mask)
+            pos = log.position(seq) if seq >= 0 else n     # < 0: not a cursor we made
+        else:
+            pos = 0
+        if bound >= 0:
+            n = log.position(bound)
+        out = []
+        used = 0
+        if kind == "j":
+            queue, states, reply_all = opts
+            jobs = self.jobs
+            while pos < n and used != steps and len(out) != count:
+                job = items[pos]
+                pos += 1
+                used += 1
+                if job is None or jobs.get(job.id) is not job:
+                    continue
+                if queue is not None and job.queue != queue:
+                    continue
+                if states and not states & (1 << job.state):
+                    continue
+                if not job.nodes_delivered:
+                    continue            # dummy ACK
+                out.append(self.show_reply(job) if reply_all else b"+" + job.id + b"\r\n")
+        else:
+            minlen, maxlen, importrate = opts
+            queues = self.queues
+            while pos < n and used != steps and len(out) != count:
+                q = items[pos]
+                pos += 1
+                used += 1
+                if q is None or queues.get(q.name) is not q:
+                    continue
+                qlen = len(q.jobs)
+                if minlen != -1 and qlen < minlen:
+                    continue
+                if maxlen != -1 and qlen > maxlen:
+                    continue
+                if importrate != -1 and 0 < importrate:     # import rate is 0 without a cluster
+                    continue
+                out.append(resp.bulk(q.name))
+        nxt = log.seq_at(pos) if pos < n else -1
+        self.command_ns[b"jscan" if kind == "j" else b"qscan"] += perf_counter_ns() - t0
+        return [nxt, used, len(out), b"".join(out)]
+
+    # ---- memory limits (SPEC 9) -------------------------------------------------------------
+
+    def memory_used(self, rss):
+        """This worker's share of `used` memory.
+
+        The RSS alone is not usable: after jobs are acked or evicted, Python and libc keep
+        most of the freed memory for reuse instead of returning it (measured: with 100-byte
+        bodies ~35% of the per-job RSS stays after every job is gone, with 1 KB bodies ~90%),
+        so a node that reached 95% once would refuse ADDJOB forever, even empty. Upstream
+        counts allocator bytes, which fall as soon as jobs are freed. Here `used` is the
+        smaller of the RSS and (the RSS before this worker held any data + estimated bytes
+        of the jobs and queues it holds now, ShardCore.job_cost, measured and rounded up):
+        deletions count at once, and transient buffers (a big GETJOB reply) do not linger.
+        """
+        if self.mem_base_rss is None:
+            self.mem_base_rss = max(0, rss - self.data_bytes)
+        return min(rss, self.mem_base_rss + self.data_bytes)
+
+    def memory_report(self, rss):
+        """Answer to the front-end's periodic memory poll: [used, rss, data bytes, next
+        sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
+        self.mem_data_ref = self.data_bytes
+        return [self.memory_used(rss), rss, self.data_bytes, self.job_log.next_seq,
+                self.queue_log.next_seq]
+
+    def set_memory(self, level, excess, noeviction):
+        """The front-end's view of the node: memory level 0-2 (SPEC 9) and `excess`, the node's
+        used memory minus 95% of maxmemory (None: no limit), computed from our previous
+        report. Our own data changes since that report are added live (oom_data), so the
+        OOM check before `m` commands is exact for this worker's growth and for what its
+        evictions free, instead of lagging one poll behind."""
+        self.memory_level = level
+        self.mem_noeviction = noeviction
+        self.oom_data = NO_LIMIT if excess is None else self.mem_data_ref - excess
+
+    def free_memory(self):
+        """Eviction before an `m` command when the node is over 95% of maxmemory (SPEC 9,
+        policy `acks`). True when the command may run: enough was freed to go back under.
+
+        Random jobs are sampled (the scan log gives O(1) random access); acked jobs and
+        delivered at-most-once jobs are deleted; with no jobs at all, idle queues go.
+        Give up after > 10 non-evictable samples in a row or 1 ms. Each worker evicts
+        from its own jobs only.
+        """
+        if self.mem_noeviction:
+            return False
+        items = self.job_log.items
+        deadline = perf_counter_ns() + EVICT_MAX_NS
+        misses = 0
+        rnd = random.random
+        jobs = self.jobs
+        while self.data_bytes > self.oom_data:
+            if not jobs or not items:
+                if not jobs:
+                    self.evict_idle_queues(QUEUE_MAX_IDLE_BY_LEVEL[2])
+                break
+            job = items[int(rnd() * len(items))]
+            if job is not None and jobs.get(job.id) is job:
+                if job.state == ACKED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
+                    self.delete_job(job)
+                    misses = 0
+                else:
+                    misses += 1
+                    if misses > EVICT_MAX_MISSES:
+                        break
+            if perf_counter_ns() > deadline:
+                break
+        return self.data_bytes <= self.oom_data
+
     # ---- maintenance -----------------------------------------------------------------------
 
-    def evict_idle_queues(self):
-        """Drop queues that are empty, unpaused, unwaited and idle (SPEC 8.2)."""
-        limit = self.now_s - QUEUE_MAX_IDLE_S
-        stale = [name for name, q in self.queues.items()
+    def evict_idle_queues(self, max_idle=None):
+        """Drop queues that are empty, unpaused, unwaited and idle (SPEC 8.2): idle for 300 s,
+        10 s above 75% of maxmemory, 2 s above 95%."""
+        if max_idle is None:
+            max_idle = QUEUE_MAX_IDLE_BY_LEVEL[min(self.memory_level, 2)]
+        limit = self.now_s - max_idle
+        stale = [q for q in self.queues.values()
                  if not len(q.jobs) and not q.blocked and not q.paused and q.atime <= limit]
-        for name in stale:
-            del self.queues[name]
+        for q in stale:
+            self.remove_queue(q)
 
     def flushall(self):
         """DEBUG FLUSHALL: drop every job and queue; waiting consumers get a null array."""
@@ -411,6 +597,9 @@ class Shard(ShardCore):
             self.timers.cancel(job)
         self.jobs.clear()
         self.queues.clear()
+        self.job_log.clear()
+        self.queue_log.clear()
+        self.data_bytes = 0
         self.block_deadlines.clear()
         self.ready.clear()
 
