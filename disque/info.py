@@ -6,13 +6,14 @@ Instantaneous metrics (ops/sec, input/output kbps) are sampled by the front-end 
 used_memory is the RSS of the front-end and all workers (the figure maxmemory is held
 against), since a Python process has no allocator counter comparable to jemalloc's.
 """
+import json
 import os
 import platform
 import time
 
 import psutil
 
-from disque import VERSION
+from disque import VERSION, statslog
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats",
                     "cpu", "workers")
@@ -101,6 +102,12 @@ def sections(fe, workers):
         total = usec.get(name, 0)
         stats.append(("cmdstat_" + name, "calls=%d,usec=%d,usec_per_call=%.2f" % (calls, total, total / calls)))
     out["commandstats"] = stats
+    # schema-v1 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
+    addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
+    out["workerstats"] = [("worker%d" % w.get("index", 0),
+                           json.dumps(statslog.line(now, fe.node_id.decode(), addr, w),
+                                      separators=(",", ":"), sort_keys=True))
+                          for w in workers]
     return out
 
 
@@ -111,7 +118,7 @@ def render(fe, workers, section="default"):
     elif section in ("all", "everything"):
         names = DEFAULT_SECTIONS + ("commandstats",)
     elif section in data:
-        names = (section,)
+        names = (section,)          # includes "workerstats", never part of default/all
     else:
         return ""
     chunks = []

@@ -6,6 +6,7 @@ restart shows as uptime_s going down). The file rotates by size (`path` -> `path
 for the consumers; `line()` below is its single producer (the server's writer and the
 `disque-stats-collect` poller both use it).
 """
+import bisect
 import json
 import os
 
@@ -80,8 +81,4 @@ class LatencyHistogram:
         self.counts = [0] * (len(LATENCY_BOUNDS_US) + 1)
 
     def add(self, usec):
-        for i, bound in enumerate(LATENCY_BOUNDS_US):
-            if usec <= bound:
-                self.counts[i] += 1
-                return
-        self.counts[-1] += 1
+        self.counts[bisect.bisect_left(LATENCY_BOUNDS_US, usec)] += 1

@@ -47,3 +47,35 @@ def test_latency_histogram_buckets():
     for us in (1, 10, 11, 100000, 100001, 10 ** 9):
         h.add(us)
     assert h.counts[0] == 2 and h.counts[1] == 1 and h.counts[-2] == 1 and h.counts[-1] == 2
+
+
+def test_info_workerstats_and_collector_match_a_scripted_workload(start_server, tmp_path):
+    """A real 2-worker server: the records `disque-stats-collect` writes count exactly what
+    the test did."""
+    from disque import stats_collect
+
+    srv = start_server(workers=2)
+    r = srv.client()
+    queues = [b"stats-a", b"stats-b", b"stats-c", b"stats-d"]
+    ids = [r.execute_command("ADDJOB", q, b"x" * 10, 0) for q in queues for _ in range(5)]
+    got = r.execute_command("GETJOB", "COUNT", 20, "FROM", *queues)
+    assert len(got) == 20
+    assert r.execute_command("ACKJOB", *[j[1] for j in got[:8]]) == 8
+    out = tmp_path / "collected"
+    assert stats_collect.main(["--nodes", "127.0.0.1:%d" % srv.port, "--interval", "0.1",
+                               "--count", "1", "--output", str(out)]) == 0
+    files = list(out.iterdir())
+    assert len(files) == 1
+    records = [json.loads(x) for x in files[0].read_text().splitlines()]
+    assert sorted(rec["worker"] for rec in records) == [0, 1]
+    for rec in records:
+        assert set(rec) == SCHEMA_KEYS and rec["v"] == 1 and len(rec["node"]) == 40
+        assert rec["addr"] == "127.0.0.1:%d" % srv.port and rec["uptime_s"] > 0
+        assert sum(rec["latency_us"]["counts"]) == sum(rec["commands"].values())
+    total = lambda f: sum(f(rec) for rec in records)
+    assert total(lambda rec: rec["jobs"]["added"]) == 20
+    assert total(lambda rec: rec["commands"].get("addjob", 0)) == 20
+    assert total(lambda rec: rec["jobs"]["delivered"]) == 20
+    assert total(lambda rec: rec["jobs"]["acked"]) == 8
+    assert total(lambda rec: rec["gauges"]["jobs"]) == 12
+    assert total(lambda rec: sum(q["jobs_in"] for q in rec["top_queues"])) == 20

@@ -55,7 +55,7 @@ class Worker:
             mem = self.process.memory_info()
             cpu = self.process.cpu_times()
             info.update(pid=os.getpid(), rss=mem.rss, cpu_user=cpu.user, cpu_sys=cpu.system,
-                        ops=self.ops, index=self.index)
+                        ops=self.ops, index=self.index, uptime_s=time.time() - self.started)
             return info
         if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
             return shard.scan(*arg)

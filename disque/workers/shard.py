@@ -13,6 +13,7 @@ from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
                               STATE_NAMES, Job)
 from disque._fast.jobid import id_ttl_minutes
+from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job
 
 parse_int = resp.parse_int
@@ -69,6 +70,8 @@ class Shard(ShardCore):
         self.out = []                         # replies/offers for the front-end
         self.config = config or {}
         self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
+        self.command_count = collections.Counter()  # calls per command (stats log)
+        self.latency = LatencyHistogram()           # service time distribution (stats log)
         self.handlers = {
             b"addjob": self.cmd_addjob, b"ackjob": self.cmd_ackjob, b"fastack": self.cmd_fastack,
             b"deljob": self.cmd_deljob, b"show": self.cmd_show, b"qlen": self.cmd_qlen,
@@ -95,8 +98,13 @@ class Shard(ShardCore):
             reply = OOM_ERROR
         else:
             reply = handler(argv)
-        self.command_ns[name] += perf_counter_ns() - t0
+        self.account(name, perf_counter_ns() - t0)
         return reply
+
+    def account(self, name, ns):
+        self.command_ns[name] += ns
+        self.command_count[name] += 1
+        self.latency.add(ns // 1000)
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
@@ -171,7 +179,7 @@ class Shard(ShardCore):
             return self.fetch_or_block(reqid, client, count, nohang, withcounters, timeout_ms,
                                        proxy, queue_names)
         finally:
-            self.command_ns[b"getjob"] += perf_counter_ns() - t0
+            self.account(b"getjob", perf_counter_ns() - t0)
 
     def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
                        queue_names):
@@ -618,4 +626,10 @@ class Shard(ShardCore):
             "requeued": self.n_requeued,
             "expired": self.n_expired,
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
+            "commands": {k.decode(): v for k, v in self.command_count.items()},
+            "latency_counts": list(self.latency.counts),
+            "top_queues": [{"queue": q.name.decode(errors="replace"), "len": len(q.jobs),
+                            "jobs_in": q.jobs_in, "jobs_out": q.jobs_out}
+                           for q in heapq.nlargest(TOP_QUEUES, self.queues.values(),
+                                                   key=lambda q: len(q.jobs))],
         }
