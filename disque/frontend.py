@@ -11,6 +11,7 @@ import os
 import time
 
 from disque import commands as C
+from disque import statslog
 from disque.admin import AdminMixin
 from disque import info as info_mod
 from disque import memstat
@@ -201,6 +202,9 @@ class Frontend(AdminMixin, Core):
         self.stats = {"total_connections_received": 0, "rejected_connections": 0}
         self.multigets_blocked = 0
         self.multiget_deadlines = []     # heap of (monotonic deadline, seq, MultiGet)
+        self.stats_log = None            # statslog.StatsLog while stats-log-file is set
+        self.stats_log_last = 0.0
+        self.stats_log_pending = False
         self.multiget_seq = 0
         self.shutdown_cb = None
         self.local = {
@@ -628,6 +632,7 @@ class Frontend(AdminMixin, Core):
     def cron(self):
         """Every CRON_MS (timerfd tick): time out cross-worker GETJOBs; client cron."""
         self.admin_cron()
+        self.stats_log_cron()
         now = time.monotonic()
         deadlines = self.multiget_deadlines
         expired = False
@@ -644,6 +649,33 @@ class Frontend(AdminMixin, Core):
             if len(live) * 2 < len(deadlines):
                 heapq.heapify(live)
                 self.multiget_deadlines = live
+
+    def stats_log_cron(self):
+        """`stats-log-file` / `stats-log-interval`: one schema-v1 line per worker per interval.
+        Both are read on every tick, so CONFIG SET turns the log on, off or elsewhere."""
+        path = self.cfg.stats_log_file
+        if not path:
+            self.stats_log = None
+            return
+        path = self.cfg.resolve_path(path)
+        now = time.time()
+        if self.stats_log is None or self.stats_log.path != path:
+            self.stats_log = statslog.StatsLog(path)
+            self.stats_log_last = 0.0
+        if now - self.stats_log_last < self.cfg.stats_log_interval or self.stats_log_pending:
+            return
+        self.stats_log_last = now
+        self.stats_log_pending = True
+        log_file = self.stats_log
+        addr = "%s:%d" % ((self.cfg.bind or ["127.0.0.1"])[0], self.cfg.port)
+
+        def write(workers):
+            self.stats_log_pending = False
+            node = self.node_id.decode()
+            if not log_file.write([statslog.line(now, node, addr, w) for w in workers]):
+                log.warning("Cannot write the stats log %s", log_file.path)
+
+        self.control_all("info", None, write)
 
     def cancel_wait(self, client):
         """The client vanished while blocked: forget it everywhere; late jobs go back."""

@@ -79,3 +79,39 @@ def test_info_workerstats_and_collector_match_a_scripted_workload(start_server, 
     assert total(lambda rec: rec["jobs"]["acked"]) == 8
     assert total(lambda rec: rec["gauges"]["jobs"]) == 12
     assert total(lambda rec: sum(q["jobs_in"] for q in rec["top_queues"])) == 20
+
+
+def test_server_writes_the_stats_log_and_config_set_turns_it_on(start_server, tmp_path):
+    import time as _time
+    from conftest import wait_until
+
+    path = tmp_path / "stats.jsonl"
+    srv = start_server(workers=2)
+    r = srv.client()
+    for _ in range(7):
+        r.execute_command("ADDJOB", "slq", b"body", 0)
+    assert not path.exists()
+    assert r.execute_command("CONFIG", "SET", "stats-log-interval", "1") in (b"OK", "OK", True)
+    assert r.execute_command("CONFIG", "SET", "stats-log-file", str(path)) in (b"OK", "OK", True)
+
+    def lines():
+        if not path.exists():
+            return []
+        return [json.loads(x) for x in path.read_text().splitlines()]
+
+    wait_until(lambda: len(lines()) >= 4, timeout=10)        # two intervals x two workers
+    recs = lines()
+    assert {rec["worker"] for rec in recs} == {0, 1}
+    by_worker = {}
+    for rec in recs:
+        assert set(rec) == SCHEMA_KEYS
+        by_worker.setdefault(rec["worker"], []).append(rec)
+    latest = [v[-1] for v in by_worker.values()]
+    assert sum(rec["jobs"]["added"] for rec in latest) == 7
+    for v in by_worker.values():           # counters are monotonic, timestamps increase
+        assert [x["ts"] for x in v] == sorted(x["ts"] for x in v)
+        assert [x["jobs"]["added"] for x in v] == sorted(x["jobs"]["added"] for x in v)
+    r.execute_command("CONFIG", "SET", "stats-log-file", "")
+    count = len(lines())
+    _time.sleep(1.5)                        # a full interval: nothing more may appear
+    assert len(lines()) == count
