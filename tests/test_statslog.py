@@ -61,6 +61,7 @@ def test_info_workerstats_and_collector_match_a_scripted_workload(start_server, 
     got = r.execute_command("GETJOB", "COUNT", 20, "FROM", *queues)
     assert len(got) == 20
     assert r.execute_command("ACKJOB", *[j[1] for j in got[:8]]) == 8
+    assert r.execute_command("DELJOB", got[8][1], got[9][1]) == 2
     out = tmp_path / "collected"
     assert stats_collect.main(["--nodes", "127.0.0.1:%d" % srv.port, "--interval", "0.1",
                                "--count", "1", "--output", str(out)]) == 0
@@ -77,7 +78,8 @@ def test_info_workerstats_and_collector_match_a_scripted_workload(start_server, 
     assert total(lambda rec: rec["commands"].get("addjob", 0)) == 20
     assert total(lambda rec: rec["jobs"]["delivered"]) == 20
     assert total(lambda rec: rec["jobs"]["acked"]) == 8
-    assert total(lambda rec: rec["gauges"]["jobs"]) == 12
+    assert total(lambda rec: rec["jobs"]["deleted"]) == 2
+    assert total(lambda rec: rec["gauges"]["jobs"]) == 10
     assert total(lambda rec: sum(q["jobs_in"] for q in rec["top_queues"])) == 20
 
 

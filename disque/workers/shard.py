@@ -71,6 +71,7 @@ class Shard(ShardCore):
         self.config = config or {}
         self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
         self.command_count = collections.Counter()  # calls per command (stats log)
+        self.n_deleted = 0                          # jobs removed by DELJOB / FASTACK
         self.latency = LatencyHistogram()           # service time distribution (stats log)
         self.handlers = {
             b"addjob": self.cmd_addjob, b"ackjob": self.cmd_ackjob, b"fastack": self.cmd_fastack,
@@ -304,6 +305,7 @@ class Shard(ShardCore):
             if job is not None:
                 self.delete_job(job)
                 count += 1
+        self.n_deleted += count
         return b":%d\r\n" % count
 
     cmd_deljob = cmd_fastack
@@ -625,6 +627,7 @@ class Shard(ShardCore):
             "nacked": self.n_nacked,
             "requeued": self.n_requeued,
             "expired": self.n_expired,
+            "deleted": self.n_deleted,
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
             "commands": {k.decode(): v for k, v in self.command_count.items()},
             "latency_counts": list(self.latency.counts),
