@@ -5,26 +5,15 @@ redis-cli runs without a terminal here, so by default it prints in its "raw" for
 ``(error) ERR ...``, quoted bulk strings, unquoted status replies, ``(nil)``).
 """
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 
 import hiredis
 import pytest
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 encode = _c.encode_command
 JOB_ID_RE = _c.JOB_ID_RE

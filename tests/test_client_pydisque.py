@@ -18,9 +18,7 @@ It is an expected failure only while the server answers ``HELLO 3`` with an erro
 RESP3 handshake yet); once the handshake exists it is an ordinary test.
 """
 
-import os
 import re
-import sys
 import threading
 import time
 
@@ -32,16 +30,7 @@ import pydisque.client
 from pydisque.client import Client
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 Err = _c.Err
 JOB_ID_RE = _c.JOB_ID_RE
 SHOW_FIELDS = _c.SHOW_FIELDS

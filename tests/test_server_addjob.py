@@ -1,22 +1,12 @@
 """ADDJOB (SPEC 3.1), job IDs (SPEC 5), default RETRY/REPLICATE rules."""
 
 import os
-import sys
 import time
 
 import pytest
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 JOB_ID_RE, show, addjob = _c.JOB_ID_RE, _c.show, _c.addjob
 

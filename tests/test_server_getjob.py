@@ -1,22 +1,11 @@
 """GETJOB (SPEC 3.2, 8.3, 16.3, 16.4): immediate path, options, errors, blocking basics."""
 
-import os
-import sys
 import time
 
 import pytest
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
 

@@ -4,22 +4,11 @@ Timing bounds are generous: the scheduler is allowed ~100 ms lateness (SPEC 7.1)
 requeues carry a +-250 ms jitter (rand_err(500)); we add another 0.5 s of slack for
 a loaded 2-core machine."""
 
-import os
-import sys
 import time
 
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
 

@@ -4,23 +4,13 @@
 import os
 import signal
 import socket
-import sys
 import time
 
 import psutil
 import pytest
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 
 

@@ -5,11 +5,9 @@ HELLO and CONFIG GET, and every command we have through redis-py's default proto
 `protocol=2`, and through redis-py's pure-Python RESP2/RESP3 parsers; redis-cli -3.
 """
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
@@ -19,16 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 JOB_ID_RE = _c.JOB_ID_RE
 UNKNOWN_ID = "D-00000000-000000000000000000000000-0000"

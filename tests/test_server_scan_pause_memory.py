@@ -1,24 +1,13 @@
 """PAUSE (SPEC 3.12), QSCAN / JSCAN (SPEC 3.11), queue eviction (SPEC 8.2) and memory limits
 (SPEC 9), against real servers: 1 worker, 3 workers, 3 workers over ZeroMQ."""
 
-import os
-import sys
 import threading
 import time
 
 import pytest
 
 
-def _load_conftest():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conftest.py")
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f and os.path.abspath(f) == here:
-            return mod
-    raise ImportError("tests/conftest.py is not loaded")
-
-
-_c = _load_conftest()
+import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
 

@@ -57,7 +57,9 @@ def test_info_workerstats_and_collector_match_a_scripted_workload(start_server, 
     srv = start_server(workers=2)
     r = srv.client()
     queues = [b"stats-a", b"stats-b", b"stats-c", b"stats-d"]
-    ids = [r.execute_command("ADDJOB", q, b"x" * 10, 0) for q in queues for _ in range(5)]
+    for q in queues:
+        for _ in range(5):
+            r.execute_command("ADDJOB", q, b"x" * 10, 0)
     got = r.execute_command("GETJOB", "COUNT", 20, "FROM", *queues)
     assert len(got) == 20
     assert r.execute_command("ACKJOB", *[j[1] for j in got[:8]]) == 8
