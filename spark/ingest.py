@@ -1,0 +1,395 @@
+"""disque-stats-ingest: turn Disque per-worker stats logs into Parquet tables and a report.
+
+    disque-stats-ingest --input DIR_OR_GLOB --output DIR [--master URL] [--follow]
+    spark-submit spark/ingest.py --input DIR_OR_GLOB --output DIR
+
+From Python::
+
+    from disque_spark import ingest
+    result = ingest.run("/var/log/disque/", "/tmp/stats-out")      # batch
+    result.rows_read, result.bad_lines, result.tables["worker_rates"], result.report_path
+
+See spark/README.md for the input schema, the tables and the --follow semantics.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script (spark-submit spark/ingest.py): load the package
+    import importlib.util
+
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == _here:
+        sys.path.pop(0)  # do not let spark/*.py shadow top-level modules
+    _spec = importlib.util.spec_from_file_location(
+        "disque_spark", os.path.join(_here, "__init__.py"), submodule_search_locations=[_here])
+    _mod = importlib.util.module_from_spec(_spec)
+    sys.modules["disque_spark"] = _mod
+    _spec.loader.exec_module(_mod)
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from disque_spark import storage
+from disque_spark.progress import Progress, fmt_int, human_bytes
+
+TABLES = ("worker_rates", "node_rates", "queue_backlog", "summary", "queue_summary", "bad_lines")
+PARTITIONED = ("worker_rates", "node_rates", "queue_backlog")
+STAGING = "_staging"
+FOLLOW_DIR = "_follow"
+REPORT_DIR = "report"
+
+
+class IngestError(Exception):
+    """A user-facing error (bad arguments, no input): reported in one line."""
+
+
+@dataclass
+class IngestResult:
+    input: str
+    output: str
+    master: str = ""
+    mode: str = "batch"
+    files: int | None = 0
+    input_bytes: int | None = 0
+    rows_read: int = 0                 # non-blank input lines
+    bad_lines: int = 0
+    bad_by_reason: dict = field(default_factory=dict)
+    bad_examples: list = field(default_factory=list)   # [(file, reason, line)], first few
+    rows_ok: int = 0                   # good samples
+    late_rows: int = 0                 # --follow: samples older than what was already processed
+    nodes: int = 0
+    workers: int = 0
+    restarts: int = 0
+    start_ts: float | None = None
+    end_ts: float | None = None
+    bucket_s: float | None = None
+    batches: int = 0                   # --follow micro-batches processed
+    tables: dict = field(default_factory=dict)        # table -> rows
+    table_paths: dict = field(default_factory=dict)   # table -> path
+    report_path: str | None = None
+    stages: list = field(default_factory=list)        # [(stage, seconds)]
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary_lines(self) -> list[str]:
+        lines = [
+            f"mode {self.mode}, master {self.master}, {self.seconds:.1f}s",
+            f"input: {self.input} ({fmt_int(self.files)} files, {human_bytes(self.input_bytes)})",
+            f"rows in: {fmt_int(self.rows_read)} lines, {fmt_int(self.rows_ok)} good, "
+            f"{fmt_int(self.bad_lines)} bad" + (f" {self.bad_by_reason}" if self.bad_lines else "")
+            + (f", {fmt_int(self.late_rows)} late (dropped)" if self.late_rows else ""),
+            f"nodes {self.nodes}, workers {self.workers}, restarts seen {self.restarts}"
+            + (f", bucket {self.bucket_s:g}s" if self.bucket_s else ""),
+            "rows out: " + (", ".join(f"{t} {fmt_int(n)}" for t, n in self.tables.items()) or "none"),
+            f"tables under: {self.output}",
+        ]
+        if self.report_path:
+            lines.append(f"report: {self.report_path}")
+        if self.stages:
+            lines.append("stages: " + ", ".join(f"{n} {s:.1f}s" for n, s in self.stages))
+        return lines
+
+
+# ---------------------------------------------------------------------------
+# batch
+# ---------------------------------------------------------------------------
+
+class BatchPipeline:
+    def __init__(self, spark, input_path: str, output: str, progress: Progress, result: IngestResult,
+                 first_sample: str = "start", bucket_s: float | None = None, report: bool = True,
+                 keep_staging: bool = False):
+        self.spark = spark
+        self.input = input_path
+        self.output = output
+        self.progress = progress
+        self.result = result
+        self.first_sample = first_sample
+        self.bucket_s = bucket_s
+        self.report = report
+        self.keep_staging = keep_staging
+
+    def path(self, *parts: str) -> str:
+        return storage.join(self.output, *parts)
+
+    def run(self) -> IngestResult:
+        from pyspark.sql import functions as F
+
+        from disque_spark import schema, transform
+
+        spark, res, pr = self.spark, self.result, self.progress
+
+        with pr.stage("list input") as st:
+            spark_paths, files, total = storage.list_input(self.input)
+            if files is not None and not files:
+                raise IngestError(f"no input files match {self.input!r}"
+                                  + (f" (a directory means {storage.DIR_PATTERN} under it)"
+                                     if os.path.isdir(storage.local_path(self.input)) else ""))
+            res.files = len(files) if files is not None else None
+            res.input_bytes = total
+            st.detail = (f"{fmt_int(res.files)} files, {human_bytes(total)}" if files is not None
+                         else f"{self.input} (listed by Spark)")
+            for name in TABLES + (STAGING, FOLLOW_DIR, REPORT_DIR):
+                storage.delete(spark, self.path(name))
+
+        staging = self.path(STAGING, "samples")
+        with pr.stage("parse + validate (explicit schema)") as st:
+            reader = spark.read.option("recursiveFileLookup", "true")
+            if files is None:
+                reader = reader.option("pathGlobFilter", storage.DIR_PATTERN) if not any(
+                    c in self.input for c in "*?[{") else reader
+            text = reader.text(spark_paths)
+            text = text.select("value", F.col("_metadata.file_path").alias("_file"))
+            parsed = schema.parse_lines(text, file_col="_file")
+            parsed.write.mode("overwrite").parquet(staging)
+            staged = spark.read.parquet(staging)
+            good = F.col("bad_reason").isNull()
+            # one small group per (node, worker) and per bad reason: summed up here
+            groups = staged.groupBy(
+                "bad_reason", F.when(good, F.col("node")).alias("n"), F.when(good, F.col("worker")).alias("w")
+            ).agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("lat_counts")).alias("k"),
+                  F.min("ts").alias("t0"), F.max("ts").alias("t1")).collect()
+            res.rows_read = sum(int(g["rows"]) for g in groups)
+            res.bad_by_reason = {}
+            for g in groups:
+                if g["bad_reason"] is not None:
+                    res.bad_by_reason[g["bad_reason"]] = res.bad_by_reason.get(g["bad_reason"], 0) + int(g["rows"])
+            res.bad_lines = sum(res.bad_by_reason.values())
+            res.rows_ok = res.rows_read - res.bad_lines
+            ok = [g for g in groups if g["bad_reason"] is None]
+            res.nodes, res.workers = len({g["n"] for g in ok}), len(ok)
+            res.start_ts = min((g["t0"] for g in ok), default=None)
+            res.end_ts = max((g["t1"] for g in ok), default=None)
+            k = max([int(g["k"]) for g in ok if g["k"] is not None and g["k"] > 0] or [0])
+            if res.bad_lines:
+                bad = staged.where(~good).select("file", "bad_reason", "line")
+                bad.write.mode("overwrite").parquet(self.path("bad_lines"))
+                res.tables["bad_lines"] = res.bad_lines
+                res.table_paths["bad_lines"] = self.path("bad_lines")
+                res.bad_examples = [tuple(r) for r in bad.limit(5).collect()]
+            st.detail = (f"rows read {fmt_int(res.rows_read)}, bad lines {fmt_int(res.bad_lines)}"
+                         + (f" {res.bad_by_reason}" if res.bad_lines else "")
+                         + f", {res.nodes} nodes, {res.workers} workers")
+
+        samples = staged.where(good).drop("bad_reason", "line", "file")
+
+        with pr.stage("worker_rates (window per node/worker)") as st:
+            wr = transform.worker_rates(samples.drop("top_queues"), self.first_sample, k)
+            n, restarts = self._write("worker_rates", wr, extra=F.sum(F.col("restart").cast("int")))
+            wr = spark.read.parquet(self.path("worker_rates"))
+            res.restarts = int(restarts or 0)
+            st.detail = f"{fmt_int(n)} rows, {res.restarts} restarts"
+
+        with pr.stage("queue_backlog (window per node/worker/queue)") as st:
+            qb = transform.queue_backlog(transform.queue_samples(samples.select(
+                "node", "worker", "pid", "ts", "uptime_s", "top_queues")), self.first_sample)
+            n = self._write("queue_backlog", qb)
+            st.detail = f"{fmt_int(n)} rows"
+
+        with pr.stage("node_rates (per node and time bucket)") as st:
+            bucket = self.bucket_s or detect_bucket(wr)
+            res.bucket_s = bucket
+            grid = transform.node_grid(wr)
+            nr = transform.node_rates(wr, bucket, grid, k)
+            n = self._write("node_rates", nr)
+            st.detail = f"{fmt_int(n)} rows, bucket {bucket:g}s"
+
+        with pr.stage("summary + answers") as st:
+            nr = spark.read.parquet(self.path("node_rates"))
+            n1 = self._write("summary", transform.summary(wr, nr, bucket, k), partitioned=False)
+            qb = spark.read.parquet(self.path("queue_backlog"))
+            n2 = self._write("queue_summary", transform.queue_summary(qb), partitioned=False)
+            st.detail = f"summary {n1} rows, queue_summary {n2} rows"
+
+        if not self.keep_staging:
+            storage.delete(spark, self.path(STAGING))
+
+        if self.report:
+            with pr.stage("report (HTML + PNG charts)") as st:
+                res.report_path = write_report(spark, self.output, res)
+                st.detail = res.report_path
+        return res
+
+    def _write(self, name: str, df, partitioned: bool | None = None, extra=None):
+        """Write a table, read back its row count (and one extra aggregate, if given)."""
+        from pyspark.sql import functions as F
+        path = self.path(name)
+        w = df.write.mode("overwrite")
+        if partitioned is None:
+            partitioned = name in PARTITIONED
+        if partitioned:
+            w = w.partitionBy("date")
+        w.parquet(path)
+        back = self.spark.read.parquet(path)
+        if extra is None:
+            n = back.count()
+        else:
+            row = back.agg(F.count(F.lit(1)), extra).first()
+            n = row[0]
+        self.result.tables[name] = n
+        self.result.table_paths[name] = path
+        return n if extra is None else (n, row[1])
+
+
+def detect_bucket(wr, default: float | None = 1.0) -> float | None:
+    """The typical sampling interval: median interval of non-fresh samples, in ms resolution
+    (``default`` when no worker has two consecutive samples)."""
+    from pyspark.sql import functions as F
+    v = (wr.where(~F.col("first_sample") & ~F.col("restart") & (F.col("interval_s") > 0))
+         .agg(F.percentile_approx("interval_s", 0.5, 10000)).first()[0])
+    if not v or v <= 0:
+        return default
+    return max(round(float(v), 3), 0.001)
+
+
+def write_report(spark, output: str, result: IngestResult) -> str:
+    from disque_spark import report
+    if storage.is_local(output):
+        out = os.path.join(storage.local_path(output), REPORT_DIR)
+        return report.make_report(spark, output, out, result)
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="disque-report-")
+    report.make_report(spark, output, tmp, result)
+    dest = storage.join(output, REPORT_DIR)
+    storage.copy_from_local(spark, tmp, dest)
+    return storage.join(dest, "index.html")
+
+
+# ---------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------
+
+def run(input: str, output: str, master: str | None = None, follow: bool = False, report: bool = True,
+        spark=None, progress: bool | Progress = True, first_sample: str = "start",
+        bucket_s: float | None = None, driver_memory: str | None = "2g", keep_staging: bool = False,
+        max_files_per_trigger: int = 10, trigger_seconds: float = 2.0, idle_timeout: float | None = None,
+        max_seconds: float | None = None, stop_event=None, report_every: float = 60.0,
+        spark_conf: dict | None = None) -> IngestResult:
+    """Run the pipeline; returns an IngestResult with the counts.
+
+    ``spark``: an existing SparkSession to use (it is left running); otherwise one is
+    created (``master`` or ``local[*]``) and stopped at the end.
+    ``follow``: keep consuming new files (Structured Streaming) until ``stop_event`` is
+    set, ``idle_timeout`` seconds pass without new input, ``max_seconds`` elapse, or
+    Ctrl-C. See follow.py.
+    """
+    if first_sample not in ("start", "baseline"):
+        raise IngestError("first_sample must be 'start' or 'baseline'")
+    if isinstance(progress, Progress):
+        pr = progress
+    else:
+        pr = Progress(enabled=bool(progress), total_stages=None if follow else (7 if report else 6))
+    t0 = time.monotonic()
+    own = spark is None
+    if own:
+        from disque_spark.session import make_session
+        pr.say(f"starting Spark ({master or 'local[*]'}) ...")
+        spark = make_session(master=master, driver_memory=driver_memory, conf=spark_conf)
+    pr.spark = spark
+    res = IngestResult(input=input, output=output, master=spark.sparkContext.master,
+                       mode="follow" if follow else "batch")
+    try:
+        if follow:
+            from disque_spark.follow import Follower
+            f = Follower(spark, input, output, progress=pr, result=res, first_sample=first_sample,
+                         bucket_s=bucket_s, report=report, max_files_per_trigger=max_files_per_trigger,
+                         trigger_seconds=trigger_seconds, report_every=report_every)
+            f.start()
+            f.wait(stop_event=stop_event, idle_timeout=idle_timeout, max_seconds=max_seconds)
+            f.stop()
+        else:
+            BatchPipeline(spark, input, output, pr, res, first_sample=first_sample, bucket_s=bucket_s,
+                          report=report, keep_staging=keep_staging).run()
+    finally:
+        res.stages = list(pr.done)
+        res.seconds = time.monotonic() - t0
+        if own:
+            spark.stop()
+    return res
+
+
+def start_follow(input: str, output: str, spark, progress: bool | Progress = True, first_sample: str = "start",
+                 bucket_s: float | None = None, report: bool = True, max_files_per_trigger: int = 10,
+                 trigger_seconds: float = 2.0, report_every: float = 60.0):
+    """Start --follow on an existing SparkSession and return the running Follower.
+
+    Call ``.stop()`` on it to end (flushes the last node buckets, refreshes summary and
+    report) and get the IngestResult; ``.result`` has the running counts meanwhile.
+    """
+    from disque_spark.follow import Follower
+    pr = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
+    pr.spark = spark
+    res = IngestResult(input=input, output=output, master=spark.sparkContext.master, mode="follow")
+    return Follower(spark, input, output, progress=pr, result=res, first_sample=first_sample,
+                    bucket_s=bucket_s, report=report, max_files_per_trigger=max_files_per_trigger,
+                    trigger_seconds=trigger_seconds, report_every=report_every).start()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="disque-stats-ingest",
+        description="Ingest Disque stats logs (JSON lines, schema v1) into Parquet tables "
+                    "(worker_rates, node_rates, queue_backlog, summary, queue_summary) and an HTML report.")
+    p.add_argument("--input", required=True,
+                   help="a directory (every *.jsonl* file under it, rotated ones included) or a glob")
+    p.add_argument("--output", required=True, help="output directory for the tables and report/")
+    p.add_argument("--master", default=None,
+                   help="Spark master URL (default: what spark-submit set, else local[*])")
+    p.add_argument("--follow", action="store_true",
+                   help="keep running: Structured Streaming over the input, updating the tables")
+    p.add_argument("--report", action=argparse.BooleanOptionalAction, default=True,
+                   help="write report/index.html with PNG charts (default: on)")
+    p.add_argument("--first-sample", choices=("start", "baseline"), default="start",
+                   help="a worker's first sample counts from the process start (default) or is "
+                        "only a baseline")
+    p.add_argument("--bucket", type=float, default=None, metavar="SECONDS",
+                   help="node_rates time bucket (default: the median sampling interval)")
+    p.add_argument("--driver-memory", default="2g", help="driver JVM heap for a local master (default 2g)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark config")
+    p.add_argument("--keep-staging", action="store_true", help="keep the parsed samples (_staging/)")
+    p.add_argument("--max-files-per-trigger", type=int, default=10, help="--follow: files per micro-batch")
+    p.add_argument("--trigger", type=float, default=2.0, metavar="SECONDS",
+                   help="--follow: micro-batch interval (default 2s)")
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS",
+                   help="--follow: stop after this long without new input (default: run until Ctrl-C)")
+    p.add_argument("--report-every", type=float, default=60.0, metavar="SECONDS",
+                   help="--follow: refresh the report at most this often (default 60s)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the result counts as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    conf = {}
+    for kv in args.conf:
+        if "=" not in kv:
+            print(f"disque-stats-ingest: --conf wants KEY=VALUE, got {kv!r}", file=sys.stderr)
+            return 2
+        k, v = kv.split("=", 1)
+        conf[k] = v
+    try:
+        res = run(args.input, args.output, master=args.master, follow=args.follow, report=args.report,
+                  progress=not args.quiet, first_sample=args.first_sample, bucket_s=args.bucket,
+                  driver_memory=args.driver_memory, keep_staging=args.keep_staging,
+                  max_files_per_trigger=args.max_files_per_trigger, trigger_seconds=args.trigger,
+                  idle_timeout=args.idle_timeout, report_every=args.report_every, spark_conf=conf)
+    except IngestError as e:
+        print(f"disque-stats-ingest: {e}", file=sys.stderr)
+        return 2
+    print("disque-stats-ingest: done")
+    for line in res.summary_lines():
+        print("  " + line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res.to_dict(), f, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Helpers for tests: one SparkSession per test session, and scripted synthetic stats logs.
+
+Use the fixture from a test module with::
+
+    from disque_spark.testing import spark_session  # noqa: F401  (session-scoped fixture)
+
+``spark_session`` is session scoped and built with ``getOrCreate``, so several modules
+importing it share the one SparkSession (``local[2]``, UI off, loopback, this interpreter).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+NODE_A = "a" * 40
+NODE_B = "b" * 40
+T0 = 1795239600.0          # 2026-11-21 (UTC), a whole second
+LAT_BOUNDS = [10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000]
+
+
+def pyspark_available() -> str | None:
+    """None when pyspark and java are usable, else the reason to skip."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark not installed (pip install -e '.[spark]')"
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        return "java not found (Spark needs Java 17)"
+    return None
+
+
+_SESSION = None
+
+
+def get_test_session():
+    global _SESSION
+    if _SESSION is None:
+        from disque_spark.session import make_session
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        _SESSION = make_session(master="local[2]", app_name="disque-spark-tests", driver_memory="1g",
+                                conf={"spark.sql.shuffle.partitions": "4",
+                                      "spark.default.parallelism": "2",
+                                      "spark.sql.streaming.pollingDelay": "100ms"})
+    return _SESSION
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    reason = pyspark_available()
+    if reason:
+        pytest.skip(reason)
+    spark = get_test_session()
+    yield spark
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.stop()
+        _SESSION = None
+
+
+# ---------------------------------------------------------------------------
+# scripted synthetic logs
+# ---------------------------------------------------------------------------
+
+def record(node, worker, ts, uptime, pid, t, *, addr="127.0.0.1:7711", cmd_rates=None, job_rates=None,
+           queues=(), lat_per_s=None, bus_rates=None, rss=20_000_000, cpu_per_s=0.25, gauges=None):
+    """One schema-v1 record whose monotonic counters are ``rate * t`` (t = seconds of activity)."""
+    cmd_rates = cmd_rates or {}
+    job_rates = job_rates or {}
+    bus_rates = bus_rates or {"in": {}, "out": {}}
+    lat = [int(c * t) for c in (lat_per_s or [0] * (len(LAT_BOUNDS) + 1))]
+    return {
+        "v": 1, "ts": ts, "node": node, "addr": addr, "worker": worker, "pid": pid, "uptime_s": uptime,
+        "commands": {k: int(r * t) for k, r in cmd_rates.items()},
+        "jobs": {k: int(job_rates.get(k, 0) * t) for k in
+                 ("added", "delivered", "acked", "nacked", "requeued", "expired", "deleted")},
+        "gauges": gauges or {"jobs": 3, "queued": 1, "active": 2, "queues": len(queues), "blocked": 0},
+        "top_queues": [dict(q) for q in queues],
+        "bus": {d: {k: int(r * t) for k, r in bus_rates[d].items()} for d in ("in", "out")},
+        "rss": rss, "cpu_user": round(cpu_per_s * t * 0.8, 3), "cpu_sys": round(cpu_per_s * t * 0.2, 3),
+        "latency_us": {"bounds": LAT_BOUNDS, "counts": lat},
+    }
+
+
+def dumps(rec) -> str:
+    return json.dumps(rec, separators=(",", ":"))

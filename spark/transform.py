@@ -1,0 +1,447 @@
+"""The DataFrame transformations: counters -> per-interval rates -> tables -> answers.
+
+Everything here is plain Spark SQL (window functions, higher-order functions): no Python
+UDF, so executors never need this package and the job runs unchanged on a cluster.
+
+Counter semantics (per (node, worker), ordered by ts; per (node, worker, queue) for the
+queue counters):
+
+* a sample is *fresh* when it is the first one seen for its worker, or when the worker
+  restarted since the previous sample (``uptime_s`` went down or ``pid`` changed);
+* the interval of a fresh sample starts at the process start (``ts - uptime_s``) and its
+  counters are the deltas (everything since the process started); with
+  ``first_sample="baseline"`` the first sample of a worker only sets the baseline (no
+  interval, null rates) - a restart still counts from the process start;
+* otherwise the interval is ``(previous ts, ts]`` and a counter's delta is ``value -
+  previous``, except that a counter that went down (``CONFIG RESETSTAT``, a queue that
+  was garbage-collected and re-created) counts ``value`` (its delta since the reset);
+* rates are delta / interval seconds; an interval of zero or less (duplicate samples)
+  gives null rates and zero deltas.
+"""
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from disque_spark.schema import GAUGES, JOB_COUNTERS, QUEUE_COUNTERS
+
+PERCENTILES = ((50, 0.50), (90, 0.90), (99, 0.99))
+
+#: Scalar monotonic counters of a sample (besides the maps and the histogram).
+_SCALAR_COUNTERS = list(JOB_COUNTERS)
+_DOUBLE_COUNTERS = ["cpu_user", "cpu_sys"]
+_MAP_COUNTERS = ["commands", "bus_in", "bus_out"]
+
+
+# ---------------------------------------------------------------------------
+# small expression helpers
+# ---------------------------------------------------------------------------
+
+def _rate(delta: Column, dt: Column) -> Column:
+    return F.when(dt > 0, F.try_divide(delta.cast("double"), dt))
+
+
+def _map_sum(m: Column) -> Column:
+    return F.aggregate(F.map_values(m), F.lit(0).cast("long"), lambda acc, x: acc + F.coalesce(x, F.lit(0)))
+
+
+def add_percentiles(df: DataFrame, k: int, counts: str = "lat_counts", bounds: str = "lat_bounds") -> DataFrame:
+    """Add latency_count and lat_p50_us / lat_p90_us / lat_p99_us estimated from a histogram.
+
+    ``k`` is the (maximum) number of buckets. Bucket i holds values in (bounds[i-1],
+    bounds[i]] (bounds[-1] = 0); the last bucket (above the last bound) has no upper edge,
+    so a quantile falling there is reported as the last bound (a lower bound of the true
+    value). Linear interpolation inside a bucket. Null when the histogram is empty.
+
+    Written with k scalar columns (cumulative sums) and CASE branches rather than
+    higher-order array functions: those run interpreted, these are code-generated.
+    """
+    if k <= 0:
+        return df.select("*", F.lit(None).cast("long").alias("latency_count"),
+                         *[F.lit(None).cast("double").alias(f"lat_p{p}_us") for p, _ in PERCENTILES])
+    arr, bnd = F.col(counts), F.col(bounds)
+    cs = [f"_pc{i}" for i in range(1, k + 1)]
+    cums = [f"_pcum{i}" for i in range(1, k + 1)]
+    df = df.select("*", *[F.coalesce(F.try_element_at(arr, F.lit(i)), F.lit(0)).cast("long").alias(cs[i - 1])
+                          for i in range(1, k + 1)])
+    cum_exprs, acc = [], None
+    for c in cs:
+        acc = F.col(c) if acc is None else acc + F.col(c)
+        cum_exprs.append(acc)
+    df = df.select("*", *[e.alias(n) for e, n in zip(cum_exprs, cums)])
+    total = F.col(cums[-1])
+    out = [F.when(arr.isNotNull(), total).alias("latency_count")]
+    for p, q in PERCENTILES:
+        t = total.cast("double") * F.lit(q)
+        expr = None
+        for i in range(1, k + 1):
+            lo = F.lit(0.0) if i == 1 else F.try_element_at(bnd, F.lit(i - 1)).cast("double")
+            hi = F.try_element_at(bnd, F.lit(i)).cast("double")
+            before = F.lit(0.0) if i == 1 else F.col(cums[i - 2]).cast("double")
+            val = F.when(hi.isNull(), lo).otherwise(
+                lo + (hi - lo) * F.try_divide(t - before, F.col(cs[i - 1]).cast("double")))
+            cond = F.col(cums[i - 1]).cast("double") >= t
+            expr = F.when(cond, val) if expr is None else expr.when(cond, val)
+        out.append(F.when(arr.isNotNull() & (total > 0), expr).alias(f"lat_p{p}_us"))
+    return df.select("*", *out).drop(*cs, *cums)
+
+
+def sum_arrays(col: str, k: int) -> Column:
+    """Element-wise sum of an array column over an aggregation group (fixed length k)."""
+    if k <= 0:
+        return F.lit(None).cast("array<bigint>")
+    return F.array(*[F.coalesce(F.sum(F.try_element_at(F.col(col), F.lit(i))), F.lit(0)).cast("long")
+                     for i in range(1, k + 1)])
+
+
+def date_of(ts: Column) -> Column:
+    """UTC date of a unix timestamp, independent of the session time zone."""
+    return F.date_add(F.lit("1970-01-01").cast("date"), F.floor(ts / 86400).cast("int"))
+
+
+# ---------------------------------------------------------------------------
+# worker_rates
+# ---------------------------------------------------------------------------
+
+def _interval_flags(p: str, first_sample: str):
+    """first / restart / fresh flags and the interval start for a row with previous struct p."""
+    prev = F.col(p)
+    first = prev.isNull()
+    restart = (~first) & F.coalesce(
+        (F.col("uptime_s") < prev["uptime_s"]) | (F.col("pid") != prev["pid"]), F.lit(False))
+    fresh = first | restart
+    from_start = F.col("ts") - F.col("uptime_s")
+    if first_sample == "baseline":
+        start = (F.when(first, F.lit(None).cast("double"))
+                 .when(restart, F.coalesce(from_start, prev["ts"]))
+                 .otherwise(prev["ts"]))
+    else:
+        start = (F.when(first, from_start)
+                 .when(restart, F.coalesce(from_start, prev["ts"]))
+                 .otherwise(prev["ts"]))
+    return first, restart, fresh, start
+
+
+def _delta(cur: Column, prev: Column, fresh: Column, start: Column) -> Column:
+    return (F.when(start.isNull(), F.lit(None))
+            .when(fresh, cur)
+            .when(prev.isNull() | cur.isNull(), F.lit(None))
+            .when(cur < prev, cur)
+            .otherwise(cur - prev))
+
+
+def _map_delta(cur: Column, prev: Column, fresh: Column, start: Column) -> Column:
+    per_key = F.transform_values(
+        cur, lambda k, v: F.when(fresh, v)
+        .when(F.try_element_at(prev, k).isNull() | (v < F.try_element_at(prev, k)), v)
+        .otherwise(v - F.try_element_at(prev, k)))
+    return (F.when(start.isNull() | cur.isNull(), F.lit(None))
+            .when(fresh, cur)
+            .when(prev.isNull(), F.lit(None))
+            .otherwise(per_key))
+
+
+def _hist_delta(cur: Column, prev: Column, cur_b: Column, prev_b: Column, fresh: Column, start: Column,
+                k: int) -> Column:
+    if k <= 0:
+        return F.lit(None).cast("array<bigint>")
+    ci = [F.coalesce(F.try_element_at(cur, F.lit(i)), F.lit(0)) for i in range(1, k + 1)]
+    pi = [F.coalesce(F.try_element_at(prev, F.lit(i)), F.lit(0)) for i in range(1, k + 1)]
+    went_down = None
+    for c, p in zip(ci, pi):
+        went_down = (c < p) if went_down is None else (went_down | (c < p))
+    reset = (F.size(cur) != F.size(prev)) | ~F.coalesce(cur_b == prev_b, F.lit(True)) | went_down
+    return (F.when(start.isNull() | cur.isNull(), F.lit(None))
+            .when(fresh, cur)
+            .when(prev.isNull(), F.lit(None))
+            .when(reset, cur)
+            .otherwise(F.array(*[(c - p).cast("long") for c, p in zip(ci, pi)])))
+
+
+def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14) -> DataFrame:
+    """Per (node, worker, sample): deltas and rates of every counter, gauges, latency.
+
+    ``samples`` are good rows as produced by schema.parse_lines (top_queues not needed);
+    ``k`` is the longest latency histogram (number of buckets) in the data.
+    A boolean ``_tail`` column, when present, is carried through (used by --follow).
+    """
+    prev_cols = ["ts", "uptime_s", "pid"] + _SCALAR_COUNTERS + _DOUBLE_COUNTERS + _MAP_COUNTERS + [
+        "lat_bounds", "lat_counts"]
+    w = Window.partitionBy("node", "worker").orderBy("ts")
+    df = samples.select("*", F.lag(F.struct(*prev_cols)).over(w).alias("_p"))
+    first, restart, fresh, start = _interval_flags("_p", first_sample)
+    df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
+                   start.alias("_start"))
+    fr, st, p = F.col("_fresh"), F.col("_start"), F.col("_p")
+    dt = F.col("interval_s")
+    df = df.withColumn("interval_s", F.col("ts") - st)
+
+    d = {}
+    for c in _SCALAR_COUNTERS:
+        d[c] = _delta(F.col(c), p[c], fr, st)
+    cpu = _delta(F.col("cpu_user"), p["cpu_user"], fr, st) + _delta(F.col("cpu_sys"), p["cpu_sys"], fr, st)
+    cmd = _map_delta(F.col("commands"), p["commands"], fr, st)
+    bus_in = _map_delta(F.col("bus_in"), p["bus_in"], fr, st)
+    bus_out = _map_delta(F.col("bus_out"), p["bus_out"], fr, st)
+    lat = _hist_delta(F.col("lat_counts"), p["lat_counts"], F.col("lat_bounds"), p["lat_bounds"], fr, st, k)
+
+    df = df.select(
+        "*",
+        cmd.alias("cmd"), bus_in.alias("bus_in_by_type"), bus_out.alias("bus_out_by_type"),
+        lat.alias("_lat"), cpu.alias("cpu_s"),
+        *[d[c].alias("_d_" + c) for c in _SCALAR_COUNTERS])
+    # map totals once (higher-order functions run interpreted: do not repeat them)
+    df = df.select("*", _map_sum(F.col("cmd")).alias("_cmd_sum"),
+                   _map_sum(F.col("bus_in_by_type")).alias("_bin_sum"),
+                   _map_sum(F.col("bus_out_by_type")).alias("_bout_sum"))
+    # duplicate samples (same ts as the previous one): zero deltas, null rates; a fresh
+    # sample with no elapsed time (uptime_s 0) keeps its counts (rates stay null)
+    zero = (dt <= 0) & ~F.col("_fresh")
+    cols = [
+        date_of(F.col("ts")).alias("date"),
+        F.timestamp_seconds(F.col("ts")).alias("time"),
+        "ts", "node", "addr", "worker", "pid", "uptime_s", "interval_s",
+        F.col("_first").alias("first_sample"), "restart",
+        F.when(zero, F.lit(0)).otherwise(F.col("_cmd_sum")).cast("long").alias("commands"),
+        _rate(F.col("_cmd_sum"), dt).alias("commands_per_s"),
+        F.when(zero, F.lit(None)).otherwise(F.col("cmd")).alias("cmd"),
+        F.when(dt > 0, F.transform_values(F.col("cmd"), lambda k, v: F.try_divide(v.cast("double"), dt))
+               ).alias("cmd_per_s"),
+    ]
+    for c in _SCALAR_COUNTERS:
+        cols.append(F.when(zero, F.lit(0)).otherwise(F.col("_d_" + c)).cast("long").alias(c))
+        cols.append(_rate(F.col("_d_" + c), dt).alias(c + "_per_s"))
+    cols += [
+        F.when(zero, F.lit(0)).otherwise(F.col("_bin_sum")).cast("long").alias("bus_in"),
+        F.when(zero, F.lit(0)).otherwise(F.col("_bout_sum")).cast("long").alias("bus_out"),
+        _rate(F.col("_bin_sum"), dt).alias("bus_in_per_s"),
+        _rate(F.col("_bout_sum"), dt).alias("bus_out_per_s"),
+        F.when(zero, F.lit(None)).otherwise(F.col("bus_in_by_type")).alias("bus_in_by_type"),
+        F.when(zero, F.lit(None)).otherwise(F.col("bus_out_by_type")).alias("bus_out_by_type"),
+        F.when(zero, F.lit(0.0)).otherwise(F.col("cpu_s")).alias("cpu_s"),
+        (_rate(F.col("cpu_s"), dt) * 100.0).alias("cpu_pct"),
+        "rss", F.col("jobs"), *[g for g in GAUGES if g != "jobs"],
+        "lat_bounds",
+        F.when(zero, F.lit(None)).otherwise(F.col("_lat")).alias("lat_counts"),
+    ]
+    if "_tail" in samples.columns:
+        cols.append("_tail")
+    out = df.select(*cols)
+    return add_percentiles(out, k)
+
+
+# ---------------------------------------------------------------------------
+# queue_backlog
+# ---------------------------------------------------------------------------
+
+def queue_samples(samples: DataFrame) -> DataFrame:
+    """Explode top_queues: one row per (node, worker, queue, sample)."""
+    keep = ["node", "worker", "pid", "ts", "uptime_s"]
+    if "_tail" in samples.columns:
+        keep.append("_tail")
+    df = samples.select(*keep, F.explode("top_queues").alias("q"))
+    return df.select(*keep, F.col("q.queue").alias("queue"), F.col("q.len").alias("len"),
+                     *[F.col("q." + c).alias(c) for c in QUEUE_COUNTERS]).where(F.col("queue").isNotNull())
+
+
+def queue_backlog(qsamples: DataFrame, first_sample: str = "start") -> DataFrame:
+    """Per (node, queue, sample): len, growth, in/out/nack/redelivery deltas and rates."""
+    w = Window.partitionBy("node", "worker", "queue").orderBy("ts")
+    prev_cols = ["ts", "uptime_s", "pid", "len"] + list(QUEUE_COUNTERS)
+    df = qsamples.select("*", F.lag(F.struct(*prev_cols)).over(w).alias("_p"))
+    first, restart, fresh, start = _interval_flags("_p", first_sample)
+    df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
+                   start.alias("_start"))
+    fr, st, p = F.col("_fresh"), F.col("_start"), F.col("_p")
+    dt = F.col("interval_s")
+    df = df.withColumn("interval_s", F.col("ts") - st)
+    zero = (dt <= 0) & ~F.col("_fresh")
+    cols = [date_of(F.col("ts")).alias("date"), F.timestamp_seconds(F.col("ts")).alias("time"),
+            "ts", "node", "worker", "queue", "len", "interval_s", "restart"]
+    for c in QUEUE_COUNTERS:
+        delta = _delta(F.col(c), p[c], fr, st)
+        cols.append(F.when(zero, F.lit(0)).otherwise(delta).cast("long").alias(c))
+        cols.append(_rate(delta, dt).alias(c.replace("jobs_", "") + "_per_s"))
+    growth = F.when(F.col("_first") | F.col("restart"), F.lit(None)).otherwise(F.col("len") - p["len"])
+    gdt = F.col("ts") - p["ts"]
+    cols.append(growth.alias("growth"))
+    cols.append(F.when(gdt > 0, F.try_divide(growth.cast("double"), gdt)).alias("growth_per_s"))
+    if "_tail" in qsamples.columns:
+        cols.append("_tail")
+    return df.select(*cols)
+
+
+# ---------------------------------------------------------------------------
+# node_rates
+# ---------------------------------------------------------------------------
+
+_NODE_SUMS = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
+
+
+def node_grid(wr: DataFrame) -> DataFrame:
+    """(node, t0): the first timestamp of each node, which anchors its time buckets."""
+    return wr.groupBy("node").agg(F.min("ts").alias("t0"))
+
+
+def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int) -> DataFrame:
+    """Per (node, time bucket): rates summed over the node's workers, skew, latency.
+
+    Each worker's rate in a bucket is sum(deltas) / sum(interval seconds) of its samples
+    that fall into the bucket (normally exactly one); the node rate is the sum over its
+    workers. Buckets are ``bucket_s`` wide, centred on t0 + i * bucket_s per node, so the
+    one-line-per-worker-per-interval pattern lands one sample per worker per bucket even
+    with a little timing jitter.
+    """
+    df = wr.join(F.broadcast(grid), "node")
+    df = df.withColumn("_idx", F.round((F.col("ts") - F.col("t0")) / F.lit(float(bucket_s))).cast("long"))
+    dtv = F.when(F.col("interval_s") > 0, F.col("interval_s"))
+    # gauges: the max over the worker's samples in the bucket (normally exactly one)
+    agg1 = [F.first("addr", ignorenulls=True).alias("addr"),
+            F.sum(dtv).alias("_dt"),
+            F.max(F.col("restart").cast("int")).alias("_restart"),
+            F.sum("cpu_s").alias("cpu_s"),
+            F.max("rss").alias("rss"),
+            *[F.max(g).alias(g) for g in GAUGES],
+            F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+            sum_arrays("lat_counts", k).alias("lat_counts")]
+    agg1 += [F.sum(c).alias(c) for c in _NODE_SUMS]
+    per_worker = df.groupBy("node", "t0", "_idx", "worker").agg(*agg1)
+    dt = F.col("_dt")
+    per_worker = per_worker.withColumn("_wrate", _rate(F.col("commands"), dt))
+    agg2 = [F.first("addr", ignorenulls=True).alias("addr"),
+            F.count(F.lit(1)).alias("workers"),
+            F.sum("_restart").cast("long").alias("restarts")]
+    for c in _NODE_SUMS:
+        agg2.append(F.sum(c).cast("long").alias(c))
+        agg2.append(F.sum(_rate(F.col(c), dt)).alias(c + "_per_s"))
+    agg2 += [
+        (F.sum(_rate(F.col("cpu_s"), dt)) * 100.0).alias("cpu_pct"),
+        F.sum("rss").alias("rss"), *[F.sum(g).alias(g) for g in GAUGES],
+        F.max("_wrate").alias("max_worker_commands_per_s"),
+        F.avg("_wrate").alias("mean_worker_commands_per_s"),
+        F.max_by("worker", "_wrate").alias("busiest_worker"),
+        F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+        sum_arrays("lat_counts", k).alias("lat_counts"),
+    ]
+    nr = per_worker.groupBy("node", "t0", "_idx").agg(*agg2)
+    ts = F.col("t0") + F.col("_idx") * F.lit(float(bucket_s))
+    nr = nr.select(
+        date_of(ts).alias("date"), F.timestamp_seconds(ts).alias("time"), ts.alias("ts"),
+        "node", "addr", F.lit(float(bucket_s)).alias("bucket_s"), "workers", "restarts",
+        *[c for col in _NODE_SUMS for c in (col + "_per_s", col)],
+        "cpu_pct", "rss", *GAUGES,
+        F.when(F.col("mean_worker_commands_per_s") > 0,
+               F.try_divide(F.col("max_worker_commands_per_s"), F.col("mean_worker_commands_per_s"))
+               ).alias("skew"),
+        "max_worker_commands_per_s", "mean_worker_commands_per_s", "busiest_worker",
+        "lat_bounds", "lat_counts")
+    return add_percentiles(nr, k)
+
+
+# ---------------------------------------------------------------------------
+# summaries and answers
+# ---------------------------------------------------------------------------
+
+TOTAL_NODE = "TOTAL"
+
+
+def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int) -> DataFrame:
+    """One row per node plus a TOTAL row: totals, averages, peaks, skew, latency."""
+    sums = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
+    w_aggs = [F.first("addr", ignorenulls=True).alias("addr"),
+              F.countDistinct("worker").alias("workers"),
+              F.count(F.lit(1)).alias("samples"),
+              F.min(F.col("ts") - F.coalesce(F.col("interval_s"), F.lit(0.0))).alias("start_ts"),
+              F.max("ts").alias("end_ts"),
+              F.sum(F.col("restart").cast("int")).cast("long").alias("restarts"),
+              *[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in sums],
+              F.sum("cpu_s").alias("cpu_s"),
+              F.max("rss").alias("max_worker_rss")]
+    per_node_w = wr.groupBy("node").agg(*w_aggs)
+    n_aggs = [F.avg("commands_per_s").alias("avg_commands_per_s"),
+              F.avg("added_per_s").alias("avg_added_per_s"),
+              F.avg("acked_per_s").alias("avg_acked_per_s"),
+              F.max("commands_per_s").alias("peak_commands_per_s"),
+              F.avg("cpu_pct").alias("avg_cpu_pct"),
+              F.max("rss").alias("peak_rss"),
+              F.max("queued").alias("peak_queued"),
+              F.avg("skew").alias("mean_skew"),
+              F.percentile_approx("skew", 0.95).alias("p95_skew"),
+              F.max("skew").alias("max_skew"),
+              F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+              sum_arrays("lat_counts", k).alias("lat_counts")]
+    per_node_n = nr.groupBy("node").agg(*n_aggs)
+    # materialized once (a few rows): the TOTAL row and the output both read it
+    nodes = per_node_w.join(per_node_n, "node", "left").localCheckpoint(eager=True)
+
+    # cluster-wide: a cluster bucket sums the nodes' buckets that fall into it
+    cluster = (nr.groupBy(F.round(F.col("ts") / F.lit(float(bucket_s))).alias("_b"))
+               .agg(F.sum("commands_per_s").alias("_c"), F.sum("added_per_s").alias("_a"),
+                    F.sum("acked_per_s").alias("_k"), F.sum("rss").alias("_r")))
+    peaks = cluster.agg(F.avg("_c").alias("avg_commands_per_s"), F.avg("_a").alias("avg_added_per_s"),
+                        F.avg("_k").alias("avg_acked_per_s"),
+                        F.max("_c").alias("peak_commands_per_s"), F.max("_r").alias("peak_rss"))
+    total = nodes.agg(
+        F.lit(TOTAL_NODE).alias("node"), F.lit(None).cast("string").alias("addr"),
+        F.sum("workers").cast("long").alias("workers"), F.sum("samples").cast("long").alias("samples"),
+        F.min("start_ts").alias("start_ts"), F.max("end_ts").alias("end_ts"),
+        F.sum("restarts").cast("long").alias("restarts"),
+        *[F.sum(c).cast("long").alias(c) for c in sums],
+        F.sum("cpu_s").alias("cpu_s"), F.max("max_worker_rss").alias("max_worker_rss"),
+        F.sum("avg_cpu_pct").alias("avg_cpu_pct"),
+        F.max("peak_queued").alias("peak_queued"),
+        F.avg("mean_skew").alias("mean_skew"), F.max("p95_skew").alias("p95_skew"),
+        F.max("max_skew").alias("max_skew"),
+        F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+        sum_arrays("lat_counts", k).alias("lat_counts"),
+    ).crossJoin(peaks)
+    cols = ["node", "addr", "workers", "samples", "start_ts", "end_ts", "restarts"] + sums + [
+        "cpu_s", "max_worker_rss", "avg_cpu_pct", "avg_commands_per_s", "avg_added_per_s", "avg_acked_per_s",
+        "peak_commands_per_s", "peak_rss", "peak_queued",
+        "mean_skew", "p95_skew", "max_skew", "lat_bounds", "lat_counts"]
+    allrows = nodes.select(*cols).unionByName(total.select(*cols))
+    span = F.col("end_ts") - F.col("start_ts")
+    allrows = allrows.select(
+        F.when(F.col("node") == TOTAL_NODE, 1).otherwise(0).alias("_o"),
+        "*", span.alias("span_s"),
+        F.timestamp_seconds(F.col("start_ts")).alias("start"),
+        F.timestamp_seconds(F.col("end_ts")).alias("end"))
+    return add_percentiles(allrows, k).orderBy("_o", "node").drop("_o")
+
+
+def queue_summary(qb: DataFrame, min_r2: float = 0.5, min_up_fraction: float = 0.5) -> DataFrame:
+    """Per (node, queue): backlog trend (growing?) and the redelivery ratio.
+
+    growing = the least-squares slope of len over time is positive and the linear trend
+    explains at least ``min_r2`` of len's variance (R^2; so an oscillating queue is not
+    "growing"), the last len is above the first, and len went up in at least
+    ``min_up_fraction`` of the intervals that changed it (intervals with growth != 0).
+    redelivery_ratio = (additional_deliveries + nacks) / jobs_out over the run.
+    """
+    g = qb.groupBy("node", "queue").agg(
+        F.count(F.lit(1)).alias("samples"),
+        F.countDistinct("worker").alias("workers"),
+        F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"),
+        F.min_by("len", "ts").alias("first_len"), F.max_by("len", "ts").alias("last_len"),
+        F.max("len").alias("max_len"),
+        F.regr_slope(F.col("len").cast("double"), F.col("ts")).alias("len_slope_per_s"),
+        F.regr_r2(F.col("len").cast("double"), F.col("ts")).alias("len_r2"),
+        F.sum(F.when(F.col("growth") > 0, 1).otherwise(0)).alias("intervals_up"),
+        F.sum(F.when(F.col("growth") < 0, 1).otherwise(0)).alias("intervals_down"),
+        F.count("growth").alias("intervals"),
+        *[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in QUEUE_COUNTERS])
+    changed = F.col("intervals_up") + F.col("intervals_down")
+    up_frac = F.when(changed > 0, F.col("intervals_up") / changed)
+    g = g.select("*", up_frac.alias("up_fraction"))
+    growing = (F.coalesce(F.col("len_slope_per_s") > 0, F.lit(False))
+               & F.coalesce(F.col("len_r2") >= min_r2, F.lit(False))
+               & (F.col("last_len") > F.col("first_len"))
+               & F.coalesce(F.col("up_fraction") >= min_up_fraction, F.lit(False)))
+    ratio = F.when(F.col("jobs_out") > 0, F.try_divide(
+        (F.col("additional_deliveries") + F.col("nacks")).cast("double"), F.col("jobs_out")))
+    return g.select("*", growing.alias("growing"), ratio.alias("redelivery_ratio"))
+
+
+def max_hist_len(df: DataFrame, col: str = "lat_counts") -> int:
+    v = df.agg(F.max(F.size(col))).first()[0]
+    return int(v) if v and v > 0 else 0
