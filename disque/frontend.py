@@ -39,15 +39,14 @@ def one_line(text):
 
 
 class Gather:
-    """A command split over several workers; `merge` builds the client reply."""
-    __slots__ = ("client", "slot", "left", "parts", "merge")
+    """A multi-ID command split over several workers; the integer replies are summed."""
+    __slots__ = ("client", "slot", "left", "parts")
 
-    def __init__(self, client, slot, n, merge):
+    def __init__(self, client, slot, n):
         self.client = client
         self.slot = slot
         self.left = n
         self.parts = [None] * n
-        self.merge = merge
 
 
 class MultiGet:
@@ -449,7 +448,7 @@ class Frontend(AdminMixin, Core):
         if len(groups) == 1:
             self.forward(client, next(iter(groups)), argv)
             return
-        g = Gather(client, client.slot(), len(groups), None)
+        g = Gather(client, client.slot(), len(groups))
         for n, (w, part) in enumerate(groups.items()):
             reqid = self.new_reqid()
             self.pending[reqid] = self.gather_part(g, n)

@@ -79,8 +79,7 @@ class Node:
 
     def worker_config(self):
         cfg = self.cfg
-        return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "",
-                "maxmemory": cfg.maxmemory}
+        return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or ""}
 
     def start_workers(self):
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
