@@ -14,6 +14,7 @@ import pytest
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
+from conftest import queues_on_distinct_workers
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 encode = _c.encode_command
 JOB_ID_RE = _c.JOB_ID_RE
@@ -25,25 +26,8 @@ needs_cli = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installe
                                "(Debian package redis-tools; .ci/run installs it)")
 
 
-def crc16(data: bytes) -> int:
-    """CRC16/XMODEM, the slot hash of README "Design"."""
-    crc = 0
-    for b in data:
-        crc ^= b << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
 
 
-def queues_on_distinct_workers(prefix: str, nworkers: int = 3):
-    found = {}
-    i = 0
-    while len(found) < nworkers:
-        name = f"{prefix}-{i}"
-        found.setdefault((crc16(name.encode()) % 4096) % nworkers, name)
-        i += 1
-    return [found[w] for w in range(nworkers)]
 
 
 def cli(server, *args, raw=True, stdin=None, timeout=30, check=True):

@@ -31,31 +31,14 @@ from pydisque.client import Client
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
+from conftest import queues_on_distinct_workers
 Err = _c.Err
 JOB_ID_RE = _c.JOB_ID_RE
 SHOW_FIELDS = _c.SHOW_FIELDS
 
 
-def crc16(data: bytes) -> int:
-    """CRC16/XMODEM, the slot hash of README "Design" (same as Redis Cluster)."""
-    crc = 0
-    for b in data:
-        crc ^= b << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
 
 
-def queues_on_distinct_workers(prefix: str, nworkers: int = 3):
-    """One queue name per worker of a 3-worker node (harmless on 1 worker)."""
-    found = {}
-    i = 0
-    while len(found) < nworkers:
-        name = f"{prefix}-{i}"
-        found.setdefault((crc16(name.encode()) % 4096) % nworkers, name)
-        i += 1
-    return [found[w] for w in range(nworkers)]
 
 
 def redis_default_protocol() -> int:

@@ -36,6 +36,7 @@ import pytest
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
+from conftest import queues_on_distinct_workers
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 encode = _c.encode_command
 wait_until = _c.wait_until
@@ -48,26 +49,8 @@ BLOCK_GRACE = 0.25          # a GETJOB with no reply after this long is taken as
 REPLY_TIMEOUT = 10.0        # any other missing reply after this long is a failure
 
 
-def crc16(data: bytes) -> int:
-    crc = 0
-    for b in data:
-        crc ^= b << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
 
 
-def queues_on_distinct_workers(prefix, per_worker=1, nworkers=3):
-    found = {w: [] for w in range(nworkers)}
-    i = 0
-    while any(len(v) < per_worker for v in found.values()):
-        name = f"{prefix}-{i}"
-        w = (crc16(name.encode()) % 4096) % nworkers
-        if len(found[w]) < per_worker:
-            found[w].append(name)
-        i += 1
-    return [q for w in range(nworkers) for q in found[w]]
 
 
 # ---------------------------------------------------------------------------
