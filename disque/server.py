@@ -23,6 +23,14 @@ from disque.workers.link import front_end_links
 
 log = logging.getLogger("disque.server")
 WORKER_START_TIMEOUT = 30.0
+# Workers import the same `disque` the front-end runs: `python -m` would put the current
+# directory first on sys.path, and started from inside a source checkout the worker would
+# import the uncompiled tree instead of the installed package.
+WORKER_BOOT = ("import os, sys\n"
+               "if sys.path and sys.path[0] in ('', os.getcwd()):\n"
+               "    sys.path.pop(0)\n"
+               "from disque.workers.process import main\n"
+               "main()\n")
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
 MEMORY_TICKS = 2        # measure memory and push the level to workers (SPEC 9) every 100 ms
@@ -86,7 +94,7 @@ class Node:
         conf = json.dumps(self.worker_config())
         for k in range(self.nworkers):
             link_args, fds = links.worker_args(k)
-            cmd = [sys.executable, "-m", "disque.workers", "--index", str(k),
+            cmd = [sys.executable, "-c", WORKER_BOOT, "--index", str(k),
                    "--workers", str(self.nworkers), "--node-id", self.node_id.decode(),
                    "--config", conf] + link_args
             self.procs.append(subprocess.Popen(cmd, close_fds=True, pass_fds=fds))

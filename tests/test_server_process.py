@@ -152,3 +152,45 @@ def test_port_in_use_fails_fast(start_server):
     finally:
         blocker.close()
         lease.release()
+
+
+def test_workers_import_the_installed_package_not_the_current_directory(tmp_path):
+    """Started from a directory that holds another `disque` package (a source checkout
+    without compiled extensions, say), the workers must still import the one the
+    front-end runs."""
+    import shutil
+    import socket
+    import subprocess
+    import sys as _sys
+
+    script = shutil.which("disque-server", path=os.path.dirname(_sys.executable))
+    if script is None:
+        pytest.skip("disque-server console script not installed next to the interpreter")
+    fake = tmp_path / "disque"
+    (fake / "workers").mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('shadowing package imported')\n")
+    (fake / "workers" / "__init__.py").write_text("")
+    lease = _c.lease_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([script, "--port", str(lease.port), "--workers", "2"], cwd=tmp_path,
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def pong():
+            try:
+                with socket.create_connection(("127.0.0.1", lease.port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    return s.recv(100) == b"+PONG\r\n"
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "server.log").read_text()
+                return False
+        _c.wait_until(pong, timeout=20)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        lease.release()
