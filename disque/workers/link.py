@@ -9,7 +9,6 @@ hand-offs per side) against 29 us and ~22 us over a socketpair; for clients that
 command at a time that difference is most of a command's cost, so ``unix`` is the default
 (``worker-link zmq`` selects ZeroMQ). The README's design section has the figures.
 """
-import os
 import select
 import socket
 import struct
@@ -339,11 +338,3 @@ def worker_link(spec, index):
     if kind == "zmq":
         return WorkerZmqLink(arg, index)
     raise ValueError("unknown link %r" % spec)
-
-
-def fd_is_open(fd):
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
