@@ -38,6 +38,9 @@ cdef class ShardCore:
     cdef public int cluster_size
     cdef public int reachable_nodes
     cdef public bint leaving
+    cdef public bint aof_on            # append-only file enabled: log new jobs (persistence)
+    cdef public object last_added      # job ADDJOB left for the cluster layer to replicate
+    cdef public bint last_async
     cdef public int memory_level
     cdef public ScanLog job_log, queue_log
     cdef public long long data_bytes     # estimated bytes held by jobs and queues (SPEC 9)
@@ -54,4 +57,4 @@ cdef class ShardCore:
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef Job fetch(self, Queue q)
-    cpdef bytes cmd_addjob(self, list argv)
+    cpdef object cmd_addjob(self, list argv)

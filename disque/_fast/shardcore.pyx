@@ -142,6 +142,9 @@ cdef class ShardCore:
         self.cluster_size = 1
         self.reachable_nodes = 0
         self.leaving = False
+        self.aof_on = False
+        self.last_added = None
+        self.last_async = False
         self.memory_level = 0
         self.job_log = ScanLog()
         self.queue_log = ScanLog()
@@ -258,7 +261,7 @@ cdef class ShardCore:
         self.n_delivered += 1
         return job
 
-    cpdef bytes cmd_addjob(self, list argv):
+    cpdef object cmd_addjob(self, list argv):
         """ADDJOB <queue> <body> <ms-timeout> [options] (SPEC 3.1, in its order)."""
         cdef bytes qname = argv[1], body = argv[2], opt
         cdef long long replicate = -1, delay = 0, retry = -1, ttl = 86400, maxlen = 0
@@ -350,10 +353,19 @@ cdef class ShardCore:
         job.nodes_delivered = self.self_nodes
         job.qtime = now + delay * 1000 if delay else now + retry * 1000
         job.state = JOB_ACTIVE
-        self.register_job(job)
         self.n_added += 1
+        if replicate > 1 or extrepl:
+            # more than one copy: the cluster layer (disque.workers.replication) registers
+            # the job, replicates it and answers, now (ASYNC) or once copies are confirmed
+            job.nodes_delivered = () if extrepl else self.self_nodes
+            self.last_added = job
+            self.last_async = is_async
+            return None
+        self.register_job(job)
         if delay:
             self.schedule(job)
         else:
             self.enqueue(job, False)
+        if self.aof_on:
+            self.aof_loadjob(job)
         return b"+" + job.id + b"\r\n"

@@ -15,6 +15,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERE
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job
+from disque.workers.persistence import PersistenceMixin
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
@@ -59,7 +60,7 @@ class Blocked:
         self.done = False
 
 
-class Shard(ShardCore):
+class Shard(PersistenceMixin, ShardCore):
     def __init__(self, index, nworkers, node_id, config=None):
         super().__init__(node_id)
         self.index = index
@@ -109,8 +110,16 @@ class Shard(ShardCore):
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
+    def forget_job(self, job):
+        """Delete a job; an active/queued one is logged as DELJOB to the AOF (SPEC 12)."""
+        if self.aof_on and (job.state == ACTIVE or job.state == QUEUED):
+            self.aof_deljob(job)
+        self.delete_job(job)
+
     def ack(self, job):
         """ACK then GC (SPEC 7.4). On a lone node every copy is ours: delete at once."""
+        if self.aof_on and job.state != ACKED:
+            self.aof_deljob(job)
         self.dequeue(job)
         job.state = ACKED
         job.nodes_confirmed = None
@@ -134,7 +143,7 @@ class Shard(ShardCore):
         now = self.now_ms
         for job in self.timers.pop_due(now, SCHEDULER_BATCH):
             if job.etime <= self.now_s:
-                self.delete_job(job)
+                self.forget_job(job)
                 self.n_expired += 1
                 continue
             state = job.state
@@ -303,7 +312,7 @@ class Shard(ShardCore):
         for jid in argv[1:]:
             job = self.jobs.get(jid)
             if job is not None:
-                self.delete_job(job)
+                self.forget_job(job)
                 count += 1
         self.n_deleted += count
         return b":%d\r\n" % count
@@ -573,7 +582,7 @@ class Shard(ShardCore):
             job = items[int(rnd() * len(items))]
             if job is not None and jobs.get(job.id) is job:
                 if job.state == ACKED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
-                    self.delete_job(job)
+                    self.forget_job(job)
                     misses = 0
                 else:
                     misses += 1
