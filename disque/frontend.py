@@ -13,6 +13,7 @@ import time
 from disque import commands as C
 from disque import statslog
 from disque.admin import AdminMixin
+from disque.cluster_frontend import ClusterFrontendMixin
 from disque import info as info_mod
 from disque import memstat
 from disque._fast import resp
@@ -57,7 +58,7 @@ class MultiGet:
     their worker, so no job is given twice or lost.
     """
     __slots__ = ("client", "slot", "count", "nohang", "reqids", "order", "answered",
-                 "jobs", "done", "blocked", "timer", "workers", "unblocked")
+                 "jobs", "done", "blocked", "timer", "workers", "unblocked", "error")
 
     def __init__(self, client, slot, count, nohang, order):
         self.client = client
@@ -73,6 +74,7 @@ class MultiGet:
         self.blocked = False
         self.timer = None
         self.workers = []
+        self.error = None           # -LEAVING from a worker, given when no job comes
 
 
 class Scan:
@@ -184,7 +186,7 @@ def parse_scan(jscan, argv):
     return scan
 
 
-class Frontend(AdminMixin, Core):
+class Frontend(ClusterFrontendMixin, AdminMixin, Core):
     """The Python half of the front-end: everything off the per-command hot path.
 
     Admin commands (AUTH, HELLO 2/3, CLIENT, MONITOR, SLOWLOG, LATENCY, COMMAND) and the
@@ -210,8 +212,9 @@ class Frontend(AdminMixin, Core):
             b"ping": self.cmd_ping, b"hello": self.cmd_hello, b"info": self.cmd_info,
             b"time": self.cmd_time, b"echo": self.cmd_echo, b"command": self.cmd_command, b"debug": self.cmd_debug,
             b"shutdown": self.cmd_shutdown, b"config": self.cmd_config,
-            b"loadjob": self.cmd_loadjob,
+            b"loadjob": self.cmd_loadjob, b"cluster": self.cmd_cluster,
         }
+        self.cron_ticks = 0
         self.admin_init()
 
     def new_client(self):
@@ -543,10 +546,19 @@ class Frontend(AdminMixin, Core):
             self.multiget_seq += 1
             heapq.heappush(self.multiget_deadlines, (m.timer, self.multiget_seq, m))
 
+    def addjob_clustered(self, client, w, argv):
+        """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and
+        like upstream it is blocked meanwhile (its next commands wait), unless ASYNC."""
+        reqid = self.new_reqid()
+        self.pending[reqid] = self.getjob_done(client, client.slot(), w, reqid)
+        if not any(a.lower() == b"async" for a in argv[4:]):
+            client.waiting = (reqid, w)
+        self.send(w, [P.CMD, reqid, argv])
+
     def getjob_done(self, client, slot, w, reqid):
         def got(rep):
             if client.closed:
-                if rep[2]:
+                if len(rep) > 2 and rep[2]:
                     self.send(w, [P.RETURN, rep[2]])    # the consumer vanished: not delivered
                 return
             slot.fill(rep[1])
@@ -572,6 +584,13 @@ class Frontend(AdminMixin, Core):
             if jobs is None:
                 # the worker dropped its waiters (DEBUG FLUSHALL): the client gets a null reply
                 self.multiget_finish(m)
+                return
+            if type(jobs) is bytes:
+                # -LEAVING: this node no longer lets consumers wait (SPEC 8.7)
+                m.error = jobs
+                m.answered.add(reqid)
+                if len(m.answered) == len(m.reqids) or m.blocked:
+                    self.multiget_finish(m)
                 return
             # a worker sweeps its queues one job per queue per round: (round, position)
             # is the place each job would have in one sweep over all the queues
@@ -624,7 +643,7 @@ class Frontend(AdminMixin, Core):
             if give:
                 m.slot.fill(b"*%d\r\n" % len(give) + b"".join(j[1] for j in give))
             else:
-                m.slot.fill(NULL_ARRAY)
+                m.slot.fill(m.error or NULL_ARRAY)
             if client.waiting is m:
                 client.resume()
 
@@ -632,6 +651,9 @@ class Frontend(AdminMixin, Core):
         """Every CRON_MS (timerfd tick): time out cross-worker GETJOBs; client cron."""
         self.admin_cron()
         self.stats_log_cron()
+        self.cron_ticks += 1
+        if self.cluster is not None and self.cron_ticks % 2 == 0:
+            self.cluster_cron()         # every 100 ms (SPEC 10.5)
         now = time.monotonic()
         deadlines = self.multiget_deadlines
         expired = False
@@ -706,6 +728,9 @@ class Frontend(AdminMixin, Core):
         return b""
 
     def cmd_hello(self, client, argv):
+        if self.cluster is not None:
+            client.reply(self.hello_reply())
+            return
         me = self.node_id
         node = resp.bulk_array([me, self.my_ip(), str(self.cfg.port).encode(), b"1"])
         client.reply(b"*3\r\n:1\r\n" + resp.bulk(me) + node)
@@ -733,6 +758,8 @@ class Frontend(AdminMixin, Core):
                 secs = 0.0
             time.sleep(max(0.0, secs))
             client.reply(resp.OK)
+        elif sub == b"bus" and len(argv) == 3 and self.cluster is not None:
+            self.debug_bus(client, argv[2])
         elif sub == b"error" and len(argv) == 3:
             client.reply(b"-" + argv[2].replace(b"\r", b" ").replace(b"\n", b" ") + b"\r\n")
         else:

@@ -14,10 +14,14 @@ import sys
 import tempfile
 import time
 
+import zmq
+
 from disque import commands as commands_mod
 from disque import config as config_mod
 from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
+from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
+from disque.bus.nodes import ConfigFileError
 from disque.frontend import Frontend
 from disque.workers.link import front_end_links
 
@@ -75,7 +79,8 @@ class Node:
     def __init__(self, cfg):
         self.cfg = cfg
         self.nworkers = cfg.workers
-        self.node_id = os.urandom(20).hex().encode()
+        self.node_id = None             # from the cluster config file (start_cluster)
+        self.cluster = None
         self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % cfg.port)
         self.links = None
         self.procs = []
@@ -121,8 +126,29 @@ class Node:
                 p.kill()
                 p.wait()
 
+    def start_cluster(self):
+        """The bus on port + 10000 and the node identity from the cluster config file."""
+        cfg = self.cfg
+        if not cfg.port:
+            self.node_id = os.urandom(20).hex().encode()
+            return
+        path = cfg.resolve_path(cfg.cluster_config_file)
+        try:
+            self.cluster = Cluster(cfg.port, cfg.bind or ["127.0.0.1"], cfg.cluster_node_timeout,
+                                   path)
+        except ConfigFileError as e:
+            raise StartupError(str(e))
+        except zmq.ZMQError as e:
+            raise StartupError("Creating the cluster bus socket on port %d: %s"
+                               % (cfg.port + BUS_PORT_OFFSET, e))
+        except OSError as e:
+            raise StartupError("Cluster config file %s: %s" % (path, e.strerror or e))
+        self.node_id = self.cluster.myself.id.encode()
+
     def cleanup(self):
         self.stop_workers()
+        if self.cluster is not None:
+            self.cluster.close()
         if self.links is not None:
             self.links.close()
         if self.cron_timer is not None:
@@ -135,12 +161,15 @@ class Node:
         loop, loop_name = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
+            self.start_cluster()
             self.start_workers()
             fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
             fe.loop_name = loop_name
             fe.executable = os.path.abspath(sys.argv[0])
             fe.shutdown_cb = self.request_stop
             self.fe = fe
+            if self.cluster is not None:
+                fe.cluster_attach(self.cluster)
             self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
             servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
                        for s in socks]

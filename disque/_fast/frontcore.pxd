@@ -68,6 +68,7 @@ cdef class Core:
     cdef public long long deliver_t   # clock at the worker message being delivered (slowlog)
     cdef public bint obuf_limited     # client-output-buffer-limit has a non-zero limit
     cdef public double now            # wall clock, refreshed by the cron
+    cdef public bint clustered        # other nodes known: ADDJOB may wait for copies
     cdef object packb
     cdef object unpackb
     cpdef long long new_reqid(self)

@@ -365,6 +365,7 @@ cdef class Core:
         self.input_t = 0
         self.deliver_t = 0
         self.obuf_limited = False
+        self.clustered = False
         self.now = time.time()
         self.packb = msgpack.Packer().pack
         self.unpackb = msgpack.unpackb
@@ -513,7 +514,10 @@ cdef class Core:
 
     cdef route(self, Client client, int route, bytes name, list argv):
         if route == ROUTE_QUEUE:
-            self.forward(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
+            if self.clustered and name == b"addjob":
+                self.addjob_clustered(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
+            else:
+                self.forward(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
         elif route == ROUTE_ID:
             if not valid_id(<bytes>argv[1]):
                 client.reply(BADID)
@@ -542,6 +546,8 @@ cdef class Core:
         for rep in reps:
             p = pending.pop(rep[0], None)
             if p is None:
+                if rep[0] == -1:            # the worker's cluster bus messages
+                    self.bus_from_worker(rep[1])
                 continue
             if type(p) is Slot:
                 fill_slot(<Slot>p, <bytes>rep[1])

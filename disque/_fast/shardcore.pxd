@@ -13,6 +13,8 @@ cdef class Queue:
     cdef public int paused
     cdef public object blocked       # deque of waiting consumers, in blocking order
     cdef public unsigned long long scan_seq   # position in the shard's queue scan log
+    cdef public object remote        # None, or {node id: [credit, expiry ms]}: nodes whose consumers wait (federation)
+    cdef public object fed           # None, or the queue's federation state (disque.workers.federation)
 
 cdef class ScanLog:
     cdef public list items           # logged objects in insertion order; None = removed
@@ -38,6 +40,7 @@ cdef class ShardCore:
     cdef public int cluster_size
     cdef public int reachable_nodes
     cdef public bint leaving
+    cdef public list bus_out           # (destination node ids, type, flags, payload) for the bus
     cdef public bint aof_on            # append-only file enabled: log new jobs (persistence)
     cdef public object last_added      # job ADDJOB left for the cluster layer to replicate
     cdef public bint last_async

@@ -18,6 +18,10 @@ from disque._fast.jobid import IdMaker
 
 DEF PAUSE_IN = 1
 DEF PAUSE_OUT = 2
+# bus message type and flags (disque.bus.messages)
+DEF BUS_QUEUED = 7
+DEF BUS_INCR_NACKS = 2
+DEF BUS_INCR_DELIV = 4
 
 cdef bytes SYNTAX_ERROR = b"-ERR syntax error\r\n"
 
@@ -39,6 +43,8 @@ cdef class Queue:
         self.paused = 0
         self.blocked = deque()
         self.scan_seq = 0
+        self.remote = None
+        self.fed = None
 
 
 cdef class ScanLog:
@@ -143,6 +149,7 @@ cdef class ShardCore:
         self.reachable_nodes = 0
         self.leaving = False
         self.aof_on = False
+        self.bus_out = []
         self.last_added = None
         self.last_async = False
         self.memory_level = 0
@@ -222,12 +229,16 @@ cdef class ShardCore:
                 job.nacks += 1
             else:
                 job.additional_deliveries += 1
+            if len(job.nodes_delivered) > 1:
+                # tell the other copies, so they postpone their own requeue (SPEC 7.3)
+                self.bus_out.append((job.nodes_delivered, BUS_QUEUED,
+                                     BUS_INCR_NACKS if nack else BUS_INCR_DELIV, [job.id, 0]))
         else:
             job.flags |= JOB_FLAG_BCAST_QUEUED
         q.jobs.push(job)
         q.atime = self.now_s
         q.jobs_in += 1
-        if q.blocked and not q.paused & PAUSE_OUT:
+        if (q.blocked or q.remote is not None) and not q.paused & PAUSE_OUT:
             self.ready.add(q)
         self.schedule(job)
         return True

@@ -19,6 +19,7 @@ CRON_MS = 100
 BUS_PORT_OFFSET = 10000
 FORGET_BLACKLIST_MS = 60000
 PING_EVERY_CRONS = 10          # one random ping per second
+RECV_LIMIT = 10000
 
 
 class Cluster:
@@ -55,6 +56,8 @@ class Cluster:
         self.dirty = True
         self.stats_sent = 0
         self.stats_received = 0
+        self.drop_in = False        # DEBUG hooks: cut this node off the bus, still running
+        self.drop_out = False
         self.save()
 
     # ---- helpers ---------------------------------------------------------------------
@@ -85,6 +88,8 @@ class Cluster:
             self.on_change()
 
     def send(self, node, mtype, payload=None, mflags=0):
+        if self.drop_out:
+            return False
         me = self.myself
         data = M.encode(mtype, me.id, me.ip, me.port, me.flags & M.LEAVING, mflags, payload)
         if self.transport.send(node.id, data):
@@ -183,7 +188,11 @@ class Cluster:
     # ---- input ------------------------------------------------------------------------
 
     def on_readable(self):
-        for ident, data, peer in self.transport.recv_all():
+        """Process what the bus socket holds; True when more may be left (read limit)."""
+        batch = self.transport.recv_all()
+        if self.drop_in:
+            return len(batch) >= RECV_LIMIT
+        for ident, data, peer in batch:
             msg = M.decode(data, peer)
             if msg is None or ident.decode(errors="replace") != msg.sender:
                 continue
@@ -191,6 +200,7 @@ class Cluster:
             self.process(msg)
         if self.dirty:
             self.save()
+        return len(batch) >= RECV_LIMIT
 
     def process(self, msg):
         now = now_ms()
@@ -237,8 +247,11 @@ class Cluster:
                 target.flags = (target.flags | M.FAIL_FLAG) & ~M.PFAIL
                 log.info("FAIL message received from %s about %s", sender.id[:8], target.id[:8])
                 self.changed()
+        elif msg.type == M.JOBS and self.on_job_message is not None:
+            for mtype, mflags, payload in msg.payload:
+                self.on_job_message(sender, mtype, mflags, payload)
         elif msg.type in M.JOB_TYPES and self.on_job_message is not None:
-            self.on_job_message(msg)
+            self.on_job_message(sender, msg.type, msg.flags, msg.payload)
 
     def complete_handshake(self, msg):
         """A PONG from an unknown ID answers our MEET: rename the handshake node."""

@@ -9,9 +9,9 @@ header; `payload` depends on the type (see PAYLOADS).
 import msgpack
 
 PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, SETACK, WILLQUEUE, GOTACK, \
-    DELJOB, NEEDJOBS, YOURJOBS, WORKING, PAUSE = range(16)
+    DELJOB, NEEDJOBS, YOURJOBS, WORKING, PAUSE, JOBS = range(17)
 NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
-         "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE")
+         "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS")
 GOSSIP_TYPES = (PING, PONG, MEET)
 JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1))
 
@@ -38,7 +38,11 @@ PAYLOADS = {
     NEEDJOBS: "[queue, count]",
     PAUSE: "[queue, flags]",
     GOTJOB: "[job_id, aux]",  # and every other single-job message: [job_id, aux]
+    JOBS: "list of [type, message_flags, payload] job messages (REPLJOB ... PAUSE)",
 }
+# JOBS is ours: the job messages one sender has for one node in one event-loop tick travel
+# in one frame (a busy node sends thousands per second; one frame each cost more CPU than
+# the messages themselves).
 
 
 def encode(mtype, sender_id, ip, port, node_flags, mflags, payload):
@@ -85,6 +89,10 @@ def decode(data, peer_ip=""):
         if not isinstance(payload, list) or not all(valid_gossip(g) for g in payload):
             return None
     elif mtype == FAIL and not (isinstance(payload, str) and len(payload) == 40):
+        return None
+    elif mtype == JOBS and not (isinstance(payload, list) and all(
+            isinstance(m, list) and len(m) == 3 and isinstance(m[0], int)
+            and m[0] in JOB_TYPES and isinstance(m[1], int) for m in payload)):
         return None
     return Message(mtype, sender, ip, port, node_flags, mflags, payload, peer_ip)
 

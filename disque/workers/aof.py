@@ -10,7 +10,9 @@ at most once a second; `no` leaves it to the kernel. A failed write puts the wri
 error state (the worker then answers write commands with -MISCONF) until a write works.
 """
 import os
+import re
 import threading
+import time
 
 LOADJOB = b"LOADJOB"
 DELJOB = b"DELJOB"
@@ -18,6 +20,33 @@ DELJOB = b"DELJOB"
 
 def record(cmd, arg):
     return b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(cmd), cmd, len(arg), arg)
+
+
+def aof_stem(appendfilename):
+    """`disque.aof` -> `disque`; a name without the .aof suffix is used whole."""
+    return appendfilename[:-4] if appendfilename.endswith(".aof") and len(appendfilename) > 4 \
+        else appendfilename
+
+
+def aof_path(directory, appendfilename, port, k):
+    """The file of worker k of the node on `port`: <dir>/<stem>.<port>.w<k>.aof, so the
+    workers of several nodes can share one `dir`."""
+    return os.path.join(directory, "%s.%d.w%d.aof" % (aof_stem(appendfilename), port, k))
+
+
+def aof_files(directory, appendfilename, port):
+    """{k: path} of every worker file of the node on `port` found in `directory`."""
+    pattern = re.compile(r"^%s\.%d\.w(\d+)\.aof$" % (re.escape(aof_stem(appendfilename)), port))
+    found = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        m = pattern.match(name)
+        if m and len(m.group(1)) < 7:
+            found[int(m.group(1))] = os.path.join(directory, name)
+    return dict(sorted(found.items()))
 
 
 class AofCorrupt(Exception):
@@ -92,78 +121,134 @@ def read_records(path, data=None):
 
 
 class AofWriter:
+    """One worker's open AOF: records appended during a batch, written by flush()."""
+
     def __init__(self, path, fsync="everysec"):
         self.path = path
         self.policy = fsync
         self.buf = []
+        self.buf_bytes = 0                  # bytes appended and not written yet
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.base_size = self.size          # size after the last load/rewrite
         self.error = None                   # strerror of the last failed write
-        self.delayed_fsync = 0
+        self.delayed_fsync = 0              # writes that waited 2 s for a slow fsync
         self.lock = threading.Lock()
         self.dirty_since_fsync = False
+        self.fsync_in_progress = False
+        self.postponed_since = 0.0
+        self.skip_fsync = False             # no-appendfsync-on-rewrite while rewriting
         self.rewrite_buffer = None          # records written while a rewrite runs
         self.stop = threading.Event()
         self.thread = None
-        if fsync == "everysec":
-            self.thread = threading.Thread(target=self.fsync_loop, name="aof-fsync", daemon=True)
+        self.set_policy(fsync)
+
+    def set_policy(self, policy):
+        """appendfsync always|everysec|no, also at runtime (CONFIG SET appendfsync)."""
+        self.policy = policy
+        if policy == "everysec" and self.thread is None:
+            self.stop = threading.Event()
+            self.thread = threading.Thread(target=self.fsync_loop, args=(self.stop,),
+                                           name="aof-fsync", daemon=True)
             self.thread.start()
+        elif policy != "everysec" and self.thread is not None:
+            self.stop.set()
+            self.thread.join(5.0)
+            self.thread = None
 
     def append(self, cmd, arg):
-        self.buf.append(record(cmd, arg))
+        rec = record(cmd, arg)
+        self.buf.append(rec)
+        self.buf_bytes += len(rec)
 
-    def flush(self):
-        """Write what the batch appended; False (and self.error set) when writing failed."""
+    def flush(self, force=False):
+        """Write what the batch appended; False (and self.error set) when writing failed.
+
+        With everysec, while the background fsync runs a write may block behind it: as
+        upstream, the write is postponed (the caller flushes again on its next loop) for
+        up to 2 s, then done anyway and counted in `delayed_fsync`."""
         if not self.buf:
             return self.error is None
-        data = b"".join(self.buf)
+        if self.policy == "everysec" and self.fsync_in_progress and not force:
+            now = time.monotonic()
+            if not self.postponed_since:
+                self.postponed_since = now
+                return True
+            if now - self.postponed_since < 2.0:
+                return True
+            self.delayed_fsync += 1
+        self.postponed_since = 0.0
+        data = self.buf[0] if len(self.buf) == 1 else b"".join(self.buf)
+        view = memoryview(data)
+        written = 0
         try:
-            written = 0
             while written < len(data):
-                written += os.write(self.fd, data[written:])
-            if self.policy == "always":
-                os.fsync(self.fd)
-            else:
-                self.dirty_since_fsync = True
+                written += os.write(self.fd, view[written:])
         except OSError as e:
             self.error = e.strerror or str(e)
+            if written:
+                # never leave half a record behind: cut the file back to its last whole
+                # record; if even that fails, keep only the part still to be written
+                try:
+                    os.ftruncate(self.fd, self.size)
+                except OSError:
+                    if self.rewrite_buffer is not None:
+                        self.rewrite_buffer.append(data[:written])
+                    self.size += written
+                    data = data[written:]
             # keep the data: it is written again on the next flush (retried every second)
+            self.buf = [data]
+            self.buf_bytes = len(data)
             return False
         self.buf = []
+        self.buf_bytes = 0
         self.size += len(data)
-        self.error = None
         if self.rewrite_buffer is not None:
             self.rewrite_buffer.append(data)
+        if self.policy == "always" and not self.skip_fsync:
+            try:
+                os.fsync(self.fd)
+            except OSError as e:
+                self.error = e.strerror or str(e)
+                return False
+        else:
+            self.dirty_since_fsync = True
+        self.error = None
         return True
 
-    def fsync_loop(self):
-        while not self.stop.wait(1.0):
-            if self.dirty_since_fsync:
+    def fsync_loop(self, stop):
+        while not stop.wait(1.0):
+            if self.dirty_since_fsync and not self.skip_fsync:
                 self.dirty_since_fsync = False
                 with self.lock:
+                    self.fsync_in_progress = True
                     try:
                         os.fsync(self.fd)
                     except OSError:
                         pass
+                    finally:
+                        self.fsync_in_progress = False
 
     def close(self):
-        self.flush()
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(2.0)
-        try:
-            os.fsync(self.fd)
-        except OSError:
-            pass
-        os.close(self.fd)
+        self.flush(force=True)
+        self.set_policy("no")
+        with self.lock:
+            try:
+                os.fsync(self.fd)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = -1
 
-    def reopen(self):
-        """After a rewrite renamed a new file over ours."""
+    def reopen(self, path=None):
+        """After a rewrite renamed a new file over ours (or made one at a new `path`)."""
         with self.lock:
             os.close(self.fd)
+            if path is not None:
+                self.path = path
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self.size = self.base_size = os.fstat(self.fd).st_size
+            self.dirty_since_fsync = False
 
 
 def write_snapshot(path, records, tmp_path=None):

@@ -25,6 +25,7 @@ from disque.workers.shard import Shard
 PR_SET_PDEATHSIG = 1
 TICK_MS = 10             # job timers fire within this of their due time (SPEC allows 100)
 SLOW_CRON_TICKS = 50
+CLUSTER_CRON_TICKS = 10
 log = logging.getLogger("disque.worker")
 
 
@@ -59,6 +60,9 @@ class Worker:
             return info
         if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
             return shard.scan(*arg)
+        if name == "cluster":               # membership changed: see Shard.set_cluster
+            shard.set_cluster(arg)
+            return True
         if name == "memory":                # every ~100 ms: [level, excess, noeviction]
             shard.set_memory(*arg)
             return shard.memory_report(memstat.rss())
@@ -80,7 +84,9 @@ class Worker:
             self.ops += 1
             if kind == P.CMD:
                 try:
-                    out.append([req[1], shard.execute(req[1], req[2])])
+                    reply = shard.execute(req[1], req[2])
+                    if reply is not None:       # None: an ADDJOB waiting for its copies
+                        out.append([req[1], reply])
                 except Exception:
                     log.exception("command failed: %r", req[2][:3])
                     out.append([req[1], b"-ERR internal error, check server logs\r\n"])
@@ -94,6 +100,8 @@ class Worker:
                 shard.unblock_client(req[1], req[2])
             elif kind == P.RETURN:
                 shard.return_jobs(req[1])
+            elif kind == P.BUS:
+                shard.on_bus(req[1])
             elif kind == P.CONTROL:
                 try:
                     out.append([req[1], self.control(req[2], req[3])])
@@ -111,6 +119,7 @@ class Worker:
         unpack = msgpack.unpackb
         pack = msgpack.packb
         ticks = 0
+        cluster_ticks = 0
         while self.running and not link.closed:
             readable, ticked = wait()
             shard.tick()
@@ -120,13 +129,25 @@ class Worker:
                     shard.tick()
             if ticked:
                 ticks += timer.drain()
+                cluster_ticks += 1
+                if cluster_ticks >= CLUSTER_CRON_TICKS:
+                    cluster_ticks = 0
+                    self.cluster_cron()
                 if ticks >= SLOW_CRON_TICKS:
                     ticks = 0
                     if not self.slow_cron():
                         break
             shard.run_timers()
+            if shard.repl_waits:
+                shard.repl_cron()
             if shard.ready:
                 shard.serve_ready()
+            if shard.bus_out:
+                sent = shard.bus_sent
+                for entry in shard.bus_out:
+                    sent[entry[1]] += 1
+                shard.out.append([P.BUS_REQID, shard.bus_out])
+                shard.bus_out = []
             if shard.out:
                 link.send(pack(shard.out))
                 shard.out = []
@@ -134,6 +155,15 @@ class Worker:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
         timer.close()
         link.close()
+
+    def cluster_cron(self):
+        """Every 100 ms on a node of a cluster: federation interest, LEAVING consumers."""
+        shard = self.shard
+        if shard.cluster_size > 1:
+            if shard.leaving:
+                shard.leaving_cron()
+            else:
+                shard.federation_cron()
 
     def slow_cron(self):
         """Twice a second: leave if the front-end is gone, evict idle queues."""

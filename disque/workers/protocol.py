@@ -13,8 +13,14 @@ Requests:
                                           [reqid, null-array-or-0, None] is the last
                                           message about that reqid
   [RETURN, job_ids]                       put fetched-but-undelivered jobs back; no reply
+  [BUS, [[sender_id, type, flags, payload], ...]]
+                                          cluster bus messages about this worker's jobs
+                                          and queues; no reply. The worker's own bus
+                                          messages travel in its reply batches as
+                                          [BUS_REQID, [(dest ids or None, type, flags, payload)]]
   [CONTROL, reqid, name, arg]             node-level operation; reply [reqid, value]
         names: info, flushall, shutdown, ping; scan (a QSCAN/JSCAN share, Shard.scan);
+        cluster (membership for Shard.set_cluster);
         memory (every ~100 ms: [level, excess, noeviction] in, memory figures and scan-log
         sequence numbers out, Shard.set_memory / Shard.memory_report)
 """
@@ -23,5 +29,7 @@ GETJOB = 1
 UNBLOCK = 2
 RETURN = 3
 CONTROL = 4
+BUS = 5
+BUS_REQID = -1     # worker -> front-end entry [BUS_REQID, [(dests, type, flags, payload)...]]
 
 READY = b"READY"   # first message of a worker: it is connected and loaded

@@ -11,11 +11,14 @@ from time import perf_counter_ns
 
 from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
-                              STATE_NAMES, Job)
+                              STATE_NAMES, WAIT_REPL, Job)
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job
+from disque.bus import messages as M
+from disque.workers.federation import FederationMixin
 from disque.workers.persistence import PersistenceMixin
+from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, ReplicationMixin
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
@@ -60,7 +63,7 @@ class Blocked:
         self.done = False
 
 
-class Shard(PersistenceMixin, ShardCore):
+class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
     def __init__(self, index, nworkers, node_id, config=None):
         super().__init__(node_id)
         self.index = index
@@ -86,6 +89,7 @@ class Shard(PersistenceMixin, ShardCore):
         self.mem_data_ref = 0            # data_bytes when we last reported our memory
         self.mem_noeviction = False
         self.mem_base_rss = None         # RSS of this process before it held any data
+        self.cluster_init()
 
     # ---- requests from the front-end ----------------------------------------------
 
@@ -100,6 +104,8 @@ class Shard(PersistenceMixin, ShardCore):
             reply = OOM_ERROR
         else:
             reply = handler(argv)
+            if reply is None and name == b"addjob":
+                reply = self.replicate_new(reqid, argv)     # copies on other nodes
         self.account(name, perf_counter_ns() - t0)
         return reply
 
@@ -118,12 +124,16 @@ class Shard(PersistenceMixin, ShardCore):
 
     def ack(self, job):
         """ACK then GC (SPEC 7.4). On a lone node every copy is ours: delete at once."""
+        self.mark_acked(job)
+        self.gc(job)
+
+    def mark_acked(self, job):
         if self.aof_on and job.state != ACKED:
             self.aof_deljob(job)
         self.dequeue(job)
         job.state = ACKED
         job.nodes_confirmed = None
-        self.gc(job)
+        self.schedule_gc(job)
 
     def gc(self, job):
         job.gc_retry = min(job.gc_retry + 1, 10)
@@ -135,21 +145,31 @@ class Shard(PersistenceMixin, ShardCore):
         elif job.body is None and self.cluster_size == 1:
             self.delete_job(job)
         else:
-            delay = min(1000 * (1 << job.gc_retry), 180000) + self.rand_err()
-            self.timers.schedule(job, min(job.etime * 1000 + 1000, self.now_ms + delay))
+            self.gc_send_setacks(job)
+            self.schedule_gc(job)
+
+    def schedule_gc(self, job):
+        """Next GC attempt: 1 s doubling up to 3 min, or the expiry check (SPEC 7.4)."""
+        delay = min(1000 * (1 << job.gc_retry), 180000) + self.rand_err()
+        self.timers.schedule(job, min(job.etime * 1000 + 1000, self.now_ms + delay))
 
     def run_timers(self):
         """Process due jobs (SPEC 7.1) and blocked clients whose timeout passed."""
         now = self.now_ms
         for job in self.timers.pop_due(now, SCHEDULER_BATCH):
             if job.etime <= self.now_s:
-                self.forget_job(job)
+                if job.state == WAIT_REPL:
+                    self.expire_waiting(job)
+                else:
+                    self.forget_job(job)
                 self.n_expired += 1
                 continue
             state = job.state
             if state == ACTIVE or state == QUEUED:
                 if job.flags & FLAG_BCAST_WILLQUEUE and job.qtime - 500 <= now:
                     job.flags &= ~FLAG_BCAST_WILLQUEUE
+                    if state == ACTIVE and len(job.nodes_delivered) > 1:
+                        self.send_bus(job.nodes_delivered, M.WILLQUEUE, [job.id, 0])
                 if state == ACTIVE and job.qtime and job.qtime <= now:
                     q = self.queues.get(job.queue)
                     if job.retry and q is not None and q.paused & PAUSE_IN:
@@ -211,6 +231,12 @@ class Shard(PersistenceMixin, ShardCore):
                     break
             if not got:
                 break
+        clustered = self.cluster_size > 1
+        if clustered:
+            for q in queues:
+                if not len(q.jobs) or q.paused & PAUSE_OUT:
+                    # "clients waiting" when nothing came from it, else "reached zero"
+                    self.needjobs(q, reached_zero=bool(jobs))
         if jobs:
             encoded = [encode_job(j, withcounters) for j in jobs]
             ids = [j.id for j in jobs]
@@ -219,6 +245,8 @@ class Shard(PersistenceMixin, ShardCore):
             return b"*%d\r\n" % len(encoded) + b"".join(encoded), ids
         if nohang:
             return ([] if proxy else NULL_ARRAY), None
+        if self.leaving:
+            return LEAVING_ERROR, None
         deadline = self.now_ms + timeout_ms if timeout_ms and not proxy else 0
         b = Blocked(client, reqid, queues, withcounters, proxy, deadline)
         old = self.blocked_by_client.pop(client, None)
@@ -230,6 +258,9 @@ class Shard(PersistenceMixin, ShardCore):
         if deadline:
             self.block_seq += 1
             heapq.heappush(self.block_deadlines, (deadline, self.block_seq, b))
+        if clustered:
+            for q in queues:
+                self.needjobs(q, new_waiter=True)
         return ([] if proxy else None), None
 
     def unblock(self, b):
@@ -250,6 +281,7 @@ class Shard(PersistenceMixin, ShardCore):
             self.unblock(b)
             self.out.append([reqid, 0 if b.proxy else NULL_ARRAY, None])
         else:
+            self.cancel_replication(reqid)      # an ADDJOB waiting for its copies
             self.out.append([reqid, 0, None])
 
     def serve_ready(self):
@@ -265,6 +297,16 @@ class Shard(PersistenceMixin, ShardCore):
                     self.out.append([b.reqid, [item], [job.id]])
                 else:
                     self.out.append([b.reqid, b"*1\r\n" + item, [job.id]])
+                if not len(q.jobs) and q.fed is not None:
+                    self.needjobs(q, reached_zero=True)
+            if q.remote is not None and len(q.jobs) and not q.paused & PAUSE_OUT:
+                self.push_remote(q)
+
+    def leaving_cron(self):
+        """CLUSTER LEAVING yes: consumers blocked here get -LEAVING (SPEC 8.7)."""
+        for b in list(self.blocked_by_client.values()):
+            self.unblock(b)
+            self.out.append([b.reqid, LEAVING_ERROR, None])
 
     def return_jobs(self, ids):
         """Undo fetches the front-end could not deliver (consumer gone or already served)."""
@@ -308,16 +350,35 @@ class Shard(PersistenceMixin, ShardCore):
         return job
 
     def cmd_fastack(self, argv):
+        """Best effort: DELJOB to every node that may have a copy (all nodes for an unknown
+        ID), then delete here (SPEC 3.4)."""
+        count = 0
+        clustered = self.cluster_size > 1
+        for jid in argv[1:]:
+            job = self.jobs.get(jid)
+            if job is not None:
+                if clustered:
+                    self.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
+                self.forget_job(job)
+                count += 1
+            elif clustered:
+                self.send_bus(None, M.DELJOB, [jid, 0])
+        self.n_deleted += count
+        return b":%d\r\n" % count
+
+    def cmd_deljob(self, argv):
         count = 0
         for jid in argv[1:]:
             job = self.jobs.get(jid)
             if job is not None:
-                self.forget_job(job)
+                wait = self.repl_waits.get(jid)
+                if wait is not None:
+                    self.repl_failed(wait, NOREPL_REMOVED)
+                else:
+                    self.forget_job(job)
                 count += 1
         self.n_deleted += count
         return b":%d\r\n" % count
-
-    cmd_deljob = cmd_fastack
 
     def cmd_enqueue(self, argv):
         count = 0
@@ -359,6 +420,8 @@ class Shard(PersistenceMixin, ShardCore):
             if job.retry and job.qtime:
                 job.qtime = self.now_ms + job.retry * 1000 + self.rand_err()
             self.schedule(job)
+            if len(job.nodes_delivered) > 1:
+                self.send_bus(job.nodes_delivered, M.WORKING, [job.id, 0])
         return b":%d\r\n" % job.retry
 
     def cmd_show(self, argv):
@@ -421,8 +484,9 @@ class Shard(PersistenceMixin, ShardCore):
             b"$3\r\nage\r\n:%d\r\n" % max(0, now - q.ctime),
             b"$4\r\nidle\r\n:%d\r\n" % max(0, now - q.atime),
             b"$7\r\nblocked\r\n:%d\r\n" % len(q.blocked),
-            b"$11\r\nimport-from\r\n*0\r\n",
-            b"$11\r\nimport-rate\r\n:0\r\n",
+            b"$11\r\nimport-from\r\n",
+            resp.bulk_array(sorted(q.fed.responders) if q.fed is not None else []),
+            b"$11\r\nimport-rate\r\n:%d\r\n" % self.import_rate(q),
             b"$7\r\njobs-in\r\n:%d\r\n" % q.jobs_in,
             b"$8\r\njobs-out\r\n:%d\r\n" % q.jobs_out,
             b"$5\r\npause\r\n", resp.bulk(PAUSE_NAMES[q.paused]),
@@ -432,6 +496,7 @@ class Shard(PersistenceMixin, ShardCore):
         """PAUSE <queue> <opt> ... (SPEC 3.12): options left to right, all or nothing."""
         flags = 0
         update = False
+        bcast = False
         for opt in argv[2:]:
             opt = opt.lower()
             if opt == b"none":
@@ -449,18 +514,24 @@ class Shard(PersistenceMixin, ShardCore):
             elif opt == b"state":
                 pass
             elif opt == b"bcast":
-                pass    # no cluster bus yet: accepted, there is no other node to tell
+                bcast = True
             else:
                 return SYNTAX_ERROR
         q = self.queues.get(argv[1])
         if q is None and update and flags:
             q = self.get_queue(argv[1], create=True)
         if q is not None and update:
-            old = q.paused
-            q.paused = flags
-            if old & PAUSE_OUT and not flags & PAUSE_OUT and q.blocked and len(q.jobs):
-                self.ready.add(q)       # consumers blocked while it was paused get served now
-        return b"+%s\r\n" % PAUSE_NAMES[q.paused if q is not None else 0]
+            self.set_pause(q, flags)
+        state = q.paused if q is not None else 0
+        if bcast and self.cluster_size > 1:
+            self.send_bus(None, M.PAUSE, [argv[1], state])
+        return b"+%s\r\n" % PAUSE_NAMES[state]
+
+    def set_pause(self, q, flags):
+        old = q.paused
+        q.paused = flags
+        if old & PAUSE_OUT and not flags & PAUSE_OUT and (q.blocked or q.remote) and len(q.jobs):
+            self.ready.add(q)       # consumers blocked while it was paused get served now
 
     # ---- QSCAN / JSCAN, this worker's share (SPEC 3.11; the front-end drives the cursor) ----
 
@@ -516,7 +587,7 @@ class Shard(PersistenceMixin, ShardCore):
                     continue
                 if maxlen != -1 and qlen > maxlen:
                     continue
-                if importrate != -1 and 0 < importrate:     # import rate is 0 without a cluster
+                if importrate != -1 and self.import_rate(q) < importrate:
                     continue
                 out.append(resp.bulk(q.name))
         nxt = log.seq_at(pos) if pos < n else -1
@@ -600,13 +671,19 @@ class Shard(PersistenceMixin, ShardCore):
         if max_idle is None:
             max_idle = QUEUE_MAX_IDLE_BY_LEVEL[min(self.memory_level, 2)]
         limit = self.now_s - max_idle
+        now = self.now_ms
         stale = [q for q in self.queues.values()
-                 if not len(q.jobs) and not q.blocked and not q.paused and q.atime <= limit]
+                 if not len(q.jobs) and not q.blocked and not q.paused and q.atime <= limit
+                 and (q.remote is None or all(exp < now for _, exp in q.remote.values()))]
         for q in stale:
             self.remove_queue(q)
 
     def flushall(self):
-        """DEBUG FLUSHALL: drop every job and queue; waiting consumers get a null array."""
+        """DEBUG FLUSHALL / CLUSTER RESET: drop every job and queue; waiting consumers get a
+        null array, producers waiting for copies -NOREPL."""
+        for wait in list(self.repl_waits.values()):
+            self.end_wait(wait)
+            self.out.append([wait.reqid, NOREPL_REMOVED])
         for b in list(self.blocked_by_client.values()):
             self.unblock(b)
             self.out.append([b.reqid, None if b.proxy else NULL_ARRAY, None])
@@ -637,6 +714,8 @@ class Shard(PersistenceMixin, ShardCore):
             "requeued": self.n_requeued,
             "expired": self.n_expired,
             "deleted": self.n_deleted,
+            "bus_in": {M.NAMES[t]: n for t, n in self.bus_in.items()},
+            "bus_out": {M.NAMES[t]: n for t, n in self.bus_sent.items()},
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
             "commands": {k.decode(): v for k, v in self.command_count.items()},
             "latency_counts": list(self.latency.counts),

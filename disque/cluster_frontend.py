@@ -1,0 +1,242 @@
+"""The front-end's side of the cluster: it owns the bus (disque.bus.Cluster) and is the
+relay between the bus and the workers (ARCHITECTURE: "a bus message about a job is routed
+to the worker that owns the job").
+
+  bus -> worker: a job message goes to the worker owning the slot of its job ID (or of the
+      queue for NEEDJOBS / PAUSE), batched per worker per read.
+  worker -> bus: workers return (destinations, type, flags, payload) entries with their
+      replies; they are grouped per destination node into one JOBS frame per batch.
+  membership -> workers: size, reachable and known nodes, LEAVING and the node ID are
+      pushed to every worker whenever they change.
+
+Also here: CLUSTER (SPEC 4.2), HELLO's node list and the DEBUG hooks that cut the node off
+the bus for partition tests.
+"""
+import ipaddress
+import logging
+
+from disque._fast import resp
+from disque._fast.jobid import id_slot, queue_slot
+from disque.bus import messages as M
+from disque.workers import protocol as P
+
+log = logging.getLogger("disque.cluster")
+
+WRONG_CLUSTER = b"-ERR Wrong CLUSTER subcommand or number of arguments\r\n"
+BY_QUEUE = (M.NEEDJOBS, M.PAUSE)
+
+
+class ClusterFrontendMixin:
+    cluster = None
+    cluster_state = None
+    bus_reader_fd = None
+
+    def cluster_attach(self, cluster):
+        self.cluster = cluster
+        cluster.on_job_message = self.bus_job_message
+        cluster.on_change = self.cluster_changed
+        self.bus_inbox = {}          # worker -> [[sender, type, flags, payload], ...]
+        self.bus_watch()
+        self.cluster_push()
+
+    def bus_watch(self):
+        """(Re)register the bus socket with the event loop (CLUSTER RESET HARD replaces it)."""
+        if self.bus_reader_fd is not None:
+            self.loop.remove_reader(self.bus_reader_fd)
+        self.bus_reader_fd = self.cluster.transport.fileno()
+        self.loop.add_reader(self.bus_reader_fd, self.bus_readable)
+
+    def bus_readable(self):
+        more = self.cluster.on_readable()
+        inbox = self.bus_inbox
+        if inbox:
+            self.bus_inbox = {}
+            for w, msgs in inbox.items():
+                self.send(w, [P.BUS, msgs])
+        if more:
+            # ZeroMQ signals edges: what is left after the read limit needs another pass
+            self.loop.call_soon(self.bus_readable)
+
+    def bus_job_message(self, sender, mtype, mflags, payload):
+        """A job message from a known node: queue it for the worker that owns it."""
+        try:
+            if mtype in BY_QUEUE:
+                w = queue_slot(payload[0]) % self.nworkers
+            else:
+                if mtype == M.REPLJOB:
+                    jid = payload[4:44]
+                elif mtype == M.YOURJOBS:
+                    jid = payload[0][4:44]
+                else:
+                    jid = payload[0]
+                slot = id_slot(jid) if type(jid) is bytes and len(jid) == 40 else -1
+                w = (slot if slot >= 0 else 0) % self.nworkers
+        except (TypeError, IndexError, ValueError):
+            return                      # malformed: dropped like any bad bus frame
+        self.bus_inbox.setdefault(w, []).append([sender.id.encode(), mtype, mflags, payload])
+
+    def bus_from_worker(self, entries):
+        """Job messages a worker wants sent: one JOBS frame per destination node."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        nodes = cluster.nodes
+        myid = cluster.myself.id
+        frames = {}
+        everyone = None
+        for dests, mtype, mflags, payload in entries:
+            if dests is None:
+                if everyone is None:
+                    everyone = [n.id for n in cluster.others() if not n.has(M.HANDSHAKE)]
+                targets = everyone
+            else:
+                targets = [d.decode() for d in dests]
+            for node_id in targets:
+                if node_id != myid:
+                    frames.setdefault(node_id, []).append([mtype, mflags, payload])
+        for node_id, msgs in frames.items():
+            node = nodes.get(node_id)
+            if node is not None:
+                cluster.send(node, M.JOBS, msgs)
+
+    # ---- membership pushed to workers ---------------------------------------------------
+
+    def cluster_changed(self):
+        self.cluster_push()
+
+    def cluster_push(self):
+        """Tell the workers what they need of the membership, when it changed."""
+        c = self.cluster
+        me = c.myself
+        state = {
+            "myid": me.id.encode(),
+            "size": c.size,
+            "reachable": sorted(n.id.encode() for n in c.reachable()),
+            "known": sorted(n.id.encode() for n in c.nodes.values() if not n.has(M.HANDSHAKE)),
+            "leaving": bool(me.flags & M.LEAVING),
+        }
+        if state == self.cluster_state:
+            return
+        self.cluster_state = state
+        self.clustered = state["size"] > 1
+        self.node_id = state["myid"]
+        for w in range(self.nworkers):
+            self.send(w, [P.CONTROL, self.new_reqid(), "cluster", state])
+
+    def cluster_cron(self):
+        self.cluster.cron()
+        self.cluster_push()             # reachability changes with time (PFAIL, links)
+
+    # ---- CLUSTER (SPEC 4.2) ---------------------------------------------------------------
+
+    def cmd_cluster(self, client, argv):
+        c = self.cluster
+        sub = argv[1].lower()
+        n = len(argv)
+        if sub == b"meet" and n == 4:
+            self.cluster_meet(client, argv[2], argv[3])
+        elif sub == b"nodes" and n == 2:
+            client.reply(resp.bulk(c.nodes_text().encode()))
+        elif sub == b"myid" and n == 2:
+            client.reply(resp.bulk(c.myself.id.encode()))
+        elif sub == b"info" and n == 2:
+            client.reply(resp.bulk(c.info_text().encode()))
+        elif sub == b"saveconfig" and n == 2:
+            try:
+                c.save()
+                client.reply(resp.OK)
+            except OSError as e:
+                client.reply(b"-ERR error saving the cluster node config: %s\r\n"
+                             % (e.strerror or str(e)).encode())
+        elif sub == b"forget" and n == 3:
+            self.cluster_forget(client, argv[2])
+        elif sub == b"reset" and n in (2, 3):
+            mode = argv[2].lower() if n == 3 else b"soft"
+            if mode not in (b"soft", b"hard"):
+                client.reply(b"-ERR syntax error\r\n")
+                return
+            c.reset(mode == b"hard")
+            self.bus_watch()
+            self.cluster_push()
+            s = client.slot()
+            self.control_all("flushall", None, lambda res: s.fill(resp.OK))
+        elif sub == b"leaving" and n == 2:
+            client.reply(b"+yes\r\n" if c.myself.has(M.LEAVING) else b"+no\r\n")
+        elif sub == b"leaving" and n == 3:
+            arg = argv[2].lower()
+            if arg not in (b"yes", b"no"):
+                client.reply(b"-ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'\r\n")
+                return
+            c.set_leaving(arg == b"yes")
+            self.cluster_push()
+            client.reply(resp.OK)
+        else:
+            client.reply(WRONG_CLUSTER)
+
+    def cluster_meet(self, client, ip_arg, port_arg):
+        port = resp.parse_int(port_arg)
+        if port is None:
+            client.reply(b"-ERR Invalid TCP port specified: %s\r\n" % one_line(port_arg))
+            return
+        ip = ip_arg.decode(errors="replace")
+        try:
+            ip = str(ipaddress.ip_address(ip))
+            valid = 0 < port <= 55535
+        except ValueError:
+            valid = False
+        if not valid:
+            client.reply(b"-ERR Invalid node address specified: %s:%s\r\n"
+                         % (one_line(ip_arg), one_line(port_arg)))
+            return
+        self.cluster.meet(ip, port)
+        client.reply(resp.OK)
+
+    def cluster_forget(self, client, node_arg):
+        c = self.cluster
+        node_id = node_arg.decode(errors="replace")
+        if len(node_arg) != 40:
+            client.reply(b"-ERR Invalid node identifier\r\n")
+        elif node_id == c.myself.id:
+            client.reply(b"-ERR I tried hard but I can't forget myself...\r\n")
+        elif node_id not in c.nodes:
+            client.reply(b"-ERR Unknown node %s\r\n" % one_line(node_arg))
+        else:
+            c.forget(node_id)
+            c.save()
+            self.cluster_push()
+            client.reply(resp.OK)
+
+    def hello_reply(self):
+        c = self.cluster
+        entries = c.hello_entries()
+        parts = [b"*%d\r\n:1\r\n" % (2 + len(entries)), resp.bulk(c.myself.id.encode())]
+        for e in entries:
+            parts.append(resp.bulk_array([f.encode() for f in e]))
+        return b"".join(parts)
+
+    # ---- DEBUG hooks for partition tests --------------------------------------------------
+
+    def debug_bus(self, client, mode):
+        """DEBUG BUS DROP-IN|DROP-OUT|DROP-ALL|RESTORE: drop this node's bus traffic in one or
+        both directions while it keeps running, so tests can cut and heal partitions."""
+        c = self.cluster
+        mode = mode.lower()
+        if mode == b"drop-in":
+            c.drop_in = True
+        elif mode == b"drop-out":
+            c.drop_out = True
+        elif mode == b"drop-all":
+            c.drop_in = c.drop_out = True
+        elif mode == b"restore":
+            c.drop_in = c.drop_out = False
+        else:
+            client.reply(b"-ERR DEBUG BUS takes DROP-IN, DROP-OUT, DROP-ALL or RESTORE\r\n")
+            return
+        log.warning("DEBUG BUS %s: dropping %s bus traffic", mode.decode(),
+                    "/".join(d for d, on in (("incoming", c.drop_in), ("outgoing", c.drop_out))
+                             if on) or "no")
+        client.reply(resp.OK)
+
+
+def one_line(data):
+    return data.replace(b"\r", b" ").replace(b"\n", b" ")

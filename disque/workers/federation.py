@@ -1,0 +1,193 @@
+"""Federation: jobs move to the node where consumers wait (SPEC 8.4-8.6, NEEDJOBS / YOURJOBS).
+
+Upstream only pulls: a node whose consumers wait broadcasts NEEDJOBS with a back-off of
+2 s, 4 s, 8 s ... and nodes answer with the jobs they hold at that moment. A job added
+elsewhere after the first broadcast waits for the next one, which is why its first
+cross-node delivery takes seconds. Here NEEDJOBS also leaves *interest* at the receiver:
+{node: [credit, expiry]} on the queue (`Queue.remote`). When a job is queued there and no
+local consumer takes it, it is pushed at once with YOURJOBS to a node with credit left, so
+a waiting consumer gets it within one bus round trip. The waiting node refreshes its
+interest once a second while consumers stay blocked (and at most every 50 ms when another
+consumer blocks), so an idle cluster with waiting consumers sends about one NEEDJOBS per
+second per (node, queue with waiters, other node); interest expires 2.5 s after the last
+refresh and the credit (the number of consumers waiting) bounds what a stale one can pull.
+The upstream pull rules (responders, ad hoc requests sized by the import rate, the
+"reached zero" request) are kept as they are.
+"""
+import math
+
+from disque.bus import messages as M
+from disque.workers.codec import deserialize, serialize
+from disque._fast.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED
+
+PAUSE_OUT = 2
+RESPONDER_VALID_MS = 5000
+INTEREST_TTL_MS = 2500
+REFRESH_MS = 1000               # interest refresh while consumers stay blocked
+NEW_WAITER_MS = 50              # a newly blocked consumer refreshes at most this often
+ADHOC_BASE_MS, ADHOC_MAX_MS = 25, 2000
+FETCH_MIN, FETCH_MAX = 5, 100
+
+
+class FedState:
+    """A queue's federation bookkeeping, created on first use (Queue.fed)."""
+    __slots__ = ("responders", "last_bcast", "last_adhoc", "adhoc_attempt",
+                 "cur_start", "cur_count", "prev_start", "prev_count")
+
+    def __init__(self):
+        self.responders = {}            # node id -> ms of its last YOURJOBS
+        self.last_bcast = 0
+        self.last_adhoc = 0
+        self.adhoc_attempt = 0
+        self.cur_start = self.cur_count = self.prev_start = self.prev_count = 0
+
+    def import_rate(self, now):
+        """SPEC 8.5: jobs/s imported over the current and previous 1 s windows."""
+        if not self.cur_count or now - self.cur_start > 5000:
+            return 0
+        return math.ceil((self.prev_count + self.cur_count) * 1000
+                         / max(now - self.prev_start, 50))
+
+    def imported(self, now):
+        if now - self.cur_start > 1000:
+            self.prev_start, self.prev_count = self.cur_start, self.cur_count
+            self.cur_start, self.cur_count = now, 0
+        self.cur_count += 1
+
+
+class FederationMixin:
+    def import_rate(self, q):
+        return q.fed.import_rate(self.now_ms) if q.fed is not None else 0
+
+    def needjobs(self, q, new_waiter=False, reached_zero=False):
+        """Ask other nodes for jobs of `q` (SPEC 8.4) and refresh our interest there."""
+        if self.leaving or self.cluster_size < 2:
+            return
+        now = self.now_ms
+        fed = q.fed
+        if fed is None:
+            if reached_zero:
+                return                  # ignored while the import rate is 0
+            fed = q.fed = FedState()
+        responders = fed.responders
+        for node in [n for n, t in responders.items() if now - t > RESPONDER_VALID_MS]:
+            del responders[node]
+        rate = fed.import_rate(now)
+        if reached_zero and rate == 0:
+            return
+        waiting = len(q.blocked)
+        if waiting:
+            delay = NEW_WAITER_MS if new_waiter else REFRESH_MS
+            if now - fed.last_bcast > delay:
+                fed.last_bcast = now
+                self.send_bus(None, M.NEEDJOBS, [q.name, waiting])
+        if responders:
+            delay = min(ADHOC_BASE_MS << min(fed.adhoc_attempt, 10), ADHOC_MAX_MS)
+            if reached_zero or now - fed.last_adhoc > delay:
+                fed.last_adhoc = now
+                fed.adhoc_attempt += 1
+                to_fetch = min(max(rate // len(responders), FETCH_MIN), FETCH_MAX)
+                self.send_bus(tuple(responders), M.NEEDJOBS, [q.name, to_fetch])
+
+    def federation_cron(self):
+        """Every 100 ms: refresh interest for every queue a local consumer is blocked on;
+        drop expired interest of other nodes."""
+        if self.cluster_size < 2 or self.leaving:
+            return
+        seen = set()
+        for b in self.blocked_by_client.values():
+            for q in b.queues:
+                if q.name not in seen:
+                    seen.add(q.name)
+                    if not len(q.jobs) or q.paused & PAUSE_OUT:
+                        self.needjobs(q)
+
+    def on_needjobs(self, sender, mflags, payload):
+        name, count = payload[0], payload[1]
+        q = self.queues.get(name)
+        if count <= 0:
+            if q is not None and q.remote is not None:
+                q.remote.pop(sender, None)
+            return
+        if q is None:
+            q = self.get_queue(name, create=True)    # so the interest is there when jobs come
+        if q.remote is None:
+            q.remote = {}
+        q.remote[sender] = [count, self.now_ms + INTEREST_TTL_MS]
+        qlen = len(q.jobs)
+        if qlen and not q.paused & PAUSE_OUT and self.import_rate(q) == 0:
+            n = count if qlen >= 2 * count else max(1, qlen // 2)
+            self.send_jobs(q, sender, n)
+
+    def push_remote(self, q):
+        """Jobs queued while other nodes' consumers wait on `q`: hand them over."""
+        remote = q.remote
+        now = self.now_ms
+        for node in [n for n, (credit, exp) in remote.items() if exp < now or credit <= 0]:
+            del remote[node]
+        if not remote:
+            q.remote = None
+            return
+        if self.import_rate(q) > 0:
+            return                      # we import this queue ourselves: no ping-pong
+        for node in sorted(remote, key=lambda n: remote[n][1]):
+            if not len(q.jobs) or q.paused & PAUSE_OUT:
+                break
+            self.send_jobs(q, node, min(remote[node][0], len(q.jobs)))
+
+    def send_jobs(self, q, node, n):
+        """YOURJOBS: fetch n jobs from the head of q like a consumer would (SPEC 8.6)."""
+        entry = q.remote.get(node) if q.remote is not None else None
+        if entry is not None:
+            entry[0] -= n
+        jobs = []
+        while len(jobs) < n:
+            job = self.fetch(q)
+            if job is None:
+                break
+            self.n_delivered -= 1       # moved, not delivered to a consumer
+            if node not in job.nodes_delivered:
+                job.nodes_delivered = job.nodes_delivered + (node,)
+            jobs.append(job)
+        if not jobs:
+            return
+        now_s = self.now_s
+        self.send_bus((node,), M.YOURJOBS, [serialize(j, False, now_s) for j in jobs])
+        for job in jobs:
+            if job.retry == 0:
+                self.forget_job(job)    # at-most-once: only one copy may exist
+
+    def on_yourjobs(self, sender, mflags, payload):
+        now = self.now_ms
+        for data in payload:
+            job, _ = deserialize(data, 0, False, self.now_s, now, self.rand_err())
+            local = self.jobs.get(job.id)
+            if local is not None:
+                if local.state == ACKED or local.body is None:
+                    continue
+                self.merge_nodes(local, job.nodes_delivered + (sender,))
+                job = local
+            else:
+                q = self.queues.get(job.queue)
+                if q is not None:
+                    job.queue = q.name
+                nodes = self.known_nodes(job.nodes_delivered)
+                if self.node_id not in nodes:
+                    nodes += (self.node_id,)
+                if sender not in nodes:
+                    nodes += (sender,)
+                job.nodes_delivered = nodes
+                self.register_job(job)
+            job.flags &= ~(FLAG_BCAST_QUEUED | FLAG_DELIVERED)
+            if job.retry == 0:
+                job.qtime = now         # an at-most-once job may be queued here once
+            if self.enqueue(job):
+                q = self.queues[job.queue]
+                fed = q.fed
+                if fed is None:
+                    fed = q.fed = FedState()
+                fed.responders[sender] = now
+                fed.imported(now)
+                fed.adhoc_attempt = 0
+            else:
+                self.schedule(job)

@@ -1,0 +1,377 @@
+"""A worker's side of the cluster: job copies on other nodes (SPEC 3.1, 7.3, 7.4, 10.4).
+
+The front-end owns the bus. It hands this worker the messages about jobs and queues of its
+slots (`on_bus`) and sends what the worker appends to `bus_out`:
+    (destination node ids or None for every node, type, message flags, payload)
+Destinations may include this node; the front-end skips it.
+
+What lives here:
+  * synchronous replication of ADDJOB (REPLJOB / GOTJOB, one more node every 50 ms,
+    -NOREPL on timeout), ASYNC and external replication (ENQUEUE);
+  * requeue coordination (WILLQUEUE / QUEUED / WORKING);
+  * acknowledgement and garbage collection (SETACK / GOTACK / DELJOB, dummy ACKs).
+"""
+import collections
+import random
+
+from disque._fast import resp
+from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
+                              QUEUED, WAIT_REPL)
+from disque.bus import messages as M
+from disque.workers.codec import CodecError, deserialize, serialize
+
+REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
+PAUSE_IN = 1
+
+NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
+                  b"number of nodes\r\n")
+NOREPL_REMOVED = (b"-NOREPL job removed (expired?) before the requested replication "
+                  b"level was achieved\r\n")
+LEAVING_ERROR = (b"-LEAVING This node is leaving the cluster, please connect to a "
+                 b"different one\r\n")
+
+
+def mix(node_id, job_id):
+    """SPEC 5: the node ID XORed with the job ID's random part, for QUEUED tie-breaks."""
+    return bytes(node_id[i] ^ job_id[11 + i % 24] for i in range(40))
+
+
+class ReplWait:
+    """An ADDJOB whose client waits for its copies to be confirmed."""
+    __slots__ = ("reqid", "job", "deadline", "extrepl", "last_add")
+
+    def __init__(self, reqid, job, deadline, extrepl, now):
+        self.reqid = reqid
+        self.job = job
+        self.deadline = deadline
+        self.extrepl = extrepl
+        self.last_add = now
+
+
+class ReplicationMixin:
+    def cluster_init(self):
+        self.reachable = ()            # other nodes that can get copies (bytes ids)
+        self.known = frozenset(self.self_nodes)    # every node of the cluster, self included
+        self.repl_waits = {}           # job id -> ReplWait
+        self.repl_by_reqid = {}        # reqid -> ReplWait
+        self.bus_handlers = {
+            M.REPLJOB: self.on_repljob, M.GOTJOB: self.on_gotjob, M.ENQUEUE: self.on_enqueue,
+            M.QUEUED: self.on_queued, M.WORKING: self.on_working,
+            M.WILLQUEUE: self.on_willqueue, M.SETACK: self.on_setack, M.GOTACK: self.on_gotack,
+            M.DELJOB: self.on_deljob_msg, M.NEEDJOBS: self.on_needjobs,
+            M.YOURJOBS: self.on_yourjobs, M.PAUSE: self.on_pause_msg,
+        }
+        self.bus_in = collections.Counter()      # messages received / sent, by type
+        self.bus_sent = collections.Counter()
+
+    def set_cluster(self, state):
+        """The front-end's view of the cluster, pushed when it changes."""
+        myid = state["myid"]
+        if myid != self.node_id:               # CLUSTER RESET HARD
+            from disque._fast.jobid import IdMaker
+            self.node_id = myid
+            self.self_nodes = (myid,)
+            self.ids = IdMaker(myid)
+        self.cluster_size = state["size"]
+        self.reachable = tuple(state["reachable"])
+        self.reachable_nodes = len(self.reachable)
+        self.known = frozenset(state["known"]) | {myid}
+        self.leaving = state["leaving"]
+
+    def send_bus(self, dest, mtype, payload, mflags=0):
+        self.bus_out.append((dest, mtype, mflags, payload))
+
+    def on_bus(self, msgs):
+        for sender, mtype, mflags, payload in msgs:
+            handler = self.bus_handlers.get(mtype)
+            if handler is not None:
+                self.bus_in[mtype] += 1
+                try:
+                    handler(sender, mflags, payload)
+                except (TypeError, ValueError, IndexError, KeyError, CodecError):
+                    pass        # a malformed message from a peer is dropped, like upstream
+
+    # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
+
+    def replicate_new(self, reqid, argv):
+        """Finish an ADDJOB that ShardCore.cmd_addjob left to us (REPLICATE > 1 or external
+        replication). Returns the reply now, or None when the client waits for GOTJOBs."""
+        job = self.last_added
+        self.last_added = None
+        extrepl = not job.nodes_delivered
+        needed = job.repl if extrepl else job.repl - 1
+        targets = list(self.reachable)
+        random.shuffle(targets)
+        targets = tuple(targets[:needed])
+        if self.last_async:
+            if extrepl:
+                # not kept here: copies elsewhere, one of them queues it
+                job.nodes_delivered = targets
+                self.send_bus(targets, M.REPLJOB, serialize(job, False, self.now_s), M.NOREPLY)
+                self.send_bus((random.choice(targets),), M.ENQUEUE, [job.id, job.delay])
+                return b"+" + job.id + b"\r\n"
+            job.nodes_delivered = self.self_nodes + targets
+            data = serialize(job, False, self.now_s)
+            self.register_job(job)
+            self.activate(job)
+            self.send_bus(targets, M.REPLJOB, data, M.NOREPLY)
+            return b"+" + job.id + b"\r\n"
+        job.state = WAIT_REPL
+        job.nodes_delivered = (() if extrepl else self.self_nodes) + targets
+        job.nodes_confirmed = set() if extrepl else {self.node_id}
+        self.register_job(job)
+        self.schedule(job)
+        self.send_bus(targets, M.REPLJOB, serialize(job, False, self.now_s))
+        timeout = resp.parse_int(argv[3]) or 0
+        wait = ReplWait(reqid, job, self.now_ms + timeout if timeout else 0, extrepl, self.now_ms)
+        self.repl_waits[job.id] = wait
+        self.repl_by_reqid[reqid] = wait
+        return None
+
+    def activate(self, job):
+        """A job of ours that may now be delivered: queue it (or schedule its DELAY), log it."""
+        job.state = ACTIVE
+        if job.delay:
+            self.schedule(job)
+        else:
+            self.enqueue(job)
+        if self.aof_on:
+            self.aof_loadjob(job)
+
+    def replicated(self, wait):
+        """Every copy confirmed: answer the producer."""
+        job = wait.job
+        self.end_wait(wait)
+        if wait.extrepl:
+            target = random.choice(sorted(job.nodes_confirmed))
+            self.send_bus((target,), M.ENQUEUE, [job.id, job.delay])
+            self.delete_job(job)
+        else:
+            job.nodes_confirmed = None
+            self.activate(job)
+        self.out.append([wait.reqid, b"+" + job.id + b"\r\n"])
+
+    def end_wait(self, wait):
+        self.repl_waits.pop(wait.job.id, None)
+        self.repl_by_reqid.pop(wait.reqid, None)
+
+    def repl_failed(self, wait, reply):
+        """Timeout, expiry, client gone, RESET or leaving: drop every copy made so far."""
+        job = wait.job
+        self.end_wait(wait)
+        self.send_bus(job.nodes_delivered, M.DELJOB, [job.id, 0])
+        self.delete_job(job)
+        if reply is not None:
+            self.out.append([wait.reqid, reply])
+
+    def cancel_replication(self, reqid):
+        """The producer vanished (front-end UNBLOCK): True when it was waiting here."""
+        wait = self.repl_by_reqid.get(reqid)
+        if wait is None:
+            return False
+        self.repl_failed(wait, None)
+        return True
+
+    def repl_cron(self):
+        """Every worker tick while producers wait: timeouts, and one more node every 50 ms."""
+        now = self.now_ms
+        for wait in list(self.repl_waits.values()):
+            job = wait.job
+            if self.leaving:
+                self.repl_failed(wait, LEAVING_ERROR)
+            elif wait.deadline and now >= wait.deadline:
+                self.repl_failed(wait, NOREPL_TIMEOUT)
+            elif now - wait.last_add >= REPL_ADD_NODE_MS:
+                wait.last_add = now
+                have = set(job.nodes_delivered)
+                extra = [n for n in self.reachable if n not in have]
+                if extra:
+                    job.nodes_delivered += (random.choice(extra),)
+                pending = tuple(n for n in job.nodes_delivered
+                                if n not in job.nodes_confirmed and n != self.node_id)
+                if pending:
+                    self.send_bus(pending, M.REPLJOB, serialize(job, False, self.now_s))
+
+    def expire_waiting(self, job):
+        """The scheduler found a job still waiting for copies past its TTL."""
+        wait = self.repl_waits.get(job.id)
+        if wait is not None:
+            self.repl_failed(wait, NOREPL_REMOVED)
+        else:
+            self.delete_job(job)
+
+    # ---- job messages (SPEC 10.4) -----------------------------------------------------------
+
+    def on_repljob(self, sender, mflags, data):
+        if self.memory_level > 0 or self.leaving:
+            return                      # no GOTJOB: the originator picks another node
+        job, _ = deserialize(data, 0, False, self.now_s, self.now_ms, self.rand_err())
+        q = self.queues.get(job.queue)
+        if q is not None and q.paused & PAUSE_IN:
+            return
+        known = self.jobs.get(job.id)
+        if known is not None:
+            if known.body is not None:
+                self.merge_nodes(known, job.nodes_delivered)
+        else:
+            if job.queue in self.queues:
+                job.queue = self.queues[job.queue].name     # share the queue name object
+            job.nodes_delivered = self.known_nodes(job.nodes_delivered)
+            job.flags |= FLAG_BCAST_QUEUED
+            job.state = ACTIVE
+            self.register_job(job)
+            self.schedule(job)
+            if self.aof_on:
+                self.aof_loadjob(job)
+        if not mflags & M.NOREPLY:
+            self.send_bus((sender,), M.GOTJOB, [job.id, 0])
+
+    def known_nodes(self, nodes):
+        known = self.known
+        me = self.node_id
+        return tuple(n for n in nodes if n in known or n == me)
+
+    def merge_nodes(self, job, nodes):
+        have = job.nodes_delivered
+        extra = tuple(n for n in nodes if n not in have and n in self.known)
+        if extra:
+            job.nodes_delivered = have + extra
+
+    def add_node(self, job, node):
+        if node not in job.nodes_delivered:
+            job.nodes_delivered = job.nodes_delivered + (node,)
+
+    def on_gotjob(self, sender, mflags, payload):
+        wait = self.repl_waits.get(payload[0])
+        if wait is None:
+            return
+        job = wait.job
+        if job.state != WAIT_REPL:
+            return
+        self.add_node(job, sender)
+        job.nodes_confirmed.add(sender)
+        if len(job.nodes_confirmed) >= job.repl:
+            self.replicated(wait)
+
+    def on_enqueue(self, sender, mflags, payload):
+        job = self.jobs.get(payload[0])
+        if job is None or job.body is None or job.state not in (WAIT_REPL, ACTIVE):
+            return
+        q = self.queues.get(job.queue)
+        if q is not None and q.paused & PAUSE_IN:
+            return
+        job.flags &= ~FLAG_BCAST_QUEUED
+        delay = payload[1]
+        if job.state == WAIT_REPL:
+            job.state = ACTIVE
+        if delay == 0:
+            if job.qtime == 0:
+                return                  # SPEC 3.1 quirk: an at-most-once copy is never queued
+            self.enqueue(job)
+        else:
+            job.qtime = self.now_ms + delay * 1000
+            self.schedule(job)
+
+    def on_willqueue(self, sender, mflags, payload):
+        job = self.jobs.get(payload[0])
+        if job is None:
+            return
+        if job.state == ACKED:
+            self.send_bus((sender,), M.SETACK, [job.id, len(job.nodes_delivered)])
+        elif job.state in (ACTIVE, QUEUED):
+            self.add_node(job, sender)
+            if job.state == QUEUED:
+                self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, 0])
+
+    def on_queued(self, sender, mflags, payload, working=False):
+        job = self.jobs.get(payload[0])
+        if job is None:
+            return
+        if job.state == ACKED:
+            self.send_bus((sender,), M.SETACK, [job.id, len(job.nodes_delivered)])
+            return
+        if job.body is None:
+            return
+        if job.state == QUEUED and (working or mix(sender, job.id) > mix(self.node_id, job.id)):
+            self.dequeue(job)
+        if job.retry and job.qtime:
+            job.flags |= FLAG_BCAST_WILLQUEUE
+            job.qtime = self.now_ms + job.retry * 1000 + self.rand_err()
+        if not working:
+            if mflags & M.INCR_NACKS:
+                job.nacks += 1
+            if mflags & M.INCR_DELIV:
+                job.additional_deliveries += 1
+        self.schedule(job)
+
+    def on_working(self, sender, mflags, payload):
+        self.on_queued(sender, mflags, payload, working=True)
+
+    def on_deljob_msg(self, sender, mflags, payload):
+        job = self.jobs.get(payload[0])
+        if job is not None:
+            wait = self.repl_waits.get(job.id)
+            if wait is not None:
+                self.repl_failed(wait, NOREPL_REMOVED)
+            else:
+                self.forget_job(job)
+
+    # ---- acknowledgements (SPEC 7.4) --------------------------------------------------------
+
+    def on_setack(self, sender, mflags, payload):
+        jid, may_have = payload[0], payload[1]
+        job = self.jobs.get(jid)
+        if job is not None and job.state == WAIT_REPL:
+            wait = self.repl_waits.get(jid)
+            if wait is not None:
+                self.replicated(wait)
+            job = self.jobs.get(jid)
+        if job is not None and job.state != ACKED:
+            self.mark_acked(job)
+            self.n_acked += 1
+        if job is None or len(job.nodes_delivered) <= may_have:
+            self.send_bus((sender,), M.GOTACK, [jid, 1 if job is not None else 0])
+        else:
+            if may_have == 0:
+                self.send_bus((sender,), M.GOTACK, [jid, 1])
+            self.gc(job)
+
+    def on_gotack(self, sender, mflags, payload):
+        jid, known = payload[0], payload[1]
+        job = self.jobs.get(jid)
+        if job is None or job.state != ACKED:
+            return
+        dummy = job.body is None
+        if dummy and known:
+            self.delete_job(job)        # a node with a real copy takes over the GC
+            return
+        if job.nodes_confirmed is None:
+            job.nodes_confirmed = {self.node_id}
+        if known or sender in job.nodes_delivered:
+            self.add_node(job, sender)
+            job.nodes_confirmed.add(sender)
+        if not known and dummy:
+            job.nodes_confirmed.add(sender)
+            if len(job.nodes_confirmed) >= len(self.known):
+                self.delete_job(job)
+        elif not dummy and len(job.nodes_confirmed) >= len(job.nodes_delivered):
+            self.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
+            self.delete_job(job)
+
+    def gc_send_setacks(self, job):
+        """Ask every possible owner not yet confirmed to ack (all nodes for a dummy ACK)."""
+        confirmed = job.nodes_confirmed
+        owners = self.known if job.body is None else job.nodes_delivered
+        dest = tuple(n for n in owners if n not in confirmed)
+        if dest:
+            self.send_bus(dest, M.SETACK, [job.id, len(job.nodes_delivered)])
+
+    # ---- PAUSE ... BCAST (SPEC 3.12) ----------------------------------------------------------
+
+    def on_pause_msg(self, sender, mflags, payload):
+        name, flags = payload[0], payload[1]
+        q = self.queues.get(name)
+        if q is None and flags:
+            q = self.get_queue(name, create=True)
+        if q is not None:
+            self.set_pause(q, flags)
