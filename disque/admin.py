@@ -24,6 +24,7 @@ from disque import VERSION
 from disque import commands as C
 from disque import log as dlog
 from disque._fast import resp
+from disque.aof_front import AOF_DIRECTIVES
 
 log = logging.getLogger("disque.frontend")
 
@@ -169,6 +170,8 @@ class AdminMixin:
                 self.obuf_soft_clients.clear()
         elif name == "loglevel":
             logging.getLogger().setLevel(dlog.LEVELS.get(cfg.loglevel, logging.INFO))
+        elif name in AOF_DIRECTIVES:
+            return self.aof_config_changed(name)    # disque.aof_front
         return None
 
     def reset_metrics(self):

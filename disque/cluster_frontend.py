@@ -36,6 +36,9 @@ class ClusterFrontendMixin:
         cluster.on_job_message = self.bus_job_message
         cluster.on_change = self.cluster_changed
         self.bus_inbox = {}          # worker -> [[sender, type, flags, payload], ...]
+        self.bus_outbox = {}         # node id -> [[type, flags, payload], ...]
+        self.bus_ids = {}            # node id -> the same as bytes (workers' form)
+        self.bus_flush_scheduled = False
         self.bus_watch()
         self.cluster_push()
 
@@ -73,16 +76,18 @@ class ClusterFrontendMixin:
                 w = (slot if slot >= 0 else 0) % self.nworkers
         except (TypeError, IndexError, ValueError):
             return                      # malformed: dropped like any bad bus frame
-        self.bus_inbox.setdefault(w, []).append([sender.id.encode(), mtype, mflags, payload])
+        sid = self.bus_ids.get(sender.id)
+        if sid is None:
+            sid = self.bus_ids[sender.id] = sender.id.encode()
+        self.bus_inbox.setdefault(w, []).append([sid, mtype, mflags, payload])
 
     def bus_from_worker(self, entries):
         """Job messages a worker wants sent: one JOBS frame per destination node."""
         cluster = self.cluster
         if cluster is None:
             return
-        nodes = cluster.nodes
         myid = cluster.myself.id
-        frames = {}
+        frames = self.bus_outbox
         everyone = None
         for dests, mtype, mflags, payload in entries:
             if dests is None:
@@ -94,6 +99,17 @@ class ClusterFrontendMixin:
             for node_id in targets:
                 if node_id != myid:
                     frames.setdefault(node_id, []).append([mtype, mflags, payload])
+        if not self.bus_flush_scheduled:
+            self.bus_flush_scheduled = True
+            self.loop.call_soon(self.bus_flush)
+
+    def bus_flush(self):
+        """End of a loop iteration: what every worker sent this iteration, one frame per node."""
+        self.bus_flush_scheduled = False
+        cluster = self.cluster
+        frames = self.bus_outbox
+        self.bus_outbox = {}
+        nodes = cluster.nodes
         for node_id, msgs in frames.items():
             node = nodes.get(node_id)
             if node is not None:

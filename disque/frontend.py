@@ -13,6 +13,7 @@ import time
 from disque import commands as C
 from disque import statslog
 from disque.admin import AdminMixin
+from disque.aof_front import AofFrontMixin
 from disque.cluster_frontend import ClusterFrontendMixin
 from disque import info as info_mod
 from disque import memstat
@@ -186,7 +187,7 @@ def parse_scan(jscan, argv):
     return scan
 
 
-class Frontend(ClusterFrontendMixin, AdminMixin, Core):
+class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
     """The Python half of the front-end: everything off the per-command hot path.
 
     Admin commands (AUTH, HELLO 2/3, CLIENT, MONITOR, SLOWLOG, LATENCY, COMMAND) and the
@@ -213,6 +214,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, Core):
             b"time": self.cmd_time, b"echo": self.cmd_echo, b"command": self.cmd_command, b"debug": self.cmd_debug,
             b"shutdown": self.cmd_shutdown, b"config": self.cmd_config,
             b"loadjob": self.cmd_loadjob, b"cluster": self.cmd_cluster,
+            b"bgrewriteaof": self.cmd_bgrewriteaof,
         }
         self.cron_ticks = 0
         self.admin_init()
@@ -410,6 +412,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, Core):
     def memory_measured(self, reports, second):
         self.mem_polling = False
         self.scan_mark(second, reports)
+        self.aof_reports(reports)            # AOF write errors (MISCONF), rewrites in progress
         used = memstat.used_bytes()          # the front-end's own share
         for r in reports:
             if type(r) is list:
@@ -771,6 +774,8 @@ class Frontend(ClusterFrontendMixin, AdminMixin, Core):
             client.reply(SYNTAX_ERROR)
             return
         log.warning("User requested shutdown...")
+        if self.aof_shutdown(client, len(argv) == 2):
+            return                          # REWRITE-AOF: the files first (disque.aof_front)
         if self.shutdown_cb:
             self.shutdown_cb()
 

@@ -64,12 +64,7 @@ def sections(fe, workers):
     ]
     out["jobs"] = [("registered_jobs", sum(w.get("jobs", 0) for w in workers))]
     out["queues"] = [("registered_queues", sum(w.get("queues", 0) for w in workers))]
-    out["persistence"] = [
-        ("loading", 0), ("aof_enabled", 0), ("aof_state", "off"), ("aof_rewrite_in_progress", 0),
-        ("aof_rewrite_scheduled", 0), ("aof_last_rewrite_time_sec", -1),
-        ("aof_current_rewrite_time_sec", -1), ("aof_last_bgrewrite_status", "ok"),
-        ("aof_last_write_status", "ok"),
-    ]
+    out["persistence"] = fe.aof_info_fields(workers)     # disque.aof_front
     st = fe.stats
     out["stats"] = [
         ("total_connections_received", st["total_connections_received"]),

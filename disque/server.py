@@ -22,6 +22,7 @@ from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
 from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
 from disque.bus.nodes import ConfigFileError
+from disque.aof_front import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.workers.link import front_end_links
 
@@ -92,7 +93,7 @@ class Node:
 
     def worker_config(self):
         cfg = self.cfg
-        return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or ""}
+        return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "", **aof_worker_config(cfg)}
 
     def start_workers(self):
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
@@ -171,6 +172,9 @@ class Node:
             if self.cluster is not None:
                 fe.cluster_attach(self.cluster)
             self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
+            error = fe.aof_startup()    # load the AOF; clients get -LOADING until it is done
+            if error:
+                raise StartupError(error)
             servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
                        for s in socks]
             for sig in (signal.SIGTERM, signal.SIGINT):

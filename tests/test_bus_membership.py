@@ -187,12 +187,25 @@ def test_leaving_flag_propagates(net):
 def test_job_messages_reach_the_handler_only_from_known_nodes(net):
     got = []
     a, b = net.add("a"), net.add("b")
-    a.on_job_message = got.append
+    a.on_job_message = lambda *m: got.append(m)
     a.meet("127.0.0.1", b.myself.port)
     net.until(lambda: full_mesh(net))
     b.send(b.nodes[a.myself.id], M.GOTJOB, ["D-" + "x" * 38, 0])
     net.until(lambda: got)
-    assert got[0].type == M.GOTJOB and got[0].sender == b.myself.id
+    sender, mtype, _flags, payload = got[0]
+    assert mtype == M.GOTJOB and sender.id == b.myself.id and payload[1] == 0
+    # a JOBS frame carries several job messages; each reaches the handler on its own
+    b.send(b.nodes[a.myself.id], M.JOBS, [[M.WORKING, 0, ["j1", 0]], [M.DELJOB, 0, ["j2", 0]]])
+    net.until(lambda: len(got) == 3)
+    assert [m[1] for m in got[1:]] == [M.WORKING, M.DELJOB]
+    # from a node it does not know, nothing is handed over
+    stranger = net.add("stranger")
+    stranger.transport.connect(a.myself.id, "127.0.0.1", a.myself.port + 10000)
+    for _ in range(40):          # resent while the link comes up: messages are never queued
+        stranger.send(a.myself, M.GOTJOB, ["x", 0])
+        net.step()
+    assert stranger.transport.sent > 0
+    assert len(got) == 3
 
 
 def test_malformed_frames_are_ignored():

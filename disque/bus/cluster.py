@@ -205,6 +205,21 @@ class Cluster:
     def process(self, msg):
         now = now_ms()
         sender = self.nodes.get(msg.sender)
+        if msg.type == M.JOBS:
+            # the hot path (thousands per second under load): job messages only come from
+            # nodes we know; membership news travels in PING/PONG/MEET
+            if sender is None or sender.flags & M.HANDSHAKE or sender is self.myself:
+                return
+            sender.last_seen = now
+            sender.linked = True
+            if (msg.node_flags & M.LEAVING) != (sender.flags & M.LEAVING):
+                sender.flags ^= M.LEAVING
+                self.changed()
+            if self.on_job_message is not None:
+                handler = self.on_job_message
+                for mtype, mflags, payload in msg.payload:
+                    handler(sender, mtype, mflags, payload)
+            return
         if msg.sender == self.myself.id:
             return
         if sender is None:
@@ -247,9 +262,6 @@ class Cluster:
                 target.flags = (target.flags | M.FAIL_FLAG) & ~M.PFAIL
                 log.info("FAIL message received from %s about %s", sender.id[:8], target.id[:8])
                 self.changed()
-        elif msg.type == M.JOBS and self.on_job_message is not None:
-            for mtype, mflags, payload in msg.payload:
-                self.on_job_message(sender, mtype, mflags, payload)
         elif msg.type in M.JOB_TYPES and self.on_job_message is not None:
             self.on_job_message(sender, msg.type, msg.flags, msg.payload)
 

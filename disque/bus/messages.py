@@ -90,10 +90,13 @@ def decode(data, peer_ip=""):
             return None
     elif mtype == FAIL and not (isinstance(payload, str) and len(payload) == 40):
         return None
-    elif mtype == JOBS and not (isinstance(payload, list) and all(
-            isinstance(m, list) and len(m) == 3 and isinstance(m[0], int)
-            and m[0] in JOB_TYPES and isinstance(m[1], int) for m in payload)):
-        return None
+    elif mtype == JOBS:
+        # each entry is checked where it is routed (disque.cluster_frontend); here only
+        # the shape, so one bad entry costs that entry, not the whole frame
+        if not isinstance(payload, list):
+            return None
+        payload = [m for m in payload if type(m) is list and len(m) == 3
+                   and m[0] in JOB_TYPES and type(m[1]) is int]
     return Message(mtype, sender, ip, port, node_flags, mflags, payload, peer_ip)
 
 

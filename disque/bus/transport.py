@@ -8,6 +8,7 @@ ZMQ_IMMEDIATE: a message for a peer without a live connection is dropped, never 
 import zmq
 
 RECONNECT_IVL_MS = 100
+JOBS_TYPE_BYTE = b"\x10"    # msgpack [16, ...]: a JOBS frame (disque.bus.messages.JOBS)
 RECONNECT_IVL_MAX_MS = 1000
 
 
@@ -85,10 +86,14 @@ class Transport:
                 break
             if len(frames) != 2:
                 continue
-            try:
-                peer = frames[1].get("Peer-Address")
-            except (zmq.ZMQError, AttributeError):
-                peer = ""
+            peer = ""
+            if frames[1].bytes[1:2] != JOBS_TYPE_BYTE:
+                # the peer address teaches a node its own IP in MEET/PING handling; asking
+                # for it costs a getpeername() per frame, skipped for job batches
+                try:
+                    peer = frames[1].get("Peer-Address")
+                except (zmq.ZMQError, AttributeError):
+                    peer = ""
             out.append((frames[0].bytes, frames[1].bytes, peer or ""))
         self.received += len(out)
         return out

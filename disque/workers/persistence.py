@@ -1,19 +1,645 @@
-"""A worker's append-only file (SPEC 12): the hooks the shard calls.
+"""A worker's append-only file (SPEC 12, README "Persistence").
 
-The shard calls `aof_loadjob(job)` when a job is accepted (a local job once its copies are
-confirmed, a replica on REPLJOB) and `aof_deljob(job)` when an active/queued job is acked or
-deleted; both only while `self.aof_on` is set.
+Every worker k of the node on `port` owns one file, `<dir>/<stem>.<port>.w<k>.aof` (stem:
+`appendfilename` without `.aof`), holding LOADJOB / DELJOB records (disque.workers.aof).
+
+* Logging. The shard calls `aof_loadjob(job)` when a job is accepted (a local job once
+  its copies are confirmed, a replica on REPLJOB) and `aof_deljob(job)` when an
+  active/queued job is acked or deleted; both only while `self.aof_on` is set. Records
+  are buffered during a batch; `aof_flush()` writes them (and fsyncs with `appendfsync
+  always`) before the worker loop sends the batch's replies.
+* Write errors. A failed write keeps the records and is retried once a second; until it
+  works the write commands this worker executes answer -MISCONF (their handlers are
+  swapped, so the normal path pays nothing), and the front-end, which learns the error
+  from the periodic memory poll, answers -MISCONF for PING and GETJOB too. With
+  `appendfsync always` a failed write stops the worker (and so the node), as upstream:
+  a reply already promised that the job is on disk.
+* Rewrite (BGREWRITEAOF, automatic, CONFIG SET appendonly yes, start-up). No fork: the
+  worker takes the list of its jobs, serializes them in slices of a few milliseconds
+  between batches (`aof_work`, called after each reply send) and a thread writes the
+  chunks to `temp-rewriteaof-bg-<pid>.aof` and fsyncs it. Records logged meanwhile are
+  written to the old file as usual and also kept (`AofWriter.rewrite_buffer`); when the
+  thread is done they are appended to the temp file, which is fsynced and renamed over
+  the worker's file. A job deleted before its turn is skipped (its DELJOB is in the
+  kept records anyway), a job added after the start is in the kept records.
+* Load. Every worker reads every `<stem>.<port>.w*.aof` file of the node (a restart may
+  change the number of workers) in slices, keeps the records of the jobs whose slot it
+  owns now, replays LOADJOB/DELJOB per file and registers the survivors. Jobs come back
+  active, or queued once with `aof-enqueue-jobs-once` (RETRY 0 jobs too: a deliberate
+  difference from upstream, see README). The front-end runs the load in two phases
+  (disque/aof_front.py): every worker loads, then every worker rewrites its own file.
 """
+import logging
+import mmap
+import os
+import queue
+import threading
+import time
+
+from disque import commands as C
+from disque._fast.job import ACTIVE, FLAG_DELIVERED, QUEUED
+from disque._fast.jobid import id_slot
+from disque.workers import codec
+from disque.workers.aof import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, AofWriter, aof_path,
+                                read_records, record, should_auto_rewrite, write_snapshot)
+
+log = logging.getLogger("disque.worker")
+
+# commands with the `w` flag (SPEC 2) that a worker executes: -MISCONF while writes fail
+WRITE_COMMANDS = frozenset(name for name, cmd in C.BY_BYTES.items() if "w" in cmd.flags)
+STARTED = "started"             # immediate answer to a control whose result comes later
+REWRITE_SLICE_S = 0.004         # serialization per loop turn while serving clients
+STARTUP_SLICE_S = 0.05          # ... while loading (no client is served)
+REWRITE_BACKLOG = 32            # chunks the writer thread may lag behind
+CHUNK_JOBS = 512
+WRITE_RETRY_S = 1.0
+WAIT_REWRITE_RETRY_S = 5.0
+
+
+def misconf_reply(error):
+    return b"-MISCONF Errors writing to the AOF file: %s\r\n" % error.encode("utf-8", "replace")
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Rewrite:
+    """One background rewrite of a worker's file (see the module doc)."""
+
+    def __init__(self, jobs, path, tmp, incremental_fsync):
+        self.jobs = list(jobs)
+        self.pos = 0
+        self.path = path
+        self.tmp = tmp
+        self.incremental = incremental_fsync
+        self.diff = []              # records logged meanwhile when there is no open file
+        self.reqids = []            # front-end requests answered when it ends
+        self.started = time.monotonic()
+        self.chunks = queue.SimpleQueue()
+        self.fed_all = False
+        self.aborted = False
+        self.error = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.write_loop, name="aof-rewrite", daemon=True)
+        self.thread.start()
+
+    def write_loop(self):
+        fd = None
+        try:
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            unsynced = 0
+            while True:
+                chunk = self.chunks.get()
+                if chunk is None or self.aborted:
+                    break
+                view = memoryview(chunk)
+                n = 0
+                while n < len(chunk):
+                    n += os.write(fd, view[n:])
+                unsynced += n
+                if self.incremental and unsynced >= 32 * 1024 * 1024:
+                    os.fsync(fd)            # aof-rewrite-incremental-fsync
+                    unsynced = 0
+            if not self.aborted:
+                os.fsync(fd)
+        except OSError as e:
+            self.error = "%s: %s" % (self.tmp, e.strerror or e)
+        finally:
+            if fd is not None:
+                os.close(fd)
+            if self.aborted or self.error:
+                try:
+                    os.unlink(self.tmp)
+                except OSError:
+                    pass
+            self.done.set()
+
+    def step(self, shard, budget_s):
+        """Serialize the next jobs for about `budget_s` seconds."""
+        if self.fed_all or self.chunks.qsize() > REWRITE_BACKLOG:
+            return
+        deadline = time.perf_counter() + budget_s
+        jobs = self.jobs
+        live = shard.jobs
+        serialize = codec.serialize
+        now_s = shard.now_s
+        n = len(jobs)
+        pos = self.pos
+        while pos < n:
+            out = []
+            for job in jobs[pos:pos + CHUNK_JOBS]:
+                if (job.state == ACTIVE or job.state == QUEUED) and live.get(job.id) is job:
+                    out.append(record(LOADJOB, serialize(job, True, now_s)))
+            pos = min(n, pos + CHUNK_JOBS)
+            if out:
+                self.chunks.put(b"".join(out))
+            if time.perf_counter() > deadline:
+                break
+        self.pos = pos
+        if pos >= n:
+            self.jobs = None
+            self.fed_all = True
+            self.chunks.put(None)
+
+    def abort(self):
+        self.aborted = True
+        self.fed_all = True
+        self.chunks.put(None)
+
+
+class Loader:
+    """Reading every file of the node, in slices (a generator resumed by `step`)."""
+
+    def __init__(self, shard, files, enqueue_once, load_truncated):
+        self.files = [(int(k), path) for k, path in files]
+        self.enqueue_once = enqueue_once
+        self.load_truncated = load_truncated
+        self.total = 0
+        for _, path in self.files:
+            try:
+                self.total += os.path.getsize(path)
+            except OSError:
+                pass
+        self.done_bytes = 0
+        self.result = None
+        self.started = time.time()
+        self.gen = self.run(shard)
+        self.shard_tick = shard.tick
+        self.deadline = 0.0
+
+    def step(self, budget_s):
+        """Work for about `budget_s`; True when finished (self.result is set)."""
+        self.deadline = time.perf_counter() + budget_s
+        self.shard_tick()
+        try:
+            next(self.gen)
+            return False
+        except StopIteration:
+            return True
+        except (AofCorrupt, AofTruncated, OSError, ValueError) as e:
+            self.result = {"ok": False, "error": self.error_text(e)}
+            return True
+
+    @staticmethod
+    def error_text(e):
+        if isinstance(e, AofTruncated):
+            return ("Unexpected end of file reading the append only file %s at byte offset %d "
+                    "(%d bytes after the last complete record). Make a backup of the file, then "
+                    "use disque-check-aof --fix, or set aof-load-truncated yes and restart"
+                    % (e.path, e.valid_up_to, e.size - e.valid_up_to))
+        if isinstance(e, OSError):
+            return "Can't read the append only file %s: %s" % (e.filename or "", e.strerror or e)
+        return str(e)
+
+    def run(self, shard):
+        me = shard.index
+        nworkers = shard.nworkers
+        survivors = {}
+        warnings = []
+        base = 0
+        for k, path in self.files:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            alive = {}
+            start = 0
+            count = 0
+            try:
+                for cmd, arg, end in read_records(path, data):
+                    if cmd == LOADJOB:
+                        if len(arg) < codec.FIXED.size:
+                            raise AofCorrupt(path, start, "LOADJOB payload of %d bytes" % len(arg))
+                        jid = arg[4:44]
+                    else:
+                        if len(arg) != 40:
+                            raise AofCorrupt(path, start, "DELJOB with a %d-byte job ID" % len(arg))
+                        jid = arg
+                    slot = id_slot(jid)
+                    if (slot if slot >= 0 else 0) % nworkers == me:
+                        if cmd == LOADJOB:
+                            alive[jid] = (arg, path, start)
+                        else:
+                            alive.pop(jid, None)
+                    start = end
+                    count += 1
+                    if not count & 255:
+                        self.done_bytes = base + end
+                        if time.perf_counter() > self.deadline:
+                            yield
+            except AofTruncated as e:
+                if not self.load_truncated:
+                    raise
+                warnings.append("!!! Warning: short read while loading the AOF file %s: the %d "
+                                "bytes after the last complete record (byte offset %d) are "
+                                "ignored (aof-load-truncated yes)"
+                                % (path, e.size - e.valid_up_to, e.valid_up_to))
+            finally:
+                if isinstance(data, mmap.mmap):
+                    data.close()
+            # a job's records are in one file; after a crash in the middle of a start-up
+            # that changed the number of workers it may be in two: it lives if it lives in one
+            survivors.update(alive)
+            base += size
+            self.done_bytes = base
+        loaded = queued = expired = 0
+        names = {}
+        jobs = shard.jobs
+        for count, (jid, (payload, path, offset)) in enumerate(survivors.items()):
+            if not count & 255 and time.perf_counter() > self.deadline:
+                yield
+            if jid in jobs:
+                continue            # duplicates are ignored
+            now_s = shard.now_s
+            now_ms = shard.now_ms
+            try:
+                job, end = codec.deserialize(payload, 0, True, now_s, now_ms, shard.rand_err())
+                if end != len(payload):
+                    raise codec.CodecError("%d bytes after the job" % (len(payload) - end))
+            except codec.CodecError as e:
+                raise AofCorrupt(path, offset, "bad serialized job: %s" % e)
+            if job.etime <= now_s:
+                expired += 1
+                continue
+            was_queued = job.state == QUEUED
+            job.state = ACTIVE
+            if shard.node_id not in job.nodes_delivered:
+                # written under another node ID: this node holds the job, as it did then
+                job.nodes_delivered = shard.self_nodes
+            job.queue = names.setdefault(job.queue, job.queue)
+            shard.register_job(job)
+            loaded += 1
+            if self.enqueue_once:
+                if was_queued:
+                    counters = job.nacks, job.additional_deliveries
+                    if not job.qtime:
+                        job.qtime = now_ms      # RETRY 0: restored too (README)
+                    if shard.enqueue(job):
+                        queued += 1
+                        job.nacks, job.additional_deliveries = counters
+                        continue
+                elif not job.retry and not job.flags & FLAG_DELIVERED:
+                    # a RETRY 0 job still waiting for its DELAY: queue it when that ends
+                    job.qtime = max(now_ms, job.ctime // 1000000 + job.delay * 1000)
+            shard.schedule(job)
+        self.result = {"ok": True, "jobs": loaded, "queued": queued, "expired": expired,
+                       "warnings": warnings}
 
 
 class PersistenceMixin:
+    aof_state = "off"           # off | on | wait-rewrite (INFO aof_state)
+    aof_writer = None           # AofWriter while the file is open
+    aof_rw = None               # Rewrite in progress
+    aof_loader = None           # Loader in progress (start-up)
+    aof_busy = False            # the worker loop calls aof_work()
+    aof_saved_handlers = None   # the write commands' handlers while answering -MISCONF
+    aof_last_retry = 0.0
+    aof_last_check = 0.0
+    aof_last_rewrite_s = -1
+    aof_bgrewrite_ok = True
+    aof_rewrite_failed_at = 0.0
+    aof_slice = REWRITE_SLICE_S
+
+    # ---- hooks of the shard ----------------------------------------------------------
+
     def aof_loadjob(self, job):
-        pass
+        self.aof_log(record(LOADJOB, codec.serialize(job, True, self.now_s)))
 
     def aof_deljob(self, job):
-        pass
+        self.aof_log(record(DELJOB, job.id))
+
+    def aof_log(self, rec):
+        w = self.aof_writer
+        if w is not None:
+            w.buf.append(rec)
+            w.buf_bytes += len(rec)
+        elif self.aof_rw is not None:       # wait-rewrite: the new file will hold it
+            self.aof_rw.diff.append(rec)
+
+    def aof_flushall(self):
+        """DEBUG FLUSHALL with AOF on: DELJOB for every active/queued job (SPEC 4.4)."""
+        if self.aof_on:
+            for job in list(self.jobs.values()):
+                if job.state == ACTIVE or job.state == QUEUED:
+                    self.aof_deljob(job)
 
     def aof_flush(self):
         """Write (and with appendfsync always, fsync) what this batch logged, before the
         batch's replies leave the worker. False when the write failed."""
-        return True
+        w = self.aof_writer
+        if w is None or not w.buf:
+            return True
+        if w.error is not None:
+            now = time.monotonic()
+            if now - self.aof_last_retry < WRITE_RETRY_S:
+                return False
+            self.aof_last_retry = now
+        if w.flush():                   # everysec may postpone it (AofWriter.flush)
+            if self.aof_saved_handlers is not None:
+                self.aof_misconf_off()
+            return True
+        self.aof_write_failed(w.error)
+        return False
+
+    def aof_write_failed(self, error):
+        w = self.aof_writer
+        self.aof_last_retry = time.monotonic()
+        if w.policy == "always":
+            log.critical("Can't recover from AOF write error when the AOF fsync policy is "
+                         "'always' (%s: %s). Exiting...", w.path, error)
+            raise SystemExit(1)
+        if self.aof_saved_handlers is None:
+            log.warning("Error writing to the AOF file %s: %s (write commands get -MISCONF "
+                        "until a write works again; retried every second)", w.path, error)
+            reply = misconf_reply(error)
+            saved = {}
+            for name in WRITE_COMMANDS:
+                if name in self.handlers:
+                    saved[name] = self.handlers[name]
+                    self.handlers[name] = lambda argv, reply=reply: reply
+            self.aof_saved_handlers = saved
+
+    def aof_misconf_off(self):
+        self.handlers.update(self.aof_saved_handlers)
+        self.aof_saved_handlers = None
+        log.warning("AOF write error looks solved, Disque can write again.")
+
+    def aof_close(self):
+        """The worker stops: flush and fsync the file, drop a rewrite in progress."""
+        if self.aof_rw is not None:
+            self.aof_rw.abort()
+            self.aof_rw.thread.join(5.0)
+            self.aof_rw = None
+        if self.aof_writer is not None:
+            try:
+                self.aof_writer.close()
+            except OSError as e:
+                log.warning("Closing the AOF file %s: %s", self.aof_writer.path, e.strerror)
+            if self.aof_writer.buf:
+                log.warning("%d bytes of the AOF could not be written before exiting",
+                            self.aof_writer.buf_bytes)
+            self.aof_writer = None
+
+    # ---- requests from the front-end (Worker.control: names aof_*) ----------------------
+
+    def aof_control(self, name, arg):
+        if name == "aof_load":
+            self.aof_loader = Loader(self, arg["files"], arg["enqueue_once"], arg["load_truncated"])
+            self.aof_loader.reqid = arg["reqid"]
+            self.aof_busy = True
+            return STARTED
+        if name == "aof_rewrite":
+            self.aof_slice = STARTUP_SLICE_S if arg.get("startup") else REWRITE_SLICE_S
+            return self.aof_start_rewrite(arg.get("enable", False), arg["reqid"])
+        if name == "aof_rewrite_sync":
+            return self.aof_rewrite_sync()
+        if name == "aof_disable":
+            self.aof_disable()
+            return True
+        if name == "aof_config":
+            self.aof_set_config(arg)
+            return True
+        raise ValueError("unknown control %r" % name)
+
+    def aof_cfg(self, key, default=None):
+        return self.config.get(key, default)
+
+    def aof_path(self):
+        return aof_path(self.aof_cfg("dir") or os.getcwd(),
+                        self.aof_cfg("appendfilename", "disque.aof"),
+                        int(self.aof_cfg("port", 7711)), self.index)
+
+    def aof_set_config(self, changes):
+        self.config.update(changes)
+        w = self.aof_writer
+        if w is not None and "appendfsync" in changes:
+            w.set_policy(changes["appendfsync"])
+        if w is not None and "no-appendfsync-on-rewrite" in changes:
+            w.skip_fsync = bool(self.aof_rw is not None and changes["no-appendfsync-on-rewrite"])
+
+    def aof_start_rewrite(self, enable, reqid):
+        """BGREWRITEAOF (enable False) or turning the AOF on (enable True: wait-rewrite
+        until the new file is complete)."""
+        reqids = [reqid] if reqid is not None else []
+        if enable and self.aof_state == "off":
+            self.aof_state = "wait-rewrite"
+            self.aof_on = True
+            if self.aof_rw is not None:
+                # a rewrite started while the AOF was off misses what was done since: restart
+                reqids += self.aof_rw.reqids
+                self.aof_rw.reqids = []
+                self.aof_drop_rewrite()
+        elif self.aof_rw is not None:
+            self.aof_rw.reqids += reqids        # already rewriting: answered when it ends
+            return STARTED
+        path = self.aof_path()
+        tmp = os.path.join(os.path.dirname(path), "temp-rewriteaof-bg-%d.aof" % os.getpid())
+        rw = Rewrite(self.jobs.values(), path, tmp, self.aof_cfg("aof-rewrite-incremental-fsync", True))
+        rw.reqids = reqids
+        self.aof_rw = rw
+        w = self.aof_writer
+        if w is not None:
+            w.rewrite_buffer = []
+            w.skip_fsync = bool(self.aof_cfg("no-appendfsync-on-rewrite", False))
+        self.aof_busy = True
+        log.info("Background append only file rewriting started (%s, %d jobs)", path, len(rw.jobs))
+        return STARTED
+
+    def aof_drop_rewrite(self, why="interrupted"):
+        rw = self.aof_rw
+        if rw is None:
+            return
+        for reqid in rw.reqids:
+            self.out.append([reqid, {"ok": False, "error": "rewrite %s" % why}])
+        rw.abort()
+        self.aof_rw = None
+        w = self.aof_writer
+        if w is not None:
+            w.rewrite_buffer = None
+            w.skip_fsync = False
+
+    def aof_finish_rewrite(self):
+        rw = self.aof_rw
+        w = self.aof_writer
+        self.aof_rw = None
+        error = rw.error
+        if error is None:
+            diff = w.rewrite_buffer if w is not None else rw.diff
+            try:
+                fd = os.open(rw.tmp, os.O_WRONLY | os.O_APPEND)
+                try:
+                    data = b"".join(diff)
+                    view = memoryview(data)
+                    n = 0
+                    while n < len(data):
+                        n += os.write(fd, view[n:])
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(rw.tmp, rw.path)
+                fsync_dir(rw.path)
+            except OSError as e:
+                error = "%s: %s" % (rw.tmp, e.strerror or e)
+                try:
+                    os.unlink(rw.tmp)
+                except OSError:
+                    pass
+        if w is not None:
+            w.rewrite_buffer = None
+            w.skip_fsync = False
+        self.aof_last_rewrite_s = int(time.monotonic() - rw.started)
+        if error is None:
+            try:
+                self.aof_switch_file(rw.path)
+            except OSError as e:
+                error = "%s: %s" % (rw.path, e.strerror or e)
+        self.aof_bgrewrite_ok = error is None
+        if error is None:
+            log.info("Background AOF rewrite finished successfully (%s, %d bytes)", rw.path,
+                     self.aof_writer.size if self.aof_writer else os.path.getsize(rw.path))
+            result = {"ok": True}
+        else:
+            log.warning("Background AOF rewrite failed: %s", error)
+            self.aof_rewrite_failed_at = time.monotonic()
+            result = {"ok": False, "error": error}
+        for reqid in rw.reqids:
+            self.out.append([reqid, result])
+
+    def aof_switch_file(self, path):
+        """After a rewrite: append to the new file from now on."""
+        w = self.aof_writer
+        if w is not None:
+            w.reopen(path)
+        elif self.aof_state == "wait-rewrite":
+            self.aof_writer = AofWriter(path, self.aof_cfg("appendfsync", "everysec"))
+            self.aof_state = "on"
+            log.info("Append only file enabled: %s", path)
+
+    def aof_rewrite_sync(self):
+        """SHUTDOWN REWRITE-AOF: write the file from the jobs now, even with AOF off."""
+        self.aof_drop_rewrite("replaced by a synchronous rewrite")
+        path = self.aof_path()
+        tmp = os.path.join(os.path.dirname(path), "temp-rewriteaof-%d.aof" % os.getpid())
+        now_s = self.now_s
+        serialize = codec.serialize
+        jobs = [j for j in self.jobs.values() if j.state == ACTIVE or j.state == QUEUED]
+
+        def chunks():
+            for i in range(0, len(jobs), CHUNK_JOBS):
+                yield b"".join([record(LOADJOB, serialize(j, True, now_s))
+                                for j in jobs[i:i + CHUNK_JOBS]])
+        try:
+            write_snapshot(path, chunks(), tmp_path=tmp)
+            w = self.aof_writer
+            if w is not None:
+                w.buf = []              # the snapshot holds everything they said
+                w.buf_bytes = 0
+                w.error = None
+            self.aof_switch_file(path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            log.warning("Synchronous AOF rewrite of %s failed: %s", path, e.strerror or e)
+            return {"ok": False, "error": "%s: %s" % (path, e.strerror or e)}
+        if self.aof_saved_handlers is not None:
+            self.aof_misconf_off()
+        log.info("Append only file %s rewritten synchronously: %d jobs", path, len(jobs))
+        return {"ok": True, "jobs": len(jobs)}
+
+    def aof_disable(self):
+        """CONFIG SET appendonly no: flush, fsync and close the file; stop logging."""
+        self.aof_drop_rewrite("stopped: AOF turned off")
+        if self.aof_writer is not None:
+            self.aof_writer.rewrite_buffer = None
+            self.aof_writer.close()
+            self.aof_writer = None
+        if self.aof_saved_handlers is not None:
+            self.aof_misconf_off()
+        self.aof_on = False
+        self.aof_state = "off"
+        self.aof_busy = self.aof_rw is not None or self.aof_loader is not None
+
+    # ---- background work (the worker loop, after sending each batch's replies) ------------
+
+    def aof_work(self):
+        loader = self.aof_loader
+        if loader is not None:
+            if loader.step(STARTUP_SLICE_S):
+                self.aof_loader = None
+                self.out.append([loader.reqid, loader.result])
+        rw = self.aof_rw
+        if rw is not None:
+            if not rw.fed_all:
+                self.tick()
+                rw.step(self, self.aof_slice)
+            elif rw.done.is_set():
+                self.aof_finish_rewrite()
+        now = time.monotonic()
+        if now - self.aof_last_check >= 1.0:
+            self.aof_last_check = now
+            self.aof_cron(now)
+        self.aof_busy = (self.aof_writer is not None or self.aof_rw is not None
+                         or self.aof_loader is not None or self.aof_state != "off")
+
+    def aof_cron(self, now):
+        """Once a second: automatic rewrite; a failed rewrite of wait-rewrite retried."""
+        if self.aof_rw is not None:
+            return
+        w = self.aof_writer
+        if self.aof_state == "on" and w is not None and w.error is None:
+            pct = int(self.aof_cfg("auto-aof-rewrite-percentage", 100))
+            min_size = int(self.aof_cfg("auto-aof-rewrite-min-size", 64 * 1024 * 1024))
+            if should_auto_rewrite(w.size, w.base_size, pct, min_size):
+                growth = (w.size - w.base_size) * 100 // (w.base_size or 1)
+                log.info("Starting automatic rewriting of AOF on %d%% growth", growth)
+                self.aof_slice = REWRITE_SLICE_S
+                self.aof_start_rewrite(False, None)
+        elif self.aof_state == "wait-rewrite" and now - self.aof_rewrite_failed_at >= WAIT_REWRITE_RETRY_S:
+            self.aof_slice = REWRITE_SLICE_S
+            self.aof_state = "off"              # aof_start_rewrite(enable) starts from off
+            self.aof_start_rewrite(True, None)
+
+    # ---- reports -----------------------------------------------------------------------
+
+    def aof_status(self):
+        """For the front-end's memory poll: {"aof": [write error or None, rewriting, state]}."""
+        w = self.aof_writer
+        return {"aof": [w.error if w is not None else None, self.aof_rw is not None,
+                        self.aof_state]}
+
+    def aof_info(self):
+        w = self.aof_writer
+        rw = self.aof_rw
+        loader = self.aof_loader
+        info = {
+            "state": self.aof_state,
+            "rewriting": rw is not None,
+            "last_rewrite_s": self.aof_last_rewrite_s,
+            "current_rewrite_s": int(time.monotonic() - rw.started) if rw is not None else -1,
+            "bgrewrite_ok": self.aof_bgrewrite_ok,
+            "write_error": w.error if w is not None else None,
+            "size": w.size if w is not None else 0,
+            "base_size": w.base_size if w is not None else 0,
+            "buffer": w.buf_bytes if w is not None else 0,
+            "rewrite_buffer": (sum(len(b) for b in w.rewrite_buffer)
+                               if w is not None and w.rewrite_buffer is not None
+                               else sum(len(b) for b in rw.diff) if rw is not None else 0),
+            "pending_fsync": int(w.fsync_in_progress) if w is not None else 0,
+            "delayed_fsync": w.delayed_fsync if w is not None else 0,
+            "loading": loader is not None,
+        }
+        if loader is not None:
+            info["load_total"] = loader.total
+            info["load_done"] = loader.done_bytes
+        return info

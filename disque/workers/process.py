@@ -56,7 +56,8 @@ class Worker:
             mem = self.process.memory_info()
             cpu = self.process.cpu_times()
             info.update(pid=os.getpid(), rss=mem.rss, cpu_user=cpu.user, cpu_sys=cpu.system,
-                        ops=self.ops, index=self.index, uptime_s=time.time() - self.started)
+                        ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
+                        aof=shard.aof_info())
             return info
         if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
             return shard.scan(*arg)
@@ -65,8 +66,11 @@ class Worker:
             return True
         if name == "memory":                # every ~100 ms: [level, excess, noeviction]
             shard.set_memory(*arg)
-            return shard.memory_report(memstat.rss())
+            return shard.memory_report(memstat.rss()) + [shard.aof_status()]
+        if name.startswith("aof_"):         # persistence: see disque.workers.persistence
+            return shard.aof_control(name, arg)
         if name == "flushall":
+            shard.aof_flushall()            # DELJOB records first (SPEC 4.4)
             shard.flushall()
             return True
         if name == "shutdown":
@@ -148,11 +152,15 @@ class Worker:
                     sent[entry[1]] += 1
                 shard.out.append([P.BUS_REQID, shard.bus_out])
                 shard.bus_out = []
+            shard.aof_flush()               # the AOF is written before the replies leave
             if shard.out:
                 link.send(pack(shard.out))
                 shard.out = []
+            if shard.aof_busy:
+                shard.aof_work()            # rewrite / load slices, auto rewrite, retries
         if link.closed and self.running:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
+        shard.aof_close()
         timer.close()
         link.close()
 
@@ -188,6 +196,7 @@ def main(argv=None):
     if os.getppid() == 1:
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the front-end decides when we stop
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # file size limit: a failed AOF write, not death
     worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
     try:

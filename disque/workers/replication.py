@@ -100,9 +100,9 @@ class ReplicationMixin:
         self.last_added = None
         extrepl = not job.nodes_delivered
         needed = job.repl if extrepl else job.repl - 1
-        targets = list(self.reachable)
-        random.shuffle(targets)
-        targets = tuple(targets[:needed])
+        reachable = self.reachable
+        targets = tuple(random.sample(reachable, needed) if needed < len(reachable)
+                        else reachable)
         if self.last_async:
             if extrepl:
                 # not kept here: copies elsewhere, one of them queues it
@@ -228,6 +228,8 @@ class ReplicationMixin:
 
     def known_nodes(self, nodes):
         known = self.known
+        if known.issuperset(nodes):
+            return nodes
         me = self.node_id
         return tuple(n for n in nodes if n in known or n == me)
 

@@ -1,0 +1,382 @@
+"""The front-end's side of persistence (SPEC 12, 14; README "Persistence").
+
+`AofFrontMixin` is mixed into `disque.frontend.Frontend`. The workers own their files
+(disque/workers/persistence.py); the front-end orchestrates what concerns all of them:
+
+* start-up load in two phases, while clients get -LOADING: every worker reads every
+  file of the node and keeps the jobs of its slots; then (appendonly yes) every worker
+  rewrites its own file, and files of workers the node no longer has are deleted.
+  Corruption, a refused truncated tail or a missing file stop the start (exit code 1,
+  one line naming the file and the byte offset);
+* BGREWRITEAOF, CONFIG SET appendonly yes|no and the other AOF directives, SHUTDOWN
+  REWRITE-AOF (synchronous rewrite with every client paused, then exit);
+* the -MISCONF / -LOADING gate (SPEC 1.3 steps 6-7) through `Core.gate` /
+  `command_gate`: a worker that cannot write its file says so in every memory poll;
+* INFO persistence, aggregated over the workers (sizes are sums).
+"""
+import logging
+import os
+import sys
+import time
+
+from disque.workers import protocol as P
+from disque.workers.aof import aof_files, aof_path, aof_stem
+
+log = logging.getLogger("disque.frontend")
+
+LOADING_ERROR = b"-LOADING Disque is loading the dataset in memory\r\n"
+REWRITE_BUSY = b"-ERR Background append only file rewriting already in progress\r\n"
+REWRITE_STARTED = b"+Background append only file rewriting started\r\n"
+ENABLE_FAILED = b"-ERR Unable to turn on AOF. Check server logs.\r\n"
+SHUTDOWN_FAILED = b"-ERR Errors trying to SHUTDOWN. Check logs.\r\n"
+STARTED = "started"
+
+# directives the workers need (Node.worker_config), also pushed on CONFIG SET
+WORKER_DIRECTIVES = ("dir", "appendfilename", "port", "appendfsync", "no-appendfsync-on-rewrite",
+                     "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size",
+                     "aof-rewrite-incremental-fsync")
+AOF_DIRECTIVES = frozenset(WORKER_DIRECTIVES + ("appendonly",))
+
+
+def worker_config(cfg):
+    """The AOF part of the configuration a worker starts with."""
+    return {name: cfg.get(name) for name in WORKER_DIRECTIVES}
+
+
+class AofFrontMixin:
+    loading = False
+    loading_start_time = 0
+    loading_total_bytes = 0
+    aof_enabled = False         # appendonly as the workers were last told
+    aof_error = None            # a worker's last write error (MISCONF)
+    aof_status_by_worker = None
+    aof_rewrites_running = 0    # node-wide rewrites the front-end started and still waits for
+    aof_shutting_down = False
+
+    # ---- calls to every worker -----------------------------------------------------------
+
+    def aof_call_all(self, name, arg, done):
+        """Control `name` on every worker with arg["reqid"] set; done(results) once every
+        worker gave its final answer (a worker answers "started" first when the work goes
+        on in the background, then the result with the same reqid)."""
+        n = self.nworkers
+        results = [None] * n
+        left = [n]
+
+        def make(w, reqid):
+            def got(rep):
+                value = rep[1]
+                if value == STARTED:
+                    self.pending[reqid] = got
+                    return
+                if type(value) is not dict:
+                    value = {"ok": bool(value)}
+                elif "error" in value and "ok" not in value:
+                    value = {"ok": False, "error": value["error"]}
+                results[w] = value
+                left[0] -= 1
+                if left[0] == 0:
+                    done(results)
+            return got
+
+        for w in range(n):
+            reqid = self.new_reqid()
+            a = dict(arg or {})
+            a["reqid"] = reqid
+            self.pending[reqid] = make(w, reqid)
+            self.send(w, [P.CONTROL, reqid, name, a])
+
+    @staticmethod
+    def aof_first_error(results):
+        for r in results:
+            if not r.get("ok"):
+                return r.get("error") or "unknown error"
+        return None
+
+    def aof_fatal(self, message):
+        """A failed load: the node exits with code 1. (The stop is a little later: the loop
+        may still be inside server.py's run_until_complete(create_server).)"""
+        log.error("Fatal: %s", message)
+        print("disque-server: %s" % message, file=sys.stderr, flush=True)
+        if self.shutdown_cb:
+            self.loop.call_later(0.1, self.shutdown_cb, 1)
+
+    def aof_files_now(self):
+        cfg = self.cfg
+        return aof_files(cfg.dir, cfg.appendfilename, cfg.port)
+
+    def aof_delete_extra_files(self):
+        """After every worker wrote its own file: files of workers this node no longer
+        has (a start with fewer --workers) would resurrect their jobs at the next start."""
+        for k, path in self.aof_files_now().items():
+            if k >= self.nworkers:
+                try:
+                    os.unlink(path)
+                    log.info("Removed %s: its jobs now live in the files of %d worker(s)",
+                             path, self.nworkers)
+                except OSError as e:
+                    log.warning("Cannot remove %s: %s", path, e.strerror)
+
+    # ---- start-up (SPEC 12 "Load at startup") ---------------------------------------------
+
+    def aof_startup(self):
+        """Called once the workers run and before the first client is served. Returns
+        an error message when the node must not start."""
+        cfg = self.cfg
+        self.aof_status_by_worker = [[None, False, "off"] for _ in range(self.nworkers)]
+        if not cfg.appendonly and not cfg.aof_enqueue_jobs_once:
+            return
+        files = self.aof_files_now()
+        if not files and not cfg.appendonly:
+            return ("aof-enqueue-jobs-once is yes but there is no append only file to load: "
+                    "no %s.%d.w<k>.aof in %s" % (aof_stem(cfg.appendfilename), cfg.port, cfg.dir))
+        self.loading = True
+        self.loading_start_time = int(time.time())
+        sizes = 0
+        for path in files.values():
+            try:
+                sizes += os.path.getsize(path)
+            except OSError:
+                pass
+        self.loading_total_bytes = sizes
+        self.aof_set_gate()
+        t0 = time.monotonic()
+        enqueue_once = bool(cfg.aof_enqueue_jobs_once)
+        arg = {"files": [[k, p] for k, p in files.items()], "enqueue_once": enqueue_once,
+               "load_truncated": bool(cfg.aof_load_truncated)}
+        if files:
+            log.info("Loading %d append only file(s) (%d bytes) into %d worker(s)%s", len(files),
+                     sizes, self.nworkers, ", queues restored once (aof-enqueue-jobs-once)"
+                     if enqueue_once else "")
+        self.aof_call_all("aof_load", arg,
+                          lambda results: self.aof_loaded(results, t0, bool(files), enqueue_once))
+
+    def aof_loaded(self, results, t0, had_files, enqueue_once):
+        error = self.aof_first_error(results)
+        if error:
+            self.aof_fatal(error)
+            return
+        warnings = []
+        for r in results:
+            for w in r.get("warnings", ()):
+                if w not in warnings:
+                    warnings.append(w)
+        for w in warnings:
+            log.warning("%s", w)
+        if had_files:
+            log.info("DB loaded from append only file: %.3f seconds (%d jobs, %d queued, "
+                     "%d expired and skipped)", time.monotonic() - t0,
+                     sum(r.get("jobs", 0) for r in results),
+                     sum(r.get("queued", 0) for r in results),
+                     sum(r.get("expired", 0) for r in results))
+        cfg = self.cfg
+        if enqueue_once:
+            cfg.aof_enqueue_jobs_once = False
+            if cfg.config_file:
+                try:
+                    cfg.rewrite()
+                    log.info("aof-enqueue-jobs-once turned off in %s", cfg.config_file)
+                except Exception as e:
+                    log.warning("Cannot turn aof-enqueue-jobs-once off in the config file: %s",
+                                getattr(e, "message", None) or e)
+        if not cfg.appendonly:
+            self.aof_loading_done()
+            return
+        self.aof_enabled = True
+        self.aof_call_all("aof_rewrite", {"enable": True, "startup": True}, self.aof_opened)
+
+    def aof_opened(self, results):
+        error = self.aof_first_error(results)
+        if error:
+            self.aof_fatal("Can't open the append-only file: %s" % error)
+            return
+        self.aof_delete_extra_files()
+        self.aof_loading_done()
+
+    def aof_loading_done(self):
+        self.loading = False
+        self.aof_set_gate()
+        self.flush_replies()
+
+    # ---- the gate (SPEC 1.3 steps 6 and 7) ------------------------------------------------
+
+    def aof_set_gate(self):
+        self.gate = self.loading or self.aof_error is not None
+
+    def command_gate(self, client, cmd, argv):
+        if self.aof_error is not None and ("w" in cmd.flags or cmd.name == "ping"):
+            client.reply(b"-MISCONF Errors writing to the AOF file: %s\r\n"
+                         % self.aof_error.encode("utf-8", "replace"))
+            return False
+        if self.loading and "l" not in cmd.flags:
+            client.reply(LOADING_ERROR)
+            return False
+        return True
+
+    def aof_reports(self, reports):
+        """The AOF part of the workers' memory reports (every ~100 ms)."""
+        status = self.aof_status_by_worker
+        if status is None:
+            return
+        for w, r in enumerate(reports):
+            if type(r) is list:
+                for item in r[5:]:
+                    if type(item) is dict and "aof" in item:
+                        status[w] = item["aof"]
+        error = None
+        for s in status:
+            if s[0]:
+                error = s[0]
+                break
+        if error != self.aof_error:
+            if error:
+                log.warning("AOF write error in a worker (%s): write commands and PING get "
+                            "-MISCONF until it writes again", error)
+            else:
+                log.warning("AOF write error solved: accepting write commands again")
+            self.aof_error = error
+            self.aof_set_gate()
+
+    # ---- BGREWRITEAOF, CONFIG SET, SHUTDOWN ---------------------------------------------------
+
+    def aof_rewriting(self):
+        return self.aof_rewrites_running > 0 or any(s[1] for s in self.aof_status_by_worker or ())
+
+    def cmd_bgrewriteaof(self, client, argv):
+        if self.aof_rewriting():
+            client.reply(REWRITE_BUSY)
+            return
+        self.aof_start_node_rewrite(False)
+        client.reply(REWRITE_STARTED)
+
+    def aof_start_node_rewrite(self, enable):
+        self.aof_rewrites_running += 1
+        for s in self.aof_status_by_worker or ():
+            s[1] = True             # until the next poll says otherwise
+        t0 = time.monotonic()
+
+        def done(results):
+            self.aof_rewrites_running -= 1
+            for s in self.aof_status_by_worker or ():
+                s[1] = False        # every worker just said it finished
+            error = self.aof_first_error(results)
+            if error:
+                log.warning("Background AOF rewrite%s failed: %s",
+                            " (turning the AOF on)" if enable else "", error)
+                return
+            self.aof_delete_extra_files()
+            log.info("Background AOF rewrite of %d worker file(s) terminated with success "
+                     "in %.3f seconds", self.nworkers, time.monotonic() - t0)
+
+        self.aof_call_all("aof_rewrite", {"enable": enable}, done)
+
+    def aof_config_changed(self, name):
+        """CONFIG SET of an AOF directive (called from AdminMixin.config_changed)."""
+        cfg = self.cfg
+        if name == "appendonly":
+            if cfg.appendonly and not self.aof_enabled:
+                if not os.access(cfg.dir, os.W_OK | os.X_OK):
+                    log.warning("Can't turn on AOF: directory %s is not writable", cfg.dir)
+                    cfg.appendonly = False
+                    return ENABLE_FAILED
+                self.aof_enabled = True
+                log.info("AOF turned on by CONFIG SET: rewriting every worker's file")
+                self.aof_start_node_rewrite(True)
+            elif not cfg.appendonly and self.aof_enabled:
+                self.aof_enabled = False
+                log.info("AOF turned off by CONFIG SET")
+                self.control_all("aof_disable", None, lambda results: None)
+            return None
+        if name in WORKER_DIRECTIVES:
+            self.control_all("aof_config", {name: cfg.get(name)}, lambda results: None)
+        return None
+
+    def aof_shutdown(self, client, rewrite):
+        """SHUTDOWN [REWRITE-AOF]. True when this took over (a synchronous rewrite first)."""
+        if not rewrite or self.loading:
+            return False            # workers flush and fsync their files when they stop
+        if self.aof_shutting_down:
+            client.reply(SHUTDOWN_FAILED)
+            return True
+        self.aof_shutting_down = True
+        # nothing may change the jobs between the rewrite and the exit
+        old_until = self.pause_until
+        self.pause_until = float("inf")
+        self.paused = True
+        slot = client.slot()
+        t0 = time.monotonic()
+        log.info("Rewriting the append only files before exiting (SHUTDOWN REWRITE-AOF)")
+
+        def done(results):
+            error = self.aof_first_error(results)
+            if error is None:
+                self.aof_delete_extra_files()
+                log.info("Append only files rewritten in %.3f seconds (%d jobs)",
+                         time.monotonic() - t0, sum(r.get("jobs", 0) for r in results))
+                if self.shutdown_cb:
+                    self.shutdown_cb()
+                return
+            log.warning("Error trying to shutdown: the AOF rewrite failed: %s", error)
+            self.aof_shutting_down = False
+            slot.fill(SHUTDOWN_FAILED)
+            self.pause_until = old_until
+            self.end_pause()
+
+        self.control_all("aof_rewrite_sync", None, done)
+        return True
+
+    # ---- INFO persistence (SPEC 14) ------------------------------------------------------------
+
+    def aof_info_fields(self, workers):
+        infos = [w.get("aof") or {} for w in workers]
+        states = [i.get("state", "off") for i in infos]
+        if "wait-rewrite" in states:
+            state = "wait-rewrite"
+        elif states and all(s == "on" for s in states):
+            state = "on"
+        else:
+            state = "off" if not self.aof_enabled else "wait-rewrite"
+        rewriting = any(i.get("rewriting") for i in infos)
+        last = [i.get("last_rewrite_s", -1) for i in infos]
+        current = [i.get("current_rewrite_s", -1) for i in infos]
+        out = [
+            ("loading", int(self.loading)),
+            ("aof_enabled", int(bool(self.cfg.appendonly))),
+            ("aof_state", state),
+            ("aof_rewrite_in_progress", int(rewriting)),
+            ("aof_rewrite_scheduled", 0),
+            ("aof_last_rewrite_time_sec", max(last) if last else -1),
+            ("aof_current_rewrite_time_sec", max(current) if current else -1),
+            ("aof_last_bgrewrite_status",
+             "ok" if all(i.get("bgrewrite_ok", True) for i in infos) else "err"),
+            ("aof_last_write_status",
+             "ok" if not any(i.get("write_error") for i in infos) else "err"),
+        ]
+        if state != "off":
+            out += [
+                ("aof_current_size", sum(i.get("size", 0) for i in infos)),
+                ("aof_base_size", sum(i.get("base_size", 0) for i in infos)),
+                ("aof_pending_rewrite", 0),
+                ("aof_buffer_length", sum(i.get("buffer", 0) for i in infos)),
+                ("aof_rewrite_buffer_length", sum(i.get("rewrite_buffer", 0) for i in infos)),
+                ("aof_pending_bio_fsync", sum(i.get("pending_fsync", 0) for i in infos)),
+                ("aof_delayed_fsync", sum(i.get("delayed_fsync", 0) for i in infos)),
+            ]
+        if self.loading:
+            total = self.loading_total_bytes
+            fractions = [i["load_done"] / i["load_total"] if i.get("load_total") else
+                         (0.0 if i.get("loading") else 1.0) for i in infos]
+            frac = min(fractions) if fractions else 0.0
+            elapsed = max(0, time.time() - self.loading_start_time)
+            out += [
+                ("loading_start_time", self.loading_start_time),
+                ("loading_total_bytes", total),
+                ("loading_loaded_bytes", int(total * frac)),
+                ("loading_loaded_perc", "%.2f" % (frac * 100)),
+                ("loading_eta_seconds", int(elapsed * (1 - frac) / frac) if frac > 0 else 1),
+            ]
+        return out
+
+    def aof_path_of(self, k):
+        cfg = self.cfg
+        return aof_path(cfg.dir, cfg.appendfilename, cfg.port, k)
