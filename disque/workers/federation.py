@@ -27,16 +27,18 @@ REFRESH_MS = 1000               # interest refresh while consumers stay blocked
 NEW_WAITER_MS = 50              # a newly blocked consumer refreshes at most this often
 ADHOC_BASE_MS, ADHOC_MAX_MS = 25, 2000
 FETCH_MIN, FETCH_MAX = 5, 100
+BCAST_BASE_MS, BCAST_MAX_MS = 2000, 30000
 
 
 class FedState:
     """A queue's federation bookkeeping, created on first use (Queue.fed)."""
-    __slots__ = ("responders", "last_bcast", "last_adhoc", "adhoc_attempt",
+    __slots__ = ("responders", "last_bcast", "bcast_attempt", "last_adhoc", "adhoc_attempt",
                  "cur_start", "cur_count", "prev_start", "prev_count")
 
     def __init__(self):
         self.responders = {}            # node id -> ms of its last YOURJOBS
         self.last_bcast = 0
+        self.bcast_attempt = 0
         self.last_adhoc = 0
         self.adhoc_attempt = 0
         self.cur_start = self.cur_count = self.prev_start = self.prev_count = 0
@@ -78,9 +80,15 @@ class FederationMixin:
         waiting = len(q.blocked)
         if waiting:
             delay = NEW_WAITER_MS if new_waiter else REFRESH_MS
-            if now - fed.last_bcast > delay:
-                fed.last_bcast = now
-                self.send_bus(None, M.NEEDJOBS, [q.name, waiting])
+        else:
+            # nobody blocked (GETJOB NOHANG, or a fetch emptied the queue): upstream's
+            # back-off, 2 s doubling up to 30 s, reset when a new responder shows up
+            delay = min(BCAST_BASE_MS << min(fed.bcast_attempt, 5), BCAST_MAX_MS)
+        if now - fed.last_bcast > delay:
+            fed.last_bcast = now
+            if not waiting:
+                fed.bcast_attempt += 1
+            self.send_bus(None, M.NEEDJOBS, [q.name, max(1, waiting)])
         if responders:
             delay = min(ADHOC_BASE_MS << min(fed.adhoc_attempt, 10), ADHOC_MAX_MS)
             if reached_zero or now - fed.last_adhoc > delay:
@@ -186,6 +194,8 @@ class FederationMixin:
                 fed = q.fed
                 if fed is None:
                     fed = q.fed = FedState()
+                if sender not in fed.responders:
+                    fed.bcast_attempt = 0
                 fed.responders[sender] = now
                 fed.imported(now)
                 fed.adhoc_attempt = 0
