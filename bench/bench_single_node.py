@@ -206,7 +206,7 @@ class Server:
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                cwd=REPO, start_new_session=True)
+                cwd=os.path.dirname(self.stdout_path), start_new_session=True)   # nodes.conf, AOF
         except OSError as exc:
             raise BenchError(f"{self.label}: cannot exec {self.argv[0]!r}: {exc}") from exc
         finally:

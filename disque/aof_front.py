@@ -4,8 +4,10 @@
 (disque/workers/persistence.py); the front-end orchestrates what concerns all of them:
 
 * start-up load in two phases, while clients get -LOADING: every worker reads every
-  file of the node and keeps the jobs of its slots; then (appendonly yes) every worker
-  rewrites its own file, and files of workers the node no longer has are deleted.
+  file of the node and keeps the jobs of its slots; then (appendonly yes) the files are
+  set aside (renamed <stem>.<port>.old<g>.w<k>.aof), every worker writes its own file
+  afresh, and the set-aside files are deleted once every new one is complete (a crash in
+  between leaves both sets, and the next start loads them all).
   Corruption, a refused truncated tail or a missing file stop the start (exit code 1,
   one line naming the file and the byte offset);
 * BGREWRITEAOF, CONFIG SET appendonly yes|no and the other AOF directives, SHUTDOWN
@@ -20,7 +22,8 @@ import sys
 import time
 
 from disque.workers import protocol as P
-from disque.workers.aof import aof_files, aof_path, aof_stem
+from disque.workers.aof import aof_files, aof_stem
+from disque.workers.persistence import fsync_dir
 
 log = logging.getLogger("disque.frontend")
 
@@ -51,6 +54,7 @@ class AofFrontMixin:
     aof_error = None            # a worker's last write error (MISCONF)
     aof_status_by_worker = None
     aof_rewrites_running = 0    # node-wide rewrites the front-end started and still waits for
+    aof_initial_running = 0     # ... of them, those that turn the AOF on (CONFIG SET appendonly)
     aof_shutting_down = False
 
     # ---- calls to every worker -----------------------------------------------------------
@@ -101,9 +105,35 @@ class AofFrontMixin:
         if self.shutdown_cb:
             self.loop.call_later(0.1, self.shutdown_cb, 1)
 
-    def aof_files_now(self):
+    def aof_files_now(self, old=False):
         cfg = self.cfg
-        return aof_files(cfg.dir, cfg.appendfilename, cfg.port)
+        return aof_files(cfg.dir, cfg.appendfilename, cfg.port, old)
+
+    def aof_set_aside(self):
+        """Before the start-up rewrite: rename every worker file to
+        <stem>.<port>.old<g>.w<k>.aof. With another number of workers, a new file holds jobs
+        of several old ones, so an old file may only go once every new file is complete;
+        a crash in between leaves old and new files, and the next start loads them all
+        (a job in two files is loaded once). Returns an error message or None."""
+        cfg = self.cfg
+        gen = 1 + max([g for g, _ in self.aof_files_now(old=True)] or [0])
+        stem = aof_stem(cfg.appendfilename)
+        try:
+            for k, path in self.aof_files_now().items():
+                aside = "%s.%d.old%d.w%d.aof" % (stem, cfg.port, gen, k)
+                os.rename(path, os.path.join(cfg.dir, aside))
+            fsync_dir(cfg.dir)
+        except OSError as e:
+            return "Can't rename the append only files in %s: %s" % (cfg.dir, e.strerror or e)
+        return None
+
+    def aof_delete_old_files(self):
+        for path in self.aof_files_now(old=True).values():
+            try:
+                os.unlink(path)
+            except OSError as e:
+                log.warning("Cannot remove %s: %s", path, e.strerror)
+        fsync_dir(self.cfg.dir)
 
     def aof_delete_extra_files(self):
         """After every worker wrote its own file: files of workers this node no longer
@@ -127,6 +157,8 @@ class AofFrontMixin:
         if not cfg.appendonly and not cfg.aof_enqueue_jobs_once:
             return
         files = self.aof_files_now()
+        # files set aside by a start-up that crashed while rewriting (see aof_set_aside)
+        files.update({("old", g, k): path for (g, k), path in self.aof_files_now(old=True).items()})
         if not files and not cfg.appendonly:
             return ("aof-enqueue-jobs-once is yes but there is no append only file to load: "
                     "no %s.%d.w<k>.aof in %s" % (aof_stem(cfg.appendfilename), cfg.port, cfg.dir))
@@ -142,7 +174,8 @@ class AofFrontMixin:
         self.aof_set_gate()
         t0 = time.monotonic()
         enqueue_once = bool(cfg.aof_enqueue_jobs_once)
-        arg = {"files": [[k, p] for k, p in files.items()], "enqueue_once": enqueue_once,
+        arg = {"files": [[k[-1] if type(k) is tuple else k, p] for k, p in files.items()],
+               "enqueue_once": enqueue_once,
                "load_truncated": bool(cfg.aof_load_truncated)}
         if files:
             log.info("Loading %d append only file(s) (%d bytes) into %d worker(s)%s", len(files),
@@ -183,6 +216,10 @@ class AofFrontMixin:
             self.aof_loading_done()
             return
         self.aof_enabled = True
+        error = self.aof_set_aside()
+        if error:
+            self.aof_fatal(error)
+            return
         self.aof_call_all("aof_rewrite", {"enable": True, "startup": True}, self.aof_opened)
 
     def aof_opened(self, results):
@@ -190,6 +227,7 @@ class AofFrontMixin:
         if error:
             self.aof_fatal("Can't open the append-only file: %s" % error)
             return
+        self.aof_delete_old_files()         # every new file is complete and fsynced
         self.aof_delete_extra_files()
         self.aof_loading_done()
 
@@ -251,12 +289,14 @@ class AofFrontMixin:
 
     def aof_start_node_rewrite(self, enable):
         self.aof_rewrites_running += 1
+        self.aof_initial_running += enable
         for s in self.aof_status_by_worker or ():
             s[1] = True             # until the next poll says otherwise
         t0 = time.monotonic()
 
         def done(results):
             self.aof_rewrites_running -= 1
+            self.aof_initial_running -= enable
             for s in self.aof_status_by_worker or ():
                 s[1] = False        # every worker just said it finished
             error = self.aof_first_error(results)
@@ -292,16 +332,30 @@ class AofFrontMixin:
         return None
 
     def aof_shutdown(self, client, rewrite):
-        """SHUTDOWN [REWRITE-AOF]. True when this took over (a synchronous rewrite first)."""
-        if not rewrite or self.loading:
+        """SHUTDOWN [REWRITE-AOF]. True when this took over: refused, or a synchronous
+        rewrite first."""
+        if self.loading:
+            return False
+        if self.aof_enabled and (self.aof_initial_running or any(
+                s[1] and s[2] == "wait-rewrite" for s in self.aof_status_by_worker or ())):
+            # as upstream: the AOF was just turned on and its first files are not complete,
+            # stopping now would leave nothing (or old files) to restart from
+            log.warning("Writing initial AOF, can't exit.")
+            client.reply(SHUTDOWN_FAILED)
+            return True
+        if not rewrite:
             return False            # workers flush and fsync their files when they stop
         if self.aof_shutting_down:
             client.reply(SHUTDOWN_FAILED)
             return True
         self.aof_shutting_down = True
-        # nothing may change the jobs between the rewrite and the exit
+        # nothing may change the jobs between the rewrite and the exit: hold every client
+        # (as CLIENT PAUSE does) until the node stops, or until the rewrite failed
         old_until = self.pause_until
-        self.pause_until = float("inf")
+        if self.pause_handle is not None:
+            self.pause_handle.cancel()
+            self.pause_handle = None
+        self.pause_until = time.monotonic() + 365 * 86400.0
         self.paused = True
         slot = client.slot()
         t0 = time.monotonic()
@@ -376,7 +430,3 @@ class AofFrontMixin:
                 ("loading_eta_seconds", int(elapsed * (1 - frac) / frac) if frac > 0 else 1),
             ]
         return out
-
-    def aof_path_of(self, k):
-        cfg = self.cfg
-        return aof_path(cfg.dir, cfg.appendfilename, cfg.port, k)

@@ -143,15 +143,14 @@ class Cluster:
             old = self.myself.id
             self.myself.id = random_id()
             self.nodes = {self.myself.id: self.myself}
-            self.transport.close()
-            self.transport = Transport(self.ctx, self.myself.id, self.bind_addrs(),
-                                       self.myself.port + BUS_PORT_OFFSET)
+            # Keep the bound ROUTER: closing it and binding a new one at once fails with
+            # EADDRINUSE (ZeroMQ closes sockets asynchronously in its I/O thread), which
+            # killed the client connection and left the node without a bus. Every outgoing
+            # link is closed above; new ones carry the new identity.
+            self.transport.my_id = self.myself.id
             log.warning("CLUSTER RESET HARD: node id %s -> %s", old, self.myself.id)
         self.changed()
         self.save()
-
-    def bind_addrs(self):
-        return [self.myself.ip] if self.myself.ip else ["127.0.0.1"]
 
     def set_leaving(self, leaving):
         if leaving:

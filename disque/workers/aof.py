@@ -34,9 +34,15 @@ def aof_path(directory, appendfilename, port, k):
     return os.path.join(directory, "%s.%d.w%d.aof" % (aof_stem(appendfilename), port, k))
 
 
-def aof_files(directory, appendfilename, port):
-    """{k: path} of every worker file of the node on `port` found in `directory`."""
-    pattern = re.compile(r"^%s\.%d\.w(\d+)\.aof$" % (re.escape(aof_stem(appendfilename)), port))
+def aof_files(directory, appendfilename, port, old=False):
+    """{k: path} of every worker file of the node on `port` found in `directory`; with
+    old=True, {(generation, k): path} of the files set aside by a start-up that was
+    rewriting them (`<stem>.<port>.old<g>.w<k>.aof`, see disque/aof_front.py)."""
+    stem = re.escape(aof_stem(appendfilename))
+    if old:
+        pattern = re.compile(r"^%s\.%d\.old(\d{1,6})\.w(\d{1,6})\.aof$" % (stem, port))
+    else:
+        pattern = re.compile(r"^%s\.%d\.w(\d{1,6})\.aof$" % (stem, port))
     found = {}
     try:
         names = os.listdir(directory)
@@ -44,8 +50,9 @@ def aof_files(directory, appendfilename, port):
         return found
     for name in names:
         m = pattern.match(name)
-        if m and len(m.group(1)) < 7:
-            found[int(m.group(1))] = os.path.join(directory, name)
+        if m:
+            key = (int(m.group(1)), int(m.group(2))) if old else int(m.group(1))
+            found[key] = os.path.join(directory, name)
     return dict(sorted(found.items()))
 
 
@@ -136,7 +143,7 @@ class AofWriter:
         self.lock = threading.Lock()
         self.dirty_since_fsync = False
         self.fsync_in_progress = False
-        self.postponed_since = 0.0
+        self.fsync_started = 0.0
         self.skip_fsync = False             # no-appendfsync-on-rewrite while rewriting
         self.rewrite_buffer = None          # records written while a rewrite runs
         self.stop = threading.Event()
@@ -161,23 +168,18 @@ class AofWriter:
         self.buf.append(rec)
         self.buf_bytes += len(rec)
 
-    def flush(self, force=False):
+    def flush(self):
         """Write what the batch appended; False (and self.error set) when writing failed.
 
-        With everysec, while the background fsync runs a write may block behind it: as
-        upstream, the write is postponed (the caller flushes again on its next loop) for
-        up to 2 s, then done anyway and counted in `delayed_fsync`."""
+        Unlike upstream, a write is never postponed while the background fsync runs (upstream
+        delays it up to 2 s, replying meanwhile): the records always reach the file before
+        the replies leave, so a killed process loses nothing acknowledged. The price is
+        that a write may wait for a slow fsync; one that finds an fsync running for more
+        than 2 s is counted in `delayed_fsync` (INFO aof_delayed_fsync)."""
         if not self.buf:
             return self.error is None
-        if self.policy == "everysec" and self.fsync_in_progress and not force:
-            now = time.monotonic()
-            if not self.postponed_since:
-                self.postponed_since = now
-                return True
-            if now - self.postponed_since < 2.0:
-                return True
+        if self.fsync_in_progress and time.monotonic() - self.fsync_started > 2.0:
             self.delayed_fsync += 1
-        self.postponed_since = 0.0
         data = self.buf[0] if len(self.buf) == 1 else b"".join(self.buf)
         view = memoryview(data)
         written = 0
@@ -221,6 +223,7 @@ class AofWriter:
             if self.dirty_since_fsync and not self.skip_fsync:
                 self.dirty_since_fsync = False
                 with self.lock:
+                    self.fsync_started = time.monotonic()
                     self.fsync_in_progress = True
                     try:
                         os.fsync(self.fd)
@@ -230,7 +233,7 @@ class AofWriter:
                         self.fsync_in_progress = False
 
     def close(self):
-        self.flush(force=True)
+        self.flush()
         self.set_policy("no")
         with self.lock:
             try:
@@ -241,9 +244,14 @@ class AofWriter:
             self.fd = -1
 
     def reopen(self, path=None):
-        """After a rewrite renamed a new file over ours (or made one at a new `path`)."""
+        """After a rewrite renamed a new file over ours (or made one at a new `path`).
+
+        The old descriptor is closed by a short-lived thread: it was the last reference to
+        the replaced file, and closing it frees all its blocks, which for a large file
+        takes tens of milliseconds (upstream closes it in a background job too)."""
         with self.lock:
-            os.close(self.fd)
+            threading.Thread(target=os.close, args=(self.fd,), name="aof-close",
+                             daemon=True).start()
             if path is not None:
                 self.path = path
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

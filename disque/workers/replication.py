@@ -21,6 +21,7 @@ from disque.bus import messages as M
 from disque.workers.codec import CodecError, deserialize, serialize
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
+LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before -LEAVING
 PAUSE_IN = 1
 
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
@@ -38,7 +39,7 @@ def mix(node_id, job_id):
 
 class ReplWait:
     """An ADDJOB whose client waits for its copies to be confirmed."""
-    __slots__ = ("reqid", "job", "deadline", "extrepl", "last_add")
+    __slots__ = ("reqid", "job", "deadline", "extrepl", "last_add", "started")
 
     def __init__(self, reqid, job, deadline, extrepl, now):
         self.reqid = reqid
@@ -46,6 +47,7 @@ class ReplWait:
         self.deadline = deadline
         self.extrepl = extrepl
         self.last_add = now
+        self.started = now
 
 
 class ReplicationMixin:
@@ -177,9 +179,7 @@ class ReplicationMixin:
         now = self.now_ms
         for wait in list(self.repl_waits.values()):
             job = wait.job
-            if self.leaving:
-                self.repl_failed(wait, LEAVING_ERROR)
-            elif wait.deadline and now >= wait.deadline:
+            if wait.deadline and now >= wait.deadline:
                 self.repl_failed(wait, NOREPL_TIMEOUT)
             elif now - wait.last_add >= REPL_ADD_NODE_MS:
                 wait.last_add = now
@@ -191,6 +191,17 @@ class ReplicationMixin:
                                 if n not in job.nodes_confirmed and n != self.node_id)
                 if pending:
                     self.send_bus(pending, M.REPLJOB, serialize(job, False, self.now_s))
+
+    def repl_leaving_cron(self):
+        """Every cluster cron pass (100 ms) while LEAVING: producers still waiting for their
+        copies get -LEAVING, like upstream's client cron (SPEC 3.1 [quirk]). Only waits older
+        than one pass: this check used to run on every worker tick, right after the ADDJOB
+        started replicating, so every synchronous ADDJOB on a leaving node failed and the
+        external replication SPEC 8.7 asks for could never succeed."""
+        now = self.now_ms
+        for wait in list(self.repl_waits.values()):
+            if now - wait.started >= LEAVING_WAIT_GRACE_MS:
+                self.repl_failed(wait, LEAVING_ERROR)
 
     def expire_waiting(self, job):
         """The scheduler found a job still waiting for copies past its TTL."""

@@ -303,7 +303,10 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
                 self.push_remote(q)
 
     def leaving_cron(self):
-        """CLUSTER LEAVING yes: consumers blocked here get -LEAVING (SPEC 8.7)."""
+        """CLUSTER LEAVING yes: consumers blocked here get -LEAVING (SPEC 8.7), and so do
+        producers whose copies are still not confirmed after a cron pass (SPEC 3.1)."""
+        if self.repl_waits:
+            self.repl_leaving_cron()
         for b in list(self.blocked_by_client.values()):
             self.unblock(b)
             self.out.append([b.reqid, LEAVING_ERROR, None])
@@ -706,7 +709,9 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             "jobs": len(self.jobs),
             "queues": len(self.queues),
             "queued": queued,
-            "blocked": sum(1 for b in self.blocked_by_client.values() if not b.proxy),
+            # INFO blocked_clients counts producers waiting for copies too (SPEC 14)
+            "blocked": sum(1 for b in self.blocked_by_client.values() if not b.proxy)
+            + len(self.repl_waits),
             "added": self.n_added,
             "delivered": self.n_delivered,
             "acked": self.n_acked,

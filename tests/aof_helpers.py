@@ -1,0 +1,107 @@
+"""Helpers shared by the persistence tests (tests/test_persistence_*.py)."""
+import os
+import signal
+import time
+
+import conftest as _c
+
+Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
+wait_until = _c.wait_until
+
+
+def aof_files(srv):
+    """{worker index: path} of the node's AOF files in its dir."""
+    out = {}
+    prefix = "disque.%d.w" % srv.port
+    for name in os.listdir(srv.workdir):
+        if name.startswith(prefix) and name.endswith(".aof"):
+            out[int(name[len(prefix):-4])] = srv.workdir / name
+    return dict(sorted(out.items()))
+
+
+def kill_node(srv):
+    """SIGKILL the front-end and every worker at once (their process group, which the
+    test harness created for this server), as a power cut of the node would."""
+    srv.record_descendants()
+    os.killpg(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait(10)
+    assert not srv.surviving_descendants(), "processes survived SIGKILL"
+    srv.close_clients()
+
+
+def restart(srv, workers=None, extra_args=None, wait=True):
+    """Start the server again on the same port, in the same dir (same AOF files)."""
+    if workers is not None:
+        srv.workers = workers
+    if extra_args is not None:
+        srv.extra_args = [str(a) for a in extra_args]
+    srv.spawn(port=srv.port)
+    if wait:
+        srv.wait_ready()
+    return srv
+
+
+def wait_exit(srv, timeout=15):
+    rc = srv.wait_exit(timeout)
+    assert rc is not None, "server did not exit; log:\n" + srv.log_tail()
+    return rc
+
+
+def info(srv, section="persistence"):
+    return _c.parse_info(srv.execute("INFO", section))
+
+
+def wait_rewrite_done(srv, timeout=20):
+    """Until no worker rewrites and the last rewrite went well."""
+    def done():
+        i = info(srv)
+        return i["aof_rewrite_in_progress"] == "0" and i["aof_state"] != "wait-rewrite"
+    wait_until(done, timeout, 0.05, "AOF rewrite did not finish")
+    i = info(srv)
+    assert i["aof_last_bgrewrite_status"] == "ok", i
+    return i
+
+
+def add_jobs(r, queues, per_queue, *opts, body=b"job"):
+    """ADDJOB per_queue jobs in each queue (pipelined); {job id: queue}."""
+    cmds = []
+    order = []
+    for q in queues:
+        for i in range(per_queue):
+            body_i = b"%s-%s-%d" % (body, q.encode(), i)
+            cmds.append(_c.encode_command("ADDJOB", q, body_i, 0, *opts))
+            order.append(q)
+    r.send(b"".join(cmds))
+    ids = {}
+    for q in order:
+        reply = r.read_parsed()
+        assert type(reply) is Status, reply
+        ids[bytes(reply)] = q
+    return ids
+
+
+def fetch_all(r, queues, expected, timeout=10):
+    """GETJOB until `expected` jobs came (or the deadline): {id: (queue, body)}."""
+    got = {}
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        reply = r.execute("GETJOB", "NOHANG", "COUNT", 1000, "FROM", *queues)
+        if reply == NULL_ARRAY:
+            time.sleep(0.02)
+            continue
+        for q, jid, body in reply:
+            assert jid not in got, "job delivered twice: %r" % jid
+            got[jid] = (q, body)
+    return got
+
+
+def enqueue_all(r, ids):
+    total = 0
+    ids = list(ids)
+    for i in range(0, len(ids), 500):
+        total += r.execute("ENQUEUE", *ids[i:i + 500])
+    return total
+
+
+def registered_jobs(srv):
+    return int(info(srv, "jobs")["registered_jobs"])
