@@ -199,12 +199,6 @@ def test_pause_bcast_reaches_every_node(start_cluster):
     assert pause_of(1) == b"none" and pause_of(2) == b"none"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stale federation interest: after node 1's consumer is served, node 0 keeps node 1's "
-    "interest (credit 1, 2.5 s) and pushes the next job it gets to node 1, where nobody "
-    "waits; node 1 then ignores node 0's NEEDJOBS while its import rate is > 0 (5 s), so a "
-    "consumer on node 0 itself waits ~5 s for a job added on node 0. Nothing withdraws "
-    "interest (on_needjobs accepts count 0 to do so, nobody sends it)."))
 def test_job_added_where_a_consumer_then_waits_is_not_moved_away_by_stale_interest(
         start_cluster):
     c = start_cluster(3)

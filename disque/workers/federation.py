@@ -123,7 +123,12 @@ class FederationMixin:
             q.remote = {}
         q.remote[sender] = [count, self.now_ms + INTEREST_TTL_MS]
         qlen = len(q.jobs)
-        if qlen and not q.paused & PAUSE_OUT and self.import_rate(q) == 0:
+        # Upstream also ignores NEEDJOBS while it imports the queue itself (import rate > 0),
+        # against ping-pong. Here a queued job means no consumer of ours waits for it, and the
+        # asking node's consumers do: hand it over. Moves stay bounded, as every one needs a
+        # waiting consumer (or its credit). Without this, a job pushed to a node whose
+        # consumer was meanwhile served elsewhere was stuck there for the 5 s of the rate.
+        if qlen and not q.paused & PAUSE_OUT:
             n = count if qlen >= 2 * count else max(1, qlen // 2)
             self.send_jobs(q, sender, n)
 
@@ -136,8 +141,6 @@ class FederationMixin:
         if not remote:
             q.remote = None
             return
-        if self.import_rate(q) > 0:
-            return                      # we import this queue ourselves: no ping-pong
         for node in sorted(remote, key=lambda n: remote[n][1]):
             if not len(q.jobs) or q.paused & PAUSE_OUT:
                 break
