@@ -76,10 +76,33 @@ class ClusterFrontendMixin:
                 w = (slot if slot >= 0 else 0) % self.nworkers
         except (TypeError, IndexError, ValueError):
             return                      # malformed: dropped like any bad bus frame
+        if mtype == M.REPLJOB:
+            mflags = self.accept_copy(sender, jid, mflags)
+            if mflags is None:
+                return
         sid = self.bus_ids.get(sender.id)
         if sid is None:
             sid = self.bus_ids[sender.id] = sender.id.encode()
         self.bus_inbox.setdefault(w, []).append([sid, mtype, mflags, payload])
+
+    def accept_copy(self, sender, jid, mflags):
+        """REPLJOB: decide here whether this node takes the copy (SPEC 8.7, 9: not while
+        leaving or above 75% of maxmemory; then no GOTJOB, the originator asks another
+        node). Without an AOF the GOTJOB leaves now, with the copy on its way to the worker
+        over a link that loses nothing unless the whole node dies, when the copy would be
+        gone anyway: this saves the worker -> front-end hop on every copy, the largest cost
+        of synchronous replication (measured). With an AOF the worker answers after its
+        LOADJOB record is written. Returns the flags to forward (None: refused)."""
+        if self.mem_level > 0 or self.cluster.myself.flags & M.LEAVING:
+            return None
+        if self.aof_enabled:
+            return mflags
+        if not mflags & M.NOREPLY:
+            self.bus_outbox.setdefault(sender.id, []).append([M.GOTJOB, 0, [jid, 0]])
+            if not self.bus_flush_scheduled:
+                self.bus_flush_scheduled = True
+                self.loop.call_soon(self.bus_flush)
+        return mflags | M.NOREPLY | M.ACCEPTED
 
     def bus_from_worker(self, entries):
         """Job messages a worker wants sent: one JOBS frame per destination node."""

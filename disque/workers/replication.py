@@ -214,12 +214,13 @@ class ReplicationMixin:
     # ---- job messages (SPEC 10.4) -----------------------------------------------------------
 
     def on_repljob(self, sender, mflags, data):
-        if self.memory_level > 0 or self.leaving:
+        """A copy from the originator. The front-end already refused it while this node
+        leaves or is above 75% of maxmemory; with M.ACCEPTED it also answered GOTJOB.
+        Upstream also refuses copies for a queue paused in input; a copy is not queued
+        (a requeue respects the pause, see Shard.run_timers), so here it is kept."""
+        if not mflags & M.ACCEPTED and (self.memory_level > 0 or self.leaving):
             return                      # no GOTJOB: the originator picks another node
         job, _ = deserialize(data, 0, False, self.now_s, self.now_ms, self.rand_err())
-        q = self.queues.get(job.queue)
-        if q is not None and q.paused & PAUSE_IN:
-            return
         known = self.jobs.get(job.id)
         if known is not None:
             if known.body is not None:
