@@ -85,3 +85,27 @@ def test_length_mismatch_is_rejected():
     data[0] += 1
     with pytest.raises(CodecError):
         deserialize(bytes(data) + b"\x00", 0, True, 0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_st, st.booleans(), st.integers(0, 2 ** 31), st.integers(-250, 249))
+def test_c_codec_matches_the_python_reference(d, storage, now_s, jitter):
+    """disque._fast.codec (what the server runs) gives the bytes and the jobs of the readable
+    Python definition in disque.workers.codec."""
+    from disque.workers.codec import deserialize_reference, serialize_reference
+    job = make(d, now_s)
+    data = serialize(job, storage, now_s)
+    assert data == serialize_reference(job, storage, now_s)
+    framed = b"xx" + data + b"yy"
+    got, end = deserialize(framed, 2, storage, now_s, now_s * 1000, jitter)
+    ref, ref_end = deserialize_reference(framed, 2, storage, now_s, now_s * 1000, jitter)
+    assert end == ref_end == 2 + len(data)
+    for field in ("id", "queue", "body", "state", "flags", "repl", "etime", "ctime", "delay",
+                  "retry", "nacks", "additional_deliveries", "nodes_delivered", "qtime",
+                  "gc_retry"):
+        assert getattr(got, field) == getattr(ref, field), field
+    for cut in (1, len(data) // 2, len(data) - 1):      # damaged input: both refuse it
+        with pytest.raises(CodecError):
+            deserialize(data[:cut], 0, storage, now_s, 0)
+        with pytest.raises(CodecError):
+            deserialize_reference(data[:cut], 0, storage, now_s, 0)

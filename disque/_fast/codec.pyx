@@ -1,0 +1,152 @@
+# cython: language_level=3
+"""The serialized job of SPEC 11 in C: the same bytes as disque.workers.codec (the readable
+reference, which tests/test_job_codec.py holds this module against).
+
+Profiled under ADDJOB REPLICATE 3: the Python codec was half of a replica worker's busy
+time (a REPLJOB per job on every replica) and a seventh of the originator's.
+"""
+from libc.string cimport memcpy
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+
+from disque._fast.job cimport (Job, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
+                               JOB_FLAG_DELIVERED)
+
+DEF FIXED = 72          # through additional-deliveries
+DEF NODE_ID_LEN = 40
+
+
+class CodecError(ValueError):
+    pass
+
+
+cdef inline void put32(char *p, uint32_t v) noexcept:
+    p[0] = <char>(v & 255); p[1] = <char>((v >> 8) & 255)
+    p[2] = <char>((v >> 16) & 255); p[3] = <char>((v >> 24) & 255)
+
+
+cdef inline void put16(char *p, uint16_t v) noexcept:
+    p[0] = <char>(v & 255); p[1] = <char>((v >> 8) & 255)
+
+
+cdef inline uint32_t get32(const uint8_t *p) noexcept:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint16_t get16(const uint8_t *p) noexcept:
+    return p[0] | (<uint16_t>p[1] << 8)
+
+
+def serialize(Job job, bint storage, long long now_s):
+    """Bytes of `job` in storage form (AOF) or message form (bus)."""
+    cdef bytes queue = job.queue if job.queue is not None else b""
+    cdef bytes body = job.body if job.body is not None else b""
+    cdef tuple nodes = job.nodes_delivered
+    cdef Py_ssize_t k = len(nodes), i
+    cdef Py_ssize_t total = FIXED + 4 + len(queue) + 4 + len(body) + 4 + k * NODE_ID_LEN
+    cdef bytes n
+    for i in range(k):
+        if len(<bytes>nodes[i]) != NODE_ID_LEN:
+            raise CodecError("node id of %d bytes" % len(<bytes>nodes[i]))
+    if len(job.id) != 40:
+        raise CodecError("job id of %d bytes" % len(job.id))
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *p = PyBytes_AS_STRING(out)
+    cdef uint32_t etime
+    cdef unsigned char flags
+    if storage:
+        etime = job.etime
+        flags = job.flags
+    else:
+        etime = <uint32_t>(job.etime - now_s + 1) if job.etime > now_s else 1
+        flags = job.flags & ~JOB_FLAG_DELIVERED
+    put32(p, <uint32_t>(total - 4))
+    memcpy(p + 4, PyBytes_AS_STRING(job.id), 40)
+    p[44] = <char>((job.state & 15) | ((job.gc_retry & 15) << 4))
+    p[45] = <char>flags
+    put16(p + 46, job.repl)
+    put32(p + 48, etime)
+    cdef uint64_t ctime = job.ctime
+    put32(p + 52, <uint32_t>(ctime & 0xffffffffULL))
+    put32(p + 56, <uint32_t>(ctime >> 32))
+    put32(p + 60, job.delay)
+    put32(p + 64, job.retry)
+    put16(p + 68, job.nacks if job.nacks < 65535 else 65535)
+    put16(p + 70, job.additional_deliveries if job.additional_deliveries < 65535 else 65535)
+    cdef Py_ssize_t pos = FIXED
+    put32(p + pos, <uint32_t>len(queue))
+    memcpy(p + pos + 4, PyBytes_AS_STRING(queue), len(queue))
+    pos += 4 + len(queue)
+    put32(p + pos, <uint32_t>len(body))
+    memcpy(p + pos + 4, PyBytes_AS_STRING(body), len(body))
+    pos += 4 + len(body)
+    put32(p + pos, <uint32_t>k)
+    pos += 4
+    for i in range(k):
+        n = <bytes>nodes[i]
+        memcpy(p + pos, PyBytes_AS_STRING(n), NODE_ID_LEN)
+        pos += NODE_ID_LEN
+    return out
+
+
+def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long long now_ms,
+                long long jitter=0):
+    """(Job, next offset) from `data` (bytes) at `offset`; CodecError on any inconsistency.
+    See disque.workers.codec.deserialize for the rules."""
+    cdef bytes buf = data if type(data) is bytes else bytes(data)
+    cdef const uint8_t *b = <const uint8_t *>PyBytes_AS_STRING(buf)
+    cdef Py_ssize_t end_of_data = len(buf)
+    if offset < 0 or end_of_data - offset < FIXED:
+        raise CodecError("truncated job header")
+    cdef const uint8_t *h = b + offset
+    cdef Py_ssize_t end = offset + 4 + get32(h)
+    if end > end_of_data:
+        raise CodecError("job length %d past the end of the data" % get32(h))
+    cdef Py_ssize_t pos = offset + FIXED, qlen, blen, count, i
+    if pos + 4 > end:
+        raise CodecError("truncated string length")
+    qlen = get32(b + pos)
+    pos += 4
+    if pos + qlen > end:
+        raise CodecError("string past the end of the job")
+    cdef Py_ssize_t qpos = pos
+    pos += qlen
+    if pos + 4 > end:
+        raise CodecError("truncated string length")
+    blen = get32(b + pos)
+    pos += 4
+    if pos + blen > end:
+        raise CodecError("string past the end of the job")
+    cdef Py_ssize_t bpos = pos
+    pos += blen
+    if pos + 4 > end:
+        raise CodecError("truncated node count")
+    count = get32(b + pos)
+    pos += 4
+    if pos + count * NODE_ID_LEN != end:
+        raise CodecError("job length does not match its content")
+    cdef const char *c = <const char *>b
+    nodes = tuple([PyBytes_FromStringAndSize(c + pos + i * NODE_ID_LEN, NODE_ID_LEN)
+                   for i in range(count)])
+    cdef Job job = Job(PyBytes_FromStringAndSize(c + offset + 4, 40),
+                       PyBytes_FromStringAndSize(c + qpos, qlen),
+                       PyBytes_FromStringAndSize(c + bpos, blen))
+    cdef unsigned char flags = h[45]
+    job.state = (h[44] & 15) if storage else JOB_ACTIVE
+    job.gc_retry = 0
+    job.flags = flags if storage else flags & ~JOB_FLAG_DELIVERED
+    job.repl = get16(h + 46)
+    cdef uint32_t etime = get32(h + 48)
+    job.etime = etime if storage else <unsigned int>(now_s + etime)
+    job.ctime = get32(h + 52) | (<uint64_t>get32(h + 56) << 32)
+    job.delay = get32(h + 60)
+    job.retry = get32(h + 64)
+    job.nacks = get16(h + 68)
+    job.additional_deliveries = get16(h + 70)
+    job.nodes_delivered = nodes
+    if job.retry:
+        job.flags |= JOB_FLAG_BCAST_WILLQUEUE
+        job.qtime = now_ms + (<long long>job.delay + job.retry) * 1000 + jitter
+    else:
+        job.qtime = 0
+    return job, end
