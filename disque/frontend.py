@@ -554,7 +554,10 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         like upstream it is blocked meanwhile (its next commands wait), unless ASYNC."""
         reqid = self.new_reqid()
         self.pending[reqid] = self.getjob_done(client, client.slot(), w, reqid)
-        if not any(a.lower() == b"async" for a in argv[4:]):
+        for a in argv[4:]:
+            if len(a) == 5 and a.lower() == b"async":
+                break
+        else:
             client.waiting = (reqid, w)
         self.send(w, [P.CMD, reqid, argv])
 
