@@ -21,7 +21,6 @@ import resource
 import time
 
 from disque import VERSION
-from disque import commands as C
 from disque import log as dlog
 from disque._fast import resp
 from disque.aof_front import AOF_DIRECTIVES
@@ -74,7 +73,8 @@ def repr_arg(arg):
 
 
 def one_line(text):
-    """Client input echoed in an error: CR/LF become spaces (upstream addReplyErrorFormat)."""
+    """Client input echoed in an error: CR/LF become spaces, as upstream's
+    addReplyErrorFormat does, so a client cannot break (or forge) the reply stream."""
     return text.replace(b"\r", b" ").replace(b"\n", b" ")
 
 

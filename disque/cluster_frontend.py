@@ -16,6 +16,7 @@ import ipaddress
 import logging
 
 from disque._fast import resp
+from disque.admin import one_line
 from disque._fast.jobid import id_slot, queue_slot
 from disque.bus import messages as M
 from disque.workers import protocol as P
@@ -29,25 +30,17 @@ BY_QUEUE = (M.NEEDJOBS, M.PAUSE)
 class ClusterFrontendMixin:
     cluster = None
     cluster_state = None
-    bus_reader_fd = None
 
     def cluster_attach(self, cluster):
         self.cluster = cluster
         cluster.on_job_message = self.bus_job_message
-        cluster.on_change = self.cluster_changed
+        cluster.on_change = self.cluster_push
         self.bus_inbox = {}          # worker -> [[sender, type, flags, payload], ...]
         self.bus_outbox = {}         # node id -> [[type, flags, payload], ...]
         self.bus_ids = {}            # node id -> the same as bytes (workers' form)
         self.bus_flush_scheduled = False
-        self.bus_watch()
+        self.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
         self.cluster_push()
-
-    def bus_watch(self):
-        """(Re)register the bus socket with the event loop (CLUSTER RESET HARD replaces it)."""
-        if self.bus_reader_fd is not None:
-            self.loop.remove_reader(self.bus_reader_fd)
-        self.bus_reader_fd = self.cluster.transport.fileno()
-        self.loop.add_reader(self.bus_reader_fd, self.bus_readable)
 
     def bus_readable(self):
         more = self.cluster.on_readable()
@@ -98,10 +91,7 @@ class ClusterFrontendMixin:
         if self.aof_enabled:
             return mflags
         if not mflags & M.NOREPLY:
-            self.bus_outbox.setdefault(sender.id, []).append([M.GOTJOB, 0, [jid, 0]])
-            if not self.bus_flush_scheduled:
-                self.bus_flush_scheduled = True
-                self.loop.call_soon(self.bus_flush)
+            self.bus_queue(sender.id, [M.GOTJOB, 0, [jid, 0]])
         return mflags | M.NOREPLY | M.ACCEPTED
 
     def bus_from_worker(self, entries):
@@ -110,7 +100,6 @@ class ClusterFrontendMixin:
         if cluster is None:
             return
         myid = cluster.myself.id
-        frames = self.bus_outbox
         everyone = None
         for dests, mtype, mflags, payload in entries:
             if dests is None:
@@ -121,7 +110,11 @@ class ClusterFrontendMixin:
                 targets = [d.decode() for d in dests]
             for node_id in targets:
                 if node_id != myid:
-                    frames.setdefault(node_id, []).append([mtype, mflags, payload])
+                    self.bus_queue(node_id, [mtype, mflags, payload])
+
+    def bus_queue(self, node_id, msg):
+        """Queue a job message for a node; bus_flush sends the lot when the iteration ends."""
+        self.bus_outbox.setdefault(node_id, []).append(msg)
         if not self.bus_flush_scheduled:
             self.bus_flush_scheduled = True
             self.loop.call_soon(self.bus_flush)
@@ -139,9 +132,6 @@ class ClusterFrontendMixin:
                 cluster.send(node, M.JOBS, msgs)
 
     # ---- membership pushed to workers ---------------------------------------------------
-
-    def cluster_changed(self):
-        self.cluster_push()
 
     def cluster_push(self):
         """Tell the workers what they need of the membership, when it changed."""
@@ -194,9 +184,7 @@ class ClusterFrontendMixin:
             if mode not in (b"soft", b"hard"):
                 client.reply(b"-ERR syntax error\r\n")
                 return
-            c.reset(mode == b"hard")
-            self.bus_watch()
-            self.cluster_push()
+            c.reset(mode == b"hard")          # calls cluster_push (on_change)
             s = client.slot()
             self.control_all("flushall", None, lambda res: s.fill(resp.OK))
         elif sub == b"leaving" and n == 2:
@@ -276,6 +264,3 @@ class ClusterFrontendMixin:
                              if on) or "no")
         client.reply(resp.OK)
 
-
-def one_line(data):
-    return data.replace(b"\r", b" ").replace(b"\n", b" ")

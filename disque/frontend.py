@@ -12,7 +12,7 @@ import time
 
 from disque import commands as C
 from disque import statslog
-from disque.admin import AdminMixin
+from disque.admin import AdminMixin, one_line
 from disque.aof_front import AofFrontMixin
 from disque.cluster_frontend import ClusterFrontendMixin
 from disque import info as info_mod
@@ -32,12 +32,6 @@ parse_int = resp.parse_int
 
 def arity_error(name):
     return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
-
-
-def one_line(text):
-    """Client input echoed in an error reply: CR/LF become spaces, as upstream's
-    addReplyErrorFormat does, so a client cannot break (or forge) the reply stream."""
-    return text.replace(b"\r", b" ").replace(b"\n", b" ")
 
 
 class Gather:
@@ -527,7 +521,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         if owners is None or len(owners) == 1:
             w = 0 if owners is None else next(iter(owners))
             reqid = self.new_reqid()
-            self.pending[reqid] = self.getjob_done(client, client.slot(), w, reqid)
+            self.pending[reqid] = self.waited_reply(client, client.slot(), w, reqid)
             if not nohang:
                 client.waiting = (reqid, w)
             self.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, timeout, False, queues])
@@ -553,7 +547,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and
         like upstream it is blocked meanwhile (its next commands wait), unless ASYNC."""
         reqid = self.new_reqid()
-        self.pending[reqid] = self.getjob_done(client, client.slot(), w, reqid)
+        self.pending[reqid] = self.waited_reply(client, client.slot(), w, reqid)
         for a in argv[4:]:
             if len(a) == 5 and a.lower() == b"async":
                 break
@@ -561,7 +555,9 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
             client.waiting = (reqid, w)
         self.send(w, [P.CMD, reqid, argv])
 
-    def getjob_done(self, client, slot, w, reqid):
+    def waited_reply(self, client, slot, w, reqid):
+        """The reply callback of a command the client waits on (a blocking GETJOB, an ADDJOB
+        waiting for copies): fill its slot, then let the client's next commands run."""
         def got(rep):
             if client.closed:
                 if len(rep) > 2 and rep[2]:
@@ -569,7 +565,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
                 return
             slot.fill(rep[1])
             waiting = client.waiting
-            # only the end of the GETJOB the client waits on lets its next commands run
+            # only the end of the command the client waits on lets its next commands run
             # (a NOHANG GETJOB pipelined before a blocking one must not)
             if type(waiting) is tuple and waiting[0] == reqid:
                 client.resume()
@@ -713,7 +709,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
                 self.multiget_finish(w)
         else:
             # the worker answers the UNBLOCK with a null reply, or a job already on its
-            # way reaches getjob_done, which sees the closed client and returns it
+            # way reaches waited_reply, which sees the closed client and returns it
             self.send(w[1], [P.UNBLOCK, client.id, w[0]])
 
     # ---- local commands --------------------------------------------------------------------
@@ -767,7 +763,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         elif sub == b"bus" and len(argv) == 3 and self.cluster is not None:
             self.debug_bus(client, argv[2])
         elif sub == b"error" and len(argv) == 3:
-            client.reply(b"-" + argv[2].replace(b"\r", b" ").replace(b"\n", b" ") + b"\r\n")
+            client.reply(b"-" + one_line(argv[2]) + b"\r\n")
         else:
             client.reply(b"-ERR Unknown DEBUG subcommand or wrong number of arguments for '%s'\r\n"
                          % one_line(argv[1]))

@@ -2,7 +2,6 @@
 (SPEC 3.1, 4.2, 7.4, 10)."""
 import time
 
-import pytest
 
 import conftest as _c
 from conftest import RawConn, show, wait_until

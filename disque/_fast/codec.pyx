@@ -37,6 +37,18 @@ cdef inline uint16_t get16(const uint8_t *p) noexcept:
     return p[0] | (<uint16_t>p[1] << 8)
 
 
+cdef Py_ssize_t string_at(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end) except -1:
+    """A u32-length-prefixed string at *pos: returns where its bytes start and moves *pos
+    past them."""
+    if pos[0] + 4 > end:
+        raise CodecError("truncated string length")
+    cdef Py_ssize_t n = get32(b + pos[0]), start = pos[0] + 4
+    if start + n > end:
+        raise CodecError("string past the end of the job")
+    pos[0] = start + n
+    return start
+
+
 def serialize(Job job, bint storage, long long now_s):
     """Bytes of `job` in storage form (AOF) or message form (bus)."""
     cdef bytes queue = job.queue if job.queue is not None else b""
@@ -102,23 +114,11 @@ def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long lon
     cdef Py_ssize_t end = offset + 4 + get32(h)
     if end > end_of_data:
         raise CodecError("job length %d past the end of the data" % get32(h))
-    cdef Py_ssize_t pos = offset + FIXED, qlen, blen, count, i
-    if pos + 4 > end:
-        raise CodecError("truncated string length")
-    qlen = get32(b + pos)
-    pos += 4
-    if pos + qlen > end:
-        raise CodecError("string past the end of the job")
-    cdef Py_ssize_t qpos = pos
-    pos += qlen
-    if pos + 4 > end:
-        raise CodecError("truncated string length")
-    blen = get32(b + pos)
-    pos += 4
-    if pos + blen > end:
-        raise CodecError("string past the end of the job")
-    cdef Py_ssize_t bpos = pos
-    pos += blen
+    cdef Py_ssize_t pos = offset + FIXED, count, i
+    cdef Py_ssize_t qpos = string_at(b, &pos, end)
+    cdef Py_ssize_t qlen = pos - qpos
+    cdef Py_ssize_t bpos = string_at(b, &pos, end)
+    cdef Py_ssize_t blen = pos - bpos
     if pos + 4 > end:
         raise CodecError("truncated node count")
     count = get32(b + pos)

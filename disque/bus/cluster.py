@@ -188,7 +188,7 @@ class Cluster:
 
     def on_readable(self):
         """Process what the bus socket holds; True when more may be left (read limit)."""
-        batch = self.transport.recv_all()
+        batch = self.transport.recv_all(RECV_LIMIT)
         if self.drop_in:
             return len(batch) >= RECV_LIMIT
         for ident, data, peer in batch:

@@ -15,6 +15,7 @@ import collections
 import random
 
 from disque._fast import resp
+from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
                               QUEUED, WAIT_REPL)
 from disque.bus import messages as M
@@ -70,7 +71,6 @@ class ReplicationMixin:
         """The front-end's view of the cluster, pushed when it changes."""
         myid = state["myid"]
         if myid != self.node_id:               # CLUSTER RESET HARD
-            from disque._fast.jobid import IdMaker
             self.node_id = myid
             self.self_nodes = (myid,)
             self.ids = IdMaker(myid)
