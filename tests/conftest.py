@@ -33,6 +33,12 @@ import psutil
 import pytest
 import redis
 
+from support.markers import assign_markers
+
+
+def pytest_collection_modifyitems(config, items):
+    assign_markers(items)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Ports: below 32768 (outside the ephemeral range) and port + 10000 (cluster bus)

@@ -1,0 +1,1 @@
+"""Test support code shared by the test files (markers today; fixtures move here next)."""

@@ -1,0 +1,42 @@
+"""Assign the suite's markers from what each test uses, so no file has to remember them.
+
+- ``cluster``: uses the ``start_cluster`` fixture, or lives in a ``test_cluster_*`` file;
+- ``server``: uses a server fixture (``server``, ``server1``, ``server3``, ``server3zmq``,
+  ``start_server``) or lives in a ``test_server_*`` / ``test_client_*`` /
+  ``test_persistence_*`` file other than the in-process units;
+- ``spark``: lives in a ``test_spark_*`` file;
+- ``unit``: none of the above and no explicit marker of those kinds: runs in-process.
+
+A marker written on a test or a file wins over these rules. The quick subset is
+``pytest -m unit`` (well under a minute).
+"""
+import pytest
+
+SERVER_FIXTURES = frozenset(("server", "server1", "server3", "server3zmq", "start_server"))
+CLUSTER_FIXTURES = frozenset(("start_cluster",))
+KINDS = ("unit", "server", "cluster", "spark")
+SERVER_FILE_PREFIXES = ("test_server_", "test_client_", "test_persistence_", "test_fuzz_")
+IN_PROCESS_FILES = frozenset(("test_persistence_units.py",))
+
+
+def kind_of(item):
+    if any(item.get_closest_marker(k) for k in KINDS):
+        return None
+    filename = item.path.name
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & CLUSTER_FIXTURES or filename.startswith("test_cluster_"):
+        return "cluster"
+    if filename.startswith("test_spark_"):
+        return "spark"
+    if fixtures & SERVER_FIXTURES:
+        return "server"
+    if filename.startswith(SERVER_FILE_PREFIXES) and filename not in IN_PROCESS_FILES:
+        return "server"
+    return "unit"
+
+
+def assign_markers(items):
+    for item in items:
+        kind = kind_of(item)
+        if kind is not None:
+            item.add_marker(getattr(pytest.mark, kind))

@@ -1,0 +1,184 @@
+"""The job lifecycle of one shard, in-process, with a clock the test moves (SPEC 7).
+
+A `Shard` is the real worker state machine (Cython core plus its Python parts); the worker
+process only adds the socket loop around it and calls `tick()` to read the wall clock.
+Here the test sets `now_ms`/`now_s` itself and calls `run_timers()` as the worker's timer
+would, so RETRY, DELAY, TTL, NACK, WORKING and GC are checked to the millisecond without
+waiting real seconds. Jitter (SPEC 7: -250..+249 ms) is the only slack allowed.
+"""
+import hiredis
+import pytest
+
+from disque.workers.shard import Shard
+
+pytestmark = pytest.mark.unit
+
+NODE = b"a" * 40
+JITTER_LOW, JITTER_HIGH = -250, 249
+
+
+def parse(raw):
+    reader = hiredis.Reader()
+    reader.feed(raw)
+    return reader.gets()
+
+
+class Node:
+    """One shard driven like its worker would drive it, with a hand-moved clock."""
+
+    def __init__(self, start_ms=1_800_000_000_000):
+        self.shard = Shard(0, 1, NODE, {})
+        self.reqid = 0
+        self.set_time(start_ms)
+
+    def set_time(self, ms):
+        self.shard.now_ms = ms
+        self.shard.now_s = ms // 1000
+
+    def advance(self, ms):
+        """Move the clock forward in 10 ms steps (the worker's timer resolution)."""
+        end = self.shard.now_ms + ms
+        while self.shard.now_ms < end:
+            self.set_time(min(end, self.shard.now_ms + 10))
+            self.shard.run_timers()
+
+    def cmd(self, *args):
+        self.reqid += 1
+        return parse(self.shard.execute(self.reqid, [a if isinstance(a, bytes) else str(a).encode()
+                                                     for a in args]))
+
+    def addjob(self, *opts):
+        return self.cmd("ADDJOB", "q", "body", 0, *opts)
+
+    def getjob(self, queue="q"):
+        self.reqid += 1
+        reply, _ids = self.shard.getjob(self.reqid, "client", 1, True, False, 0, False,
+                                        [queue.encode()])
+        return parse(reply)
+
+    def show(self, jid):
+        reply = self.cmd("SHOW", jid)
+        return None if reply is None else dict(zip(reply[::2], reply[1::2]))
+
+    def qlen(self, queue="q"):
+        return self.cmd("QLEN", queue)
+
+    def first_time_queued(self, limit_ms, queue="q"):
+        """Advance until the queue holds a job; return the ms that took."""
+        start = self.shard.now_ms
+        while self.qlen(queue) == 0:
+            assert self.shard.now_ms - start <= limit_ms, "job not queued in time"
+            self.advance(10)
+        return self.shard.now_ms - start
+
+
+@pytest.fixture
+def node():
+    return Node()
+
+
+def test_retry_requeues_a_delivered_job_after_retry_seconds(node):
+    jid = node.addjob("RETRY", 5)
+    assert node.qlen() == 1
+    assert node.getjob()[0][1] == jid
+    assert node.qlen() == 0
+    waited = node.first_time_queued(6000)
+    assert 5000 + JITTER_LOW <= waited <= 5000 + JITTER_HIGH + 10
+    show = node.show(jid)
+    assert show[b"state"] == b"queued"
+    assert show[b"additional-deliveries"] == 1      # a requeue counts; the first queueing did not
+
+
+def test_a_queued_job_that_nobody_takes_is_not_requeued_twice(node):
+    jid = node.addjob("RETRY", 2)
+    node.advance(7000)
+    assert node.qlen() == 1
+    assert node.show(jid)[b"additional-deliveries"] == 0
+
+
+def test_delay_holds_the_first_queueing_back(node):
+    jid = node.addjob("DELAY", 3, "RETRY", 10)
+    assert node.qlen() == 0
+    assert node.show(jid)[b"state"] == b"active"
+    waited = node.first_time_queued(4000)
+    # the first queueing happens at qtime = now + DELAY, without jitter (SPEC 3.1 step 9)
+    assert 3000 <= waited <= 3010
+
+
+def test_retry_0_job_is_delivered_at_most_once(node):
+    jid = node.addjob("RETRY", 0)
+    assert node.getjob()[0][1] == jid
+    node.advance(30_000)
+    assert node.qlen() == 0
+    assert node.show(jid)[b"next-requeue-within"] is None
+
+
+def test_ttl_removes_the_job_from_its_queue_and_the_node(node):
+    jid = node.addjob("TTL", 2, "RETRY", 1)
+    assert node.qlen() == 1
+    start = node.shard.now_ms
+    while node.show(jid) is not None:
+        assert node.shard.now_ms - start <= 4000, "job outlived its TTL"
+        node.advance(10)
+    assert node.qlen() == 0
+    # expiry is checked within a second of etime (SPEC 7.1), never before it
+    assert node.shard.now_ms - start >= 1000
+
+
+def test_nack_requeues_at_once_and_counts(node):
+    jid = node.addjob("RETRY", 60)
+    node.getjob()
+    assert node.cmd("NACK", jid) == 1
+    assert node.qlen() == 1
+    show = node.show(jid)
+    assert show[b"nacks"] == 1 and show[b"state"] == b"queued"
+
+
+def test_working_postpones_the_next_requeue_by_retry(node):
+    jid = node.addjob("RETRY", 5)
+    node.getjob()
+    node.advance(4000)
+    assert node.cmd("WORKING", jid) == 5
+    node.advance(4000)                      # 8 s after delivery: would have been requeued
+    assert node.qlen() == 0
+    waited = node.first_time_queued(2000)
+    assert 1000 + JITTER_LOW <= waited <= 1000 + JITTER_HIGH + 10
+
+
+def test_working_refused_after_half_the_ttl(node):
+    jid = node.addjob("TTL", 10, "RETRY", 1)
+    node.getjob()
+    node.advance(5100)
+    reply = node.cmd("WORKING", jid)
+    assert isinstance(reply, hiredis.ReplyError) and str(reply).startswith("TOOLATE")
+
+
+def test_ackjob_on_a_lone_node_deletes_at_once(node):
+    jid = node.addjob("RETRY", 5)
+    node.getjob()
+    assert node.cmd("ACKJOB", jid) == 1
+    assert node.show(jid) is None
+    node.advance(10_000)
+    assert node.qlen() == 0
+
+
+def test_paused_in_queue_postpones_the_requeue_by_retry(node):
+    jid = node.addjob("RETRY", 3)
+    node.getjob()
+    assert node.cmd("PAUSE", "q", "in") == b"in"
+    node.advance(5000)
+    assert node.qlen() == 0
+    assert node.show(jid)[b"state"] == b"active"
+    node.cmd("PAUSE", "q", "none")
+    waited = node.first_time_queued(3500)
+    assert waited <= 3000 + JITTER_HIGH + 10
+
+
+def test_blocked_consumer_times_out_on_the_moved_clock(node):
+    shard = node.shard
+    reply, _ = shard.getjob(99, "waiter", 1, False, False, 1500, False, [b"w"])
+    assert reply is None                    # blocked
+    node.advance(1490)
+    assert not [o for o in shard.out if o[0] == 99]
+    node.advance(20)
+    assert [o for o in shard.out if o[0] == 99][0][1] == b"*-1\r\n"
