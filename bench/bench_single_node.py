@@ -188,7 +188,7 @@ def _kill_pid(pid: int, sig=signal.SIGKILL) -> None:
 class Server:
     def __init__(self, label: str, kind: str, argv: list[str], port: int, logdir: str):
         self.label = label
-        self.kind = kind  # "redis" or "disque"
+        self.kind = kind  # "redis", "disque" (ours) or "cdisque" (the original, C)
         self.argv = argv
         self.port = port
         self.proc: subprocess.Popen | None = None
@@ -336,6 +336,21 @@ class Server:
         stable = set(before) == set(after)
         return total, stable
 
+    def roles(self) -> dict[int, str]:
+        """pid -> role: the started process is the front-end (or the whole server),
+        its descendants are workers, numbered by pid order."""
+        if self.proc is None:
+            return {}
+        out = {self.proc.pid: "front-end" if self.kind == "disque" else "server"}
+        others = sorted(p.pid for p in self.procs() if p.pid != self.proc.pid)
+        for i, pid in enumerate(others):
+            out[pid] = f"worker-{i}"
+        return out
+
+    def cpu_by_role(self, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+        roles = self.roles()
+        return {roles.get(pid, str(pid)): t - before.get(pid, 0.0) for pid, t in after.items()}
+
     def rss(self) -> int:
         total = 0
         for p in self.procs():
@@ -408,9 +423,18 @@ def disque_argv(args, port: int, workers: int) -> list[str]:
     return base + ["--port", str(port), "--workers", str(workers), "--bind", "127.0.0.1"]
 
 
+def cdisque_argv(args, port: int) -> list[str]:
+    return [args.disque_binary, "--port", str(port), "--bind", "127.0.0.1", "--appendonly", "no"]
+
+
 def new_server(args, kind: str, label: str, workers: int = 1) -> Server:
     port = pick_port()
-    argv = redis_argv(args, port) if kind == "redis" else disque_argv(args, port, workers)
+    if kind == "redis":
+        argv = redis_argv(args, port)
+    elif kind == "cdisque":
+        argv = cdisque_argv(args, port)
+    else:
+        argv = disque_argv(args, port, workers)
     srv = Server(label, kind, argv, port, args.logdir)
     _ALL_SERVERS.append(srv)
     return srv
@@ -486,6 +510,8 @@ def run_redis_benchmark(args, srv: Server, n: int, pipeline: int) -> dict:
         "wall_s": round(elapsed, 3),
         "cpu_s": round(cpu_s, 4),
         "cpu_us_per_job": cpu_s / n * 1e6,
+        "cpu_us_per_job_by_role": {k: round(v / n * 1e6, 3)
+                                   for k, v in srv.cpu_by_role(cpu0, cpu1).items()},
         "queue_len_delta": None if q_after is None else q_after - q_before,
         "other_load_cores": round(other_cores, 3),
     }
@@ -602,6 +628,8 @@ def run_cycle(args, srv: Server) -> dict:
         "ack_p99_ms": ms(percentile(lat_ack, 99)),
         "cpu_s": round(cpu_s, 4),
         "cpu_us_per_job": cpu_s / jobs * 1e6,
+        "cpu_us_per_job_by_role": {k: round(v / jobs * 1e6, 3)
+                                   for k, v in srv.cpu_by_role(cpu0, cpu1).items()},
         "extra_getjob_calls": stats["extra_getjob"],
         "ack_count_mismatches": stats["ack_mismatch"],
         "add_cmd": "LPUSH" if srv.kind == "redis" else "ADDJOB",
@@ -892,31 +920,48 @@ def build_summary(all_results: dict, workers_list: list[int]) -> list[dict]:
     red = all_results.get("redis")
     for label, phase, field, fmt, tkey in SUMMARY_ROWS:
         row = {"metric": label, "phase": phase, "field": field, "fmt": fmt,
-               "redis": _get(red, phase, field)}
+               "redis": _get(red, phase, field),
+               "cdisque": _get(all_results.get("cdisque"), phase, field)}
         for w in workers_list:
             v = _get(all_results.get(f"ours_w{w}"), phase, field)
             row[f"ours_w{w}"] = v
             rv = row["redis"]
             # "-" target = not comparable call-for-call (1 call per 100 jobs vs 1 per job)
             row[f"ratio_w{w}"] = (v / rv) if (v is not None and rv and tkey != "-") else None
+            cv = row["cdisque"]
+            row[f"vs_c_w{w}"] = (v / cv) if (v is not None and cv) else None
         row["target"] = TARGETS[tkey][0] if tkey and tkey != "-" else ""
         rows.append(row)
     return rows
+
+
+def print_cpu_by_role(all_results: dict) -> None:
+    """Server CPU per job of every process (front-end, each worker), per target and load."""
+    print("\nServer CPU us/job by process:")
+    for key, res in all_results.items():
+        for phase in ("a_plain", "a_pipe", "b_cycle"):
+            roles = (res.get(phase) or {}).get("cpu_us_per_job_by_role")
+            if roles:
+                parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(roles.items()))
+                print(f"  {res.get('label', key):<14} {phase:<8} {parts}")
 
 
 def print_summary(rows: list[dict], workers_list: list[int]) -> None:
     def f(v, fmt):
         return "-" if v is None else fmt.format(v)
 
-    headers = ["metric", "Redis"]
+    with_c = any(r.get("cdisque") is not None for r in rows)
+    headers = ["metric", "Redis"] + (["C Disque"] if with_c else [])
     for w in workers_list:
-        headers += [f"ours(workers={w})", "ratio"]
+        headers += [f"ours(workers={w})", "/Redis"] + (["/C"] if with_c else [])
     headers += ["C-Disque ref"]
     table = []
     for r in rows:
-        line = [r["metric"], f(r["redis"], r["fmt"])]
+        line = [r["metric"], f(r["redis"], r["fmt"])] + ([f(r["cdisque"], r["fmt"])] if with_c else [])
         for w in workers_list:
             line += [f(r[f"ours_w{w}"], r["fmt"]), f(r[f"ratio_w{w}"], "{:.2f}x")]
+            if with_c:
+                line += [f(r[f"vs_c_w{w}"], "{:.2f}x")]
         line += [r["target"]]
         table.append(line)
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
@@ -975,6 +1020,9 @@ def parse_args(argv=None):
     ap.add_argument("--server-cmd", default=os.environ.get("DISQUE_SERVER_CMD"),
                     help="command for our server (default .venv/bin/disque-server, else "
                          "'.venv/bin/python -m disque'); --port/--workers/--bind are appended")
+    ap.add_argument("--disque-binary", default=os.environ.get("DISQUE_C_BINARY"), metavar="PATH",
+                    help="the original C disque-server, built by hand from antirez/disque: "
+                         "measured in the same run, with ours/C ratios (also $DISQUE_C_BINARY)")
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
     ap.add_argument("--redis-benchmark",
                     default=shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark")
@@ -1050,6 +1098,8 @@ def main(argv=None) -> int:
     try:
         if not args.only_ours:
             all_results["redis"] = bench_target(args, "redis", "redis")
+        if args.disque_binary:
+            all_results["cdisque"] = bench_target(args, "cdisque", "C-disque")
         for w in args.workers_list:
             all_results[f"ours_w{w}"] = bench_target(args, "disque", f"ours(w={w})", w)
     except KeyboardInterrupt:
@@ -1061,6 +1111,7 @@ def main(argv=None) -> int:
     workers_shown = [w for w in args.workers_list if f"ours_w{w}" in all_results]
     rows = build_summary(all_results, workers_shown)
     print_summary(rows, workers_shown)
+    print_cpu_by_role(all_results)
     noisy = []
     for k, v in all_results.items():
         for ph in ("a_plain", "a_pipe", "b_cycle", "c_mem"):
