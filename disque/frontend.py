@@ -388,7 +388,8 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
     # ---- memory limits (SPEC 9) ----------------------------------------------------------
 
     mem_level = 0           # 0: <= 75% of maxmemory, 1: > 75%, 2: > 95%
-    mem_used = 0            # bytes, last measured (front-end RSS + every worker's share)
+    mem_used = 0            # bytes, last measured: every worker's data + our clients (memstat)
+    mem_peak = 0            # the largest mem_used seen (INFO used_memory_peak)
     mem_excess = None       # used - 95% of maxmemory; None: not measured yet / no limit
     mem_polling = False
 
@@ -407,10 +408,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         self.mem_polling = False
         self.scan_mark(second, reports)
         self.aof_reports(reports)            # AOF write errors (MISCONF), rewrites in progress
-        used = memstat.used_bytes()          # the front-end's own share
-        for r in reports:
-            if type(r) is list:
-                used += r[0]
+        used = self.memory_used(r[0] if type(r) is list else 0 for r in reports)
         maxmemory = self.cfg.maxmemory       # read every time: CONFIG SET maxmemory
         if maxmemory <= 0:
             level, excess = 0, None          # CONFIG SET maxmemory 0: no limit
@@ -423,6 +421,14 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         if changed:
             log.info("Memory level %d: used %d bytes, maxmemory %d", level, used, maxmemory)
             self.memory_cron()               # tell the workers now, not at the next tick
+
+    def memory_used(self, worker_shares):
+        """used_memory (docs/memory.md): the workers' shares (their jobs, queues and AOF
+        buffers) plus what this process holds for its clients."""
+        used = memstat.client_bytes(self.clients.values()) + sum(worker_shares)
+        if used > self.mem_peak:
+            self.mem_peak = used
+        return used
 
     def local_command(self, client, name, argv):
         handler = self.local.get(name)

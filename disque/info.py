@@ -3,8 +3,9 @@
 Instantaneous metrics (ops/sec, input/output kbps) are sampled by the front-end cron every
 100 ms and averaged over the last 16 samples, as upstream (`disque.admin`).
 
-used_memory is the RSS of the front-end and all workers (the figure maxmemory is held
-against), since a Python process has no allocator counter comparable to jemalloc's.
+used_memory is what the node holds for its data and clients (the figure maxmemory is held
+against, disque.memstat and docs/memory.md); used_memory_rss is the RSS of the front-end
+and every worker.
 """
 import json
 import os
@@ -13,7 +14,7 @@ import time
 
 import psutil
 
-from disque import VERSION, statslog
+from disque import VERSION, memstat, statslog
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats",
                     "cpu", "workers")
@@ -34,9 +35,8 @@ def sections(fe, workers):
     now = time.time()
     up = int(now - fe.started)
     uname = platform.uname()
-    mem = _PROC.memory_info()
-    rss_total = mem.rss + sum(w.get("rss", 0) for w in workers)
-    fe.peak_memory = max(getattr(fe, "peak_memory", 0), rss_total)
+    rss_total = memstat.rss() + sum(w.get("rss", 0) for w in workers)
+    used = fe.memory_used(w.get("used_memory", 0) for w in workers)
     cpu = _PROC.cpu_times()
     cfg = fe.cfg
     biggest_in = max((c.parser.pending for c in fe.clients.values()), default=0)
@@ -57,9 +57,11 @@ def sections(fe, workers):
         ("client_biggest_input_buf", biggest_in), ("blocked_clients", blocked),
     ]
     out["memory"] = [
-        ("used_memory", rss_total), ("used_memory_human", human(rss_total)),
-        ("used_memory_rss", rss_total), ("used_memory_peak", fe.peak_memory),
-        ("used_memory_peak_human", human(fe.peak_memory)), ("mem_fragmentation_ratio", "1.00"),
+        ("used_memory", used), ("used_memory_human", human(used)),
+        ("used_memory_rss", rss_total), ("used_memory_peak", fe.mem_peak),
+        ("used_memory_peak_human", human(fe.mem_peak)),
+        # upstream's definition, rss / used: here mostly the interpreters' fixed footprint
+        ("mem_fragmentation_ratio", "%.2f" % (rss_total / used if used else 0)),
         ("mem_allocator", "libc"),
     ]
     out["jobs"] = [("registered_jobs", sum(w.get("jobs", 0) for w in workers))]

@@ -46,7 +46,7 @@ cdef class ShardCore:
     cdef public bint last_async
     cdef public int memory_level
     cdef public ScanLog job_log, queue_log
-    cdef public long long data_bytes     # estimated bytes held by jobs and queues (SPEC 9)
+    cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)
     cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired, n_commands
     cdef unsigned long long rng
 

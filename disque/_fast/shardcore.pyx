@@ -25,10 +25,12 @@ DEF BUS_INCR_DELIV = 4
 
 cdef bytes SYNTAX_ERROR = b"-ERR syntax error\r\n"
 
-# Estimated bytes one job / one queue costs beyond its body and name (memory limits, SPEC 9):
-# the Job record, its ID, dict/skiplist/timer-heap/scan-log entries, as measured in RSS.
-JOB_COST = 400
-QUEUE_COST = 1200
+# Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
+# fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
+JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
+BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
+NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
+QUEUE_COST = 1200       # Queue, its skiplist, dict and scan-log entries, beyond its name
 
 
 cdef class Queue:
@@ -197,10 +199,13 @@ cdef class ShardCore:
             self.data_bytes -= QUEUE_COST + len(q.name)
 
     cpdef long long job_cost(self, Job job):
-        """Estimated bytes the job holds (SPEC 9 accounting, see Shard.memory_used)."""
-        if job.body is None:
-            return JOB_COST
-        return JOB_COST + len(<bytes>job.body)
+        """Bytes the job holds (SPEC 9 accounting, docs/memory.md). Uses only fields fixed
+        at creation (body, queue name, REPLICATE), so registering and deleting a job count
+        the same amount however its node list changed meanwhile."""
+        if job.body is None or job.queue is None:      # a dummy ACK: the record alone
+            return JOB_RECORD_COST
+        return (JOB_RECORD_COST + BYTES_OBJECT_COST + len(<bytes>job.body)
+                + len(<bytes>job.queue) + NODE_REF_COST * job.repl)
 
     cpdef schedule(self, Job job):
         """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""

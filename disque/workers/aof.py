@@ -146,6 +146,7 @@ class AofWriter:
         self.fsync_started = 0.0
         self.skip_fsync = False             # no-appendfsync-on-rewrite while rewriting
         self.rewrite_buffer = None          # records written while a rewrite runs
+        self.rewrite_bytes = 0              # their total size (memory accounting, SPEC 9)
         self.stop = threading.Event()
         self.thread = None
         self.set_policy(fsync)
@@ -162,6 +163,16 @@ class AofWriter:
             self.stop.set()
             self.thread.join(5.0)
             self.thread = None
+
+    @property
+    def rewrite_buffer(self):
+        return self._rewrite_buffer
+
+    @rewrite_buffer.setter
+    def rewrite_buffer(self, records):
+        """[] when a rewrite starts, None when it ends: the byte count follows."""
+        self._rewrite_buffer = records
+        self.rewrite_bytes = sum(len(r) for r in records) if records else 0
 
     def append(self, cmd, arg):
         rec = record(cmd, arg)
@@ -196,6 +207,7 @@ class AofWriter:
                 except OSError:
                     if self.rewrite_buffer is not None:
                         self.rewrite_buffer.append(data[:written])
+                        self.rewrite_bytes += written
                     self.size += written
                     data = data[written:]
             # keep the data: it is written again on the next flush (retried every second)
@@ -207,6 +219,7 @@ class AofWriter:
         self.size += len(data)
         if self.rewrite_buffer is not None:
             self.rewrite_buffer.append(data)
+            self.rewrite_bytes += len(data)
         if self.policy == "always" and not self.skip_fsync:
             try:
                 os.fsync(self.fd)

@@ -90,6 +90,7 @@ class Rewrite:
         self.tmp = tmp
         self.incremental = incremental_fsync
         self.diff = []              # records logged meanwhile when there is no open file
+        self.diff_bytes = 0
         self.reqids = []            # front-end requests answered when it ends
         self.started = time.monotonic()
         self.chunks = queue.SimpleQueue()
@@ -399,6 +400,7 @@ class PersistenceMixin:
             w.buf_bytes += len(rec)
         elif self.aof_rw is not None:       # wait-rewrite: the new file will hold it
             self.aof_rw.diff.append(rec)
+            self.aof_rw.diff_bytes += len(rec)
 
     def aof_flushall(self):
         """DEBUG FLUSHALL with AOF on: DELJOB for every active/queued job (SPEC 4.4)."""
@@ -693,6 +695,18 @@ class PersistenceMixin:
         return {"aof": [w.error if w is not None else None, self.aof_rw is not None,
                         self.aof_state]}
 
+    def aof_memory(self):
+        """Bytes the AOF holds in memory (SPEC 9 accounting, docs/memory.md): records not
+        written yet, records kept for a running rewrite and its list of jobs to write."""
+        n = 0
+        w = self.aof_writer
+        if w is not None:
+            n += w.buf_bytes + w.rewrite_bytes
+        rw = self.aof_rw
+        if rw is not None:
+            n += rw.diff_bytes + 8 * len(rw.jobs)
+        return n
+
     def aof_info(self):
         w = self.aof_writer
         rw = self.aof_rw
@@ -707,9 +721,8 @@ class PersistenceMixin:
             "size": w.size if w is not None else 0,
             "base_size": w.base_size if w is not None else 0,
             "buffer": w.buf_bytes if w is not None else 0,
-            "rewrite_buffer": (sum(len(b) for b in w.rewrite_buffer)
-                               if w is not None and w.rewrite_buffer is not None
-                               else sum(len(b) for b in rw.diff) if rw is not None else 0),
+            "rewrite_buffer": (w.rewrite_bytes if w is not None and w.rewrite_buffer is not None
+                               else rw.diff_bytes if rw is not None else 0),
             "pending_fsync": int(w.fsync_in_progress) if w is not None else 0,
             "delayed_fsync": w.delayed_fsync if w is not None else 0,
             "loading": loader is not None,

@@ -53,9 +53,9 @@ class Worker:
         shard = self.shard
         if name == "info":
             info = shard.info()
-            mem = self.process.memory_info()
             cpu = self.process.cpu_times()
-            info.update(pid=os.getpid(), rss=mem.rss, cpu_user=cpu.user, cpu_sys=cpu.system,
+            info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory_used(),
+                        cpu_user=cpu.user, cpu_sys=cpu.system,
                         ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
                         aof=shard.aof_info())
             return info
@@ -66,7 +66,7 @@ class Worker:
             return True
         if name == "memory":                # every ~100 ms: [level, excess, noeviction]
             shard.set_memory(*arg)
-            return shard.memory_report(memstat.rss()) + [shard.aof_status()]
+            return shard.memory_report() + [shard.aof_status()]
         if name.startswith("aof_"):         # persistence: see disque.workers.persistence
             return shard.aof_control(name, arg)
         if name == "flushall":

@@ -36,6 +36,9 @@ QPEEK_MAX = 1 << 62
 NO_LIMIT = 1 << 62
 DENYOOM = frozenset((b"addjob", b"enqueue", b"nack"))      # flag `m` (SPEC 2)
 OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+# the structures of an empty shard (dicts, timer heap, scan logs), measured; also what keeps
+# `used` above 0, so that `maxmemory 1` means "over the limit" as upstream
+SHARD_BASE_COST = 8192
 EVICT_MAX_MISSES = 10           # SPEC 9: give up after > 10 non-evictable samples in a row
 EVICT_MAX_NS = 1000000          # ... or after 1 ms
 
@@ -88,7 +91,6 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
         self.oom_data = NO_LIMIT         # data_bytes above which the node is over 95%
         self.mem_data_ref = 0            # data_bytes when we last reported our memory
         self.mem_noeviction = False
-        self.mem_base_rss = None         # RSS of this process before it held any data
         self.cluster_init()
 
     # ---- requests from the front-end ----------------------------------------------
@@ -599,27 +601,19 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
 
     # ---- memory limits (SPEC 9) -------------------------------------------------------------
 
-    def memory_used(self, rss):
-        """This worker's share of `used` memory.
+    def memory_used(self):
+        """This worker's share of `used_memory` (SPEC 9, docs/memory.md): the bytes of its
+        jobs and queues (ShardCore.data_bytes, updated by every registration and deletion),
+        what its AOF holds in memory, and its empty structures. Not the process's RSS: the
+        interpreter's fixed footprint is no data, and freed memory that Python and libc keep
+        for reuse would make a node that once reached 95% refuse ADDJOB forever."""
+        return SHARD_BASE_COST + self.data_bytes + self.aof_memory()
 
-        The RSS alone is not usable: after jobs are acked or evicted, Python and libc keep
-        most of the freed memory for reuse instead of returning it (measured: with 100-byte
-        bodies ~35% of the per-job RSS stays after every job is gone, with 1 KB bodies ~90%),
-        so a node that reached 95% once would refuse ADDJOB forever, even empty. Upstream
-        counts allocator bytes, which fall as soon as jobs are freed. Here `used` is the
-        smaller of the RSS and (the RSS before this worker held any data + estimated bytes
-        of the jobs and queues it holds now, ShardCore.job_cost, measured and rounded up):
-        deletions count at once, and transient buffers (a big GETJOB reply) do not linger.
-        """
-        if self.mem_base_rss is None:
-            self.mem_base_rss = max(0, rss - self.data_bytes)
-        return min(rss, self.mem_base_rss + self.data_bytes)
-
-    def memory_report(self, rss):
-        """Answer to the front-end's periodic memory poll: [used, rss, data bytes, next
-        sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
+    def memory_report(self):
+        """Answer to the front-end's periodic memory poll: [used, data bytes, AOF bytes,
+        next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
         self.mem_data_ref = self.data_bytes
-        return [self.memory_used(rss), rss, self.data_bytes, self.job_log.next_seq,
+        return [self.memory_used(), self.data_bytes, self.aof_memory(), self.job_log.next_seq,
                 self.queue_log.next_seq]
 
     def set_memory(self, level, excess, noeviction):
