@@ -111,7 +111,10 @@ class BusGuard:
         if value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
             return "a peer with another cluster secret"
         if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-            return "a failed handshake (%s)" % (zmq.strerror(value) if value else "no detail")
+            # the peer hung up first: it found our mechanism or our keys not its own
+            return "a peer that dropped the handshake (%s): %s" % (
+                zmq.strerror(value) if value else "no detail",
+                "no cluster secret or another one" if self.keys else "it has a cluster secret")
         return "a handshake protocol error (0x%x)" % value
 
     def close(self):
