@@ -40,6 +40,10 @@ class ClusterFrontendMixin:
         self.bus_ids = {}            # node id -> the same as bytes (workers' form)
         self.bus_flush_scheduled = False
         self.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
+        guard = cluster.transport.guard
+        for fd in guard.fds():
+            self.loop.add_reader(fd, guard.on_readable)
+        guard.on_readable()         # a ZeroMQ FD only signals news: take what came before
         self.cluster_push()
 
     def bus_readable(self):

@@ -99,6 +99,10 @@ def sections(fe, workers):
         total = usec.get(name, 0)
         stats.append(("cmdstat_" + name, "calls=%d,usec=%d,usec_per_call=%.2f" % (calls, total, total / calls)))
     out["commandstats"] = stats
+    # by name only (SPEC: no Cluster section in the default INFO): whether the bus is secured
+    cluster = getattr(fe, "cluster", None)
+    out["cluster"] = (cluster.bus_info_fields() if cluster is not None
+                      else [("cluster_bus_secured", 0)])
     # schema-v1 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
     addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
     out["workerstats"] = [("worker%d" % w.get("index", 0),

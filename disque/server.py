@@ -22,6 +22,7 @@ from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
 from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
 from disque.bus.nodes import ConfigFileError
+from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.aof_front import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.workers.link import front_end_links
@@ -135,8 +136,15 @@ class Node:
             return
         path = cfg.resolve_path(cfg.cluster_config_file)
         try:
+            keys = bus_keys_from_config(cfg)
+        except SecretError as e:
+            raise StartupError(str(e))
+        if cfg.cluster_secret_file and not file_is_private(cfg.resolve_path(cfg.cluster_secret_file)):
+            log.warning("cluster-secret-file %s may be read by other users: chmod 600 it",
+                        cfg.cluster_secret_file)
+        try:
             self.cluster = Cluster(cfg.port, cfg.bind or ["127.0.0.1"], cfg.cluster_node_timeout,
-                                   path)
+                                   path, keys=keys)
         except ConfigFileError as e:
             raise StartupError(str(e))
         except zmq.ZMQError as e:

@@ -702,7 +702,8 @@ def test_config_get_star_lists_spec_parameters_and_ours():
     names = [name for name, _ in Config().config_get("*")]
     assert len(names) == len(set(names))
     assert set(names) == SPEC_GET_PARAMETERS | {"workers", "worker-link", "stats-log-file",
-                                                  "stats-log-interval"}
+                                                  "stats-log-interval", "cluster-secret",
+                                                  "cluster-secret-previous", "cluster-secret-file"}
 
 
 def test_config_get_default_values():
@@ -1044,5 +1045,6 @@ def test_sample_config_mentions_every_directive():
     # Every file directive with a fixed default is written out, active, with its default.
     active = {line.split()[0] for line in text.splitlines() if line and not line.startswith("#")}
     commented_on_purpose = {"include", "rename-command", "unixsocket", "unixsocketperm",
-                            "requirepass", "workers", "watchdog-period"}
+                            "requirepass", "workers", "watchdog-period", "cluster-secret",
+                            "cluster-secret-previous", "cluster-secret-file"}
     assert active == {name for name in DIRECTIVES if name not in commented_on_purpose}

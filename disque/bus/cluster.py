@@ -24,7 +24,7 @@ RECV_LIMIT = 10000
 
 class Cluster:
     def __init__(self, port, bind_addrs, node_timeout_ms, config_path, ctx=None,
-                 on_job_message=None, on_change=None):
+                 on_job_message=None, on_change=None, keys=None):
         self.node_timeout = node_timeout_ms
         self.file = NodesFile(config_path)
         self.file.lock()
@@ -46,7 +46,10 @@ class Cluster:
         self.own_ctx = ctx is None
         self.ctx = ctx or zmq.Context(1)
         self.transport = Transport(self.ctx, myself.id, bind_addrs or ["127.0.0.1"],
-                                   port + BUS_PORT_OFFSET)
+                                   port + BUS_PORT_OFFSET, keys)
+        if keys is not None:
+            log.info("Cluster bus secured with CURVE (%d accepted secret%s)",
+                     len(keys.pairs), "s" if len(keys.pairs) > 1 else "")
         for n in others:
             self.link(n)
         self.blacklist = {}
@@ -169,6 +172,13 @@ class Cluster:
                 "cluster_stats_messages_received:%d\r\n" % (
                     len(self.nodes), len(self.reachable()), self.size,
                     self.stats_sent, self.stats_received))
+
+    def bus_info_fields(self):
+        """INFO cluster (our own section, docs/security.md)."""
+        keys = self.transport.keys
+        return [("cluster_bus_secured", int(keys is not None)),
+                ("cluster_bus_accepted_secrets", len(keys.pairs) if keys is not None else 0),
+                ("cluster_bus_handshakes_refused", self.transport.guard.refused)]
 
     def hello_entries(self):
         """HELLO node list: [id, ip, port, priority] with SPEC 4.1 priorities."""
@@ -320,6 +330,7 @@ class Cluster:
     # ---- cron -------------------------------------------------------------------------
 
     def cron(self):
+        self.transport.guard.cron()
         now = now_ms()
         self.crons += 1
         timeout = self.node_timeout

@@ -4,21 +4,66 @@ Each node binds one ROUTER; to talk to a peer it connects one DEALER whose ident
 own node ID, so the receiving ROUTER knows the sender of every frame. DEALERs use
 ZMQ_IMMEDIATE: a message for a peer without a live connection is dropped, never queued
 (bus messages are best effort, SPEC 10.4); ZeroMQ reconnects by itself.
+
+With a cluster secret (disque.bus.secret, docs/security.md) every socket speaks CURVE: the
+ROUTER serves with the secret's keypair and asks the ZAP handler (disque.bus.guard) about
+each client key; a DEALER expects the same keypair on the other side. With a previous
+secret too, each link holds one DEALER per secret and sends on the one whose handshake
+completed (ZMQ_IMMEDIATE makes the others refuse with EAGAIN): peers serving either secret
+stay reachable while a rotation restarts nodes one by one.
 """
 import zmq
+
+from disque.bus.guard import BusGuard
 
 RECONNECT_IVL_MS = 100
 JOBS_TYPE_BYTE = b"\x10"    # msgpack [16, ...]: a JOBS frame (disque.bus.messages.JOBS)
 RECONNECT_IVL_MAX_MS = 1000
 
 
+SPARE_RECONNECT_IVL_MS = 1000  # a DEALER with the other secret retries slower: it is the fallback
+
+
+class Link:
+    """The outgoing link to one node: `sock` is the DEALER last seen working, `spares` the
+    DEALERs holding the other secrets' keys (only while a previous secret is configured)."""
+    __slots__ = ("sock", "endpoint", "spares")
+
+    def __init__(self, sock, endpoint, spares):
+        self.sock = sock
+        self.endpoint = endpoint
+        self.spares = spares
+
+    def send_spare(self, data):
+        """The chosen DEALER has no completed connection: try the others, keep what works."""
+        for i, spare in enumerate(self.spares):
+            try:
+                spare.send(data, zmq.NOBLOCK)
+            except zmq.Again:
+                continue
+            self.spares[i], self.sock = self.sock, spare
+            return True
+        return False
+
+    def close(self):
+        self.sock.close(linger=0)
+        for spare in self.spares:
+            spare.close(linger=0)
+
+
 class Transport:
-    def __init__(self, ctx, my_id, bind_addrs, bus_port):
+    def __init__(self, ctx, my_id, bind_addrs, bus_port, keys=None):
         self.ctx = ctx
         self.my_id = my_id
+        self.keys = keys            # disque.bus.secret.BusKeys, None for an open bus
         self.router = ctx.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)   # a restarted peer takes its identity back
+        if keys is not None:
+            self.router.setsockopt(zmq.CURVE_SERVER, 1)
+            self.router.setsockopt(zmq.CURVE_SECRETKEY, keys.serving.secret)
+        # before bind: the ZAP handler must exist when the first client arrives
+        self.guard = BusGuard(ctx, self.router, bus_port, keys)
         for addr in bind_addrs:
             host = "[%s]" % addr if ":" in addr else addr
             if ":" in addr:
@@ -37,21 +82,32 @@ class Transport:
         endpoint = "%s:%d" % (ip, bus_port)
         link = self.links.get(node_id)
         if link is not None:
-            if link[1] == endpoint:
+            if link.endpoint == endpoint:
                 return
             self.disconnect(node_id)
+        pairs = self.keys.pairs if self.keys is not None else [None]
+        socks = [self.dealer(ip, bus_port, pair, RECONNECT_IVL_MS if i == 0 else
+                             SPARE_RECONNECT_IVL_MS) for i, pair in enumerate(pairs)]
+        self.links[node_id] = Link(socks[0], endpoint, socks[1:])
+
+    def dealer(self, ip, bus_port, keypair, reconnect_ivl):
         s = self.ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.IDENTITY, self.my_id.encode())
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.IMMEDIATE, 1)
         s.setsockopt(zmq.SNDHWM, 10000)
-        s.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
-        s.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+        s.setsockopt(zmq.RECONNECT_IVL, reconnect_ivl)
+        s.setsockopt(zmq.RECONNECT_IVL_MAX, max(reconnect_ivl, RECONNECT_IVL_MAX_MS))
+        if keypair is not None:
+            # the same keypair on both ends: the server key we expect is our own public key
+            s.setsockopt(zmq.CURVE_SERVERKEY, keypair.public)
+            s.setsockopt(zmq.CURVE_PUBLICKEY, keypair.public)
+            s.setsockopt(zmq.CURVE_SECRETKEY, keypair.secret)
         host = "[%s]" % ip if ":" in ip else ip
         if ":" in ip:
             s.setsockopt(zmq.IPV6, 1)
         s.connect("tcp://%s:%d" % (host, bus_port))
-        self.links[node_id] = (s, endpoint)
+        return s
 
     def rename(self, old_id, new_id):
         if old_id in self.links:
@@ -60,7 +116,7 @@ class Transport:
     def disconnect(self, node_id):
         link = self.links.pop(node_id, None)
         if link is not None:
-            link[0].close(linger=0)
+            link.close()
 
     def send(self, node_id, data):
         link = self.links.get(node_id)
@@ -68,10 +124,11 @@ class Transport:
             self.dropped += 1
             return False
         try:
-            link[0].send(data, zmq.NOBLOCK)
+            link.sock.send(data, zmq.NOBLOCK)
         except zmq.Again:
-            self.dropped += 1
-            return False
+            if not (link.spares and link.send_spare(data)):
+                self.dropped += 1
+                return False
         self.sent += 1
         return True
 
@@ -104,4 +161,5 @@ class Transport:
     def close(self):
         for node_id in list(self.links):
             self.disconnect(node_id)
+        self.guard.close()
         self.router.close(linger=0)
