@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import lease_port, wait_until
+from conftest import REPO_ROOT, lease_port, wait_until
 from metrics_helpers import metrics_node  # noqa: F401
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -29,6 +29,20 @@ def query(port, expr):
 def value(port, expr):
     result = query(port, expr)
     return float(result[0]["value"][1]) if result else None
+
+
+def check_grafana_dashboard(port):
+    """Every query of conf/grafana-disque.json runs on the real Prometheus; the main panels
+    have data."""
+    dash = json.loads((REPO_ROOT / "conf" / "grafana-disque.json").read_text())
+    results = {}
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"].replace("$node", ".*").replace("$__rate_interval", "4s")
+            results[(panel["title"], target["refId"])] = query(port, expr)   # asserts success
+    for title in ("Throughput (jobs/s)", "Backlog (queued jobs)", "Command latency percentiles",
+                  "Per-worker skew (max / mean commands/s)", "Top queues by length"):
+        assert results[(title, "A")], title
 
 
 @pytest.mark.skipif(not shutil.which("prometheus") and not __import__("os").path.exists(PROMETHEUS),
@@ -84,6 +98,7 @@ def test_prometheus_scrapes_the_node_and_computes_the_rate(metrics_node, tmp_pat
         q = value(lease.port, "histogram_quantile(0.99, sum by (le) "
                               "(rate(disque_command_duration_seconds_bucket[5s])))")
         assert q is not None and 0 < q < 1
+        check_grafana_dashboard(lease.port)
     finally:
         stop.set()
         prom.terminate()
