@@ -1,7 +1,8 @@
 """Configuration: the directive table, the config file / command line parser, CONFIG GET/SET/REWRITE.
 
 Everything the server can be configured with is described once, in ``DIRECTIVES`` (SPEC.md section
-13 plus our own ``workers``, ``stats-log-file`` and ``stats-log-interval``). Each row says how the
+13 plus our own ``workers``, ``stats-log-file``, ``stats-log-interval``, ``metrics-port`` and
+``metrics-auth``). Each row says how the
 arguments are parsed and validated, the default, whether CONFIG GET / CONFIG SET may touch it and
 whether CONFIG REWRITE writes it; the row order is the CONFIG REWRITE order (and CONFIG GET's).
 
@@ -761,6 +762,9 @@ _TABLE: list[Directive] = [
     Directive("stats-log-file", String(), "", **_GSR),
     Directive("stats-log-interval", Integer("Invalid stats-log-interval (must be 1 or greater)", 1),
               10, **_GSR),
+    # HTTP endpoint for Prometheus and the dashboard (docs/metrics.md); bound like `bind`
+    Directive("metrics-port", Integer("Invalid metrics-port", 0, 65535), 0, **_GR),
+    Directive("metrics-auth", Bool(), True, **_GSR),
     # Never rewritten: kept as they are in the file.
     Directive("databases", Integer("Invalid number of databases", 1), 16, **_G),
     Directive("watchdog-period", Integer("Invalid watchdog-period value", 0), 0,

@@ -77,6 +77,23 @@ def listen_sockets(cfg):
     return socks
 
 
+def metrics_listen(cfg, client_socks):
+    """The metrics port's sockets (none when metrics-port is 0), bound before the workers start."""
+    if not cfg.metrics_port:
+        return []
+    if cfg.metrics_port == cfg.port:
+        for s in client_socks:
+            s.close()
+        raise StartupError("metrics-port %d is the client port" % cfg.metrics_port)
+    from disque.metrics.endpoint import listen_sockets as metrics_sockets  # only when enabled
+    try:
+        return metrics_sockets(cfg)
+    except OSError as e:
+        for s in client_socks:
+            s.close()
+        raise StartupError(str(e))
+
+
 class Node:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -91,6 +108,7 @@ class Node:
         self.cron_timer = None
         self.cron_ticks = 0
         self.memory_ticks = 0
+        self.metrics = None             # disque.metrics.endpoint.MetricsEndpoint with metrics-port
 
     def worker_config(self):
         cfg = self.cfg
@@ -167,6 +185,7 @@ class Node:
     def run(self):
         cfg = self.cfg
         socks = listen_sockets(cfg)
+        metrics_socks = metrics_listen(cfg, socks)
         loop, loop_name = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
@@ -185,6 +204,12 @@ class Node:
                 raise StartupError(error)
             servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
                        for s in socks]
+            if metrics_socks:
+                from disque.metrics.endpoint import MetricsEndpoint
+                self.metrics = MetricsEndpoint(fe)
+                self.metrics.start(metrics_socks)
+                log.info("Metrics and dashboard on http://%s:%d/", (cfg.bind or ["127.0.0.1"])[0],
+                         cfg.metrics_port)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.on_signal, sig)
             # the cron tick comes from a timerfd, so the loop never holds a timer and
@@ -197,6 +222,8 @@ class Node:
             loop.run_forever()
             for srv in servers:
                 srv.close()
+            if self.metrics is not None:
+                self.metrics.close()
         finally:
             self.cleanup()
             loop.close()

@@ -272,6 +272,7 @@ def test_boolean_directives(name):
         ("hz 100000", "hz", 500),
         ("workers 3", "workers", 3),
         ("stats-log-interval 1", "stats_log_interval", 1),
+        ("metrics-port 9711", "metrics_port", 9711),
         ("port +0100", "port", 100),
     ],
 )
@@ -299,6 +300,8 @@ def test_integer_directives(line, attribute, expected):
         ("hz ten", "Invalid hz value"),
         ("workers 0", "Invalid number of workers (must be 1 or greater)"),
         ("stats-log-interval 0", "Invalid stats-log-interval (must be 1 or greater)"),
+        ("metrics-port 65536", "Invalid metrics-port"),
+        ("metrics-port -1", "Invalid metrics-port"),
         ("maxmemory 0", "Invalid maxmemory value (must be greater than 0)"),
         ("maxmemory 1tb", "Invalid maxmemory value (must be greater than 0)"),
         ("auto-aof-rewrite-min-size lots", "Invalid auto-aof-rewrite-min-size value"),
@@ -703,7 +706,8 @@ def test_config_get_star_lists_spec_parameters_and_ours():
     assert len(names) == len(set(names))
     assert set(names) == SPEC_GET_PARAMETERS | {"workers", "worker-link", "stats-log-file",
                                                   "stats-log-interval", "cluster-secret",
-                                                  "cluster-secret-previous", "cluster-secret-file"}
+                                                  "cluster-secret-previous", "cluster-secret-file",
+                                                  "metrics-port", "metrics-auth"}
 
 
 def test_config_get_default_values():
@@ -812,6 +816,7 @@ def test_glob_match_edge_cases():
         ("client-output-buffer-limit", "", "client_output_buffer_limit", ClientOutputBufferLimit(0, 0, 0)),
         ("stats-log-file", "/tmp/stats.jsonl", "stats_log_file", "/tmp/stats.jsonl"),
         ("stats-log-interval", "5", "stats_log_interval", 5),
+        ("metrics-auth", "no", "metrics_auth", False),
         ("MaxClients", "7", "maxclients", 7),  # names are case-insensitive
     ],
 )

@@ -20,6 +20,7 @@ from disque import memstat
 from disque._fast.clock import PeriodicTimer
 from disque.workers import protocol as P
 from disque.workers.link import worker_link
+from disque.workers.queue_report import queue_report
 from disque.workers.shard import Shard
 
 PR_SET_PDEATHSIG = 1
@@ -59,6 +60,8 @@ class Worker:
                         ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
                         aof=shard.aof_info())
             return info
+        if name == "queues":                # the dashboard's queue list (docs/metrics.md)
+            return queue_report(shard, arg)
         if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
             return shard.scan(*arg)
         if name == "cluster":               # membership changed: see Shard.set_cluster

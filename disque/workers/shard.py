@@ -713,6 +713,7 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             "requeued": self.n_requeued,
             "expired": self.n_expired,
             "deleted": self.n_deleted,
+            "data_bytes": self.data_bytes,
             "bus_in": {M.NAMES[t]: n for t, n in self.bus_in.items()},
             "bus_out": {M.NAMES[t]: n for t, n in self.bus_sent.items()},
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},

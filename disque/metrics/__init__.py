@@ -1,0 +1,1 @@
+"""HTTP metrics endpoint, dashboard and JSON API (docs/metrics.md)."""
