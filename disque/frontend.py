@@ -197,6 +197,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         self.started = time.time()
         self.stats = {"total_connections_received": 0, "rejected_connections": 0}
         self.multigets_blocked = 0
+        self.queues_elsewhere = {}      # queue -> workers holding it off its slot (dead letters)
         self.multiget_deadlines = []     # heap of (monotonic deadline, seq, MultiGet)
         self.stats_log = None            # statslog.StatsLog while stats-log-file is set
         self.stats_log_last = 0.0
@@ -441,6 +442,16 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
 
     def route_ids(self, client, argv):
         ids = argv[1:]
+        tail = None
+        if len(argv) > 3 and len(argv[-2]) == 5 and argv[-2].lower() == b"delay" \
+                and argv[0].lower() == b"nack":
+            # NACK <id> ... DELAY <seconds> (docs/job-features.md)
+            delay = parse_int(argv[-1])
+            if delay is None or delay < 0 or delay > 4294967295:
+                client.reply(b"-ERR DELAY time must be a non negative number\r\n")
+                return
+            ids = argv[1:-2]
+            tail = [argv[-2], b"%d" % delay]
         for jid in ids:
             if not valid_id(jid):
                 client.reply(BADID)
@@ -458,7 +469,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         for n, (w, part) in enumerate(groups.items()):
             reqid = self.new_reqid()
             self.pending[reqid] = self.gather_part(g, n)
-            self.send(w, [P.CMD, reqid, [argv[0]] + part])
+            self.send(w, [P.CMD, reqid, [argv[0]] + part + (tail or [])])
 
     def gather_part(self, g, n):
         def got(rep):
@@ -482,6 +493,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         timeout = 0
         count = 1
         queues = None
+        prefix = None
         i, argc = 1, len(argv)
         while i < argc:
             opt = argv[i].lower()
@@ -508,11 +520,16 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
             elif opt == b"from" and has_value:
                 queues = argv[i + 1:]
                 break
+            elif opt == b"from-prefix" and i + 2 == argc:
+                # every queue whose name starts with the prefix, now and later, on every
+                # worker (docs/job-features.md): the workers get the prefix as `queues`
+                prefix = argv[i + 1]
+                break
             else:
                 client.reply(SYNTAX_ERROR)
                 return
             i += 1
-        if not queues:
+        if not queues and prefix is None:
             client.reply(SYNTAX_ERROR)
             return
         if not nohang:
@@ -520,10 +537,17 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         n = self.nworkers
         if n == 1:
             owners = None
+            if prefix is not None:
+                queues = prefix
+        elif prefix is not None:
+            owners = {w: prefix for w in range(n)}
+            queues = ()
         else:
             owners = {}
             for q in queues:
                 owners.setdefault(queue_slot(q) % n, []).append(q)
+            if self.queues_elsewhere:
+                self.add_queue_elsewhere(owners, queues)
         if owners is None or len(owners) == 1:
             w = 0 if owners is None else next(iter(owners))
             reqid = self.new_reqid()
@@ -548,6 +572,19 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
             m.timer = time.monotonic() + timeout / 1000.0
             self.multiget_seq += 1
             heapq.heappush(self.multiget_deadlines, (m.timer, self.multiget_seq, m))
+
+    def queue_elsewhere(self, name, w):
+        """Worker `w` holds queue `name` though its slot is another worker's (a dead-letter
+        queue with jobs of other slots): GETJOB FROM that queue asks `w` too."""
+        self.queues_elsewhere.setdefault(name, set()).add(w)
+
+    def add_queue_elsewhere(self, owners, queues):
+        extra = self.queues_elsewhere
+        for q in queues:
+            for w in extra.get(q, ()):
+                part = owners.setdefault(w, [])
+                if q not in part:
+                    part.append(q)
 
     def addjob_clustered(self, client, w, argv):
         """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and

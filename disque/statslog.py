@@ -34,6 +34,9 @@ def line(ts, node_id, addr, w):
                    "active": w.get("active", max(0, w.get("jobs", 0) - w.get("queued", 0))),
                    "queues": w.get("queues", 0), "blocked": w.get("blocked", 0)},
         "top_queues": list(w.get("top_queues", []))[:TOP_QUEUES],
+        # cumulative jobs moved to a dead-letter queue, by origin queue (docs/job-features.md);
+        # an added key: readers with the v1 schema ignore it
+        "dead_lettered": dict(w.get("dead_lettered", {})),
         "bus": {"in": dict(w.get("bus_in", {})), "out": dict(w.get("bus_out", {}))},
         "rss": w.get("rss", 0),
         "cpu_user": round(w.get("cpu_user", 0.0), 3),

@@ -10,7 +10,7 @@ WORKER = {"index": 1, "pid": 42, "uptime_s": 3.5, "commands": {"addjob": 7}, "ad
           "bus_in": {"REPLJOB": 2}, "rss": 1000, "cpu_user": 0.25, "cpu_sys": 0.125}
 
 SCHEMA_KEYS = {"v", "ts", "node", "addr", "worker", "pid", "uptime_s", "commands", "jobs", "gauges",
-               "top_queues", "bus", "rss", "cpu_user", "cpu_sys", "latency_us"}
+               "top_queues", "bus", "rss", "cpu_user", "cpu_sys", "latency_us", "dead_lettered"}
 
 
 def test_record_has_every_schema_field_with_types():

@@ -9,11 +9,15 @@ from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
-from disque._fast.job cimport (Job, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
-                               JOB_FLAG_DELIVERED)
+from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
+                               JOB_FLAG_DELIVERED, retry_interval_ms)
 
 DEF FIXED = 72          # through additional-deliveries
 DEF NODE_ID_LEN = 40
+DEF OPTIONS_FIXED = 10  # u8 version, u8 flags, u32 backoff, u32 max-deliveries
+DEF OPTIONS_VERSION = 1
+DEF OPT_DEADLETTER = 1
+DEF OPT_ORIGIN = 2
 
 
 class CodecError(ValueError):
@@ -57,6 +61,15 @@ def serialize(Job job, bint storage, long long now_s):
     cdef Py_ssize_t k = len(nodes), i
     cdef Py_ssize_t total = FIXED + 4 + len(queue) + 4 + len(body) + 4 + k * NODE_ID_LEN
     cdef bytes n
+    cdef JobOptions ext = job.ext
+    cdef bytes dl = b"", origin = b""
+    if ext is not None:
+        # the options block (see disque.workers.codec): only jobs that have options
+        if ext.deadletter is not None:
+            dl = ext.deadletter
+        if ext.origin is not None:
+            origin = ext.origin
+        total += OPTIONS_FIXED + 4 + len(dl) + 4 + len(origin)
     for i in range(k):
         if len(<bytes>nodes[i]) != NODE_ID_LEN:
             raise CodecError("node id of %d bytes" % len(<bytes>nodes[i]))
@@ -98,6 +111,18 @@ def serialize(Job job, bint storage, long long now_s):
         n = <bytes>nodes[i]
         memcpy(p + pos, PyBytes_AS_STRING(n), NODE_ID_LEN)
         pos += NODE_ID_LEN
+    if ext is not None:
+        p[pos] = <char>OPTIONS_VERSION
+        p[pos + 1] = <char>((OPT_DEADLETTER if ext.deadletter is not None else 0)
+                            | (OPT_ORIGIN if ext.origin is not None else 0))
+        put32(p + pos + 2, ext.backoff)
+        put32(p + pos + 6, ext.max_deliveries)
+        pos += OPTIONS_FIXED
+        put32(p + pos, <uint32_t>len(dl))
+        memcpy(p + pos + 4, PyBytes_AS_STRING(dl), len(dl))
+        pos += 4 + len(dl)
+        put32(p + pos, <uint32_t>len(origin))
+        memcpy(p + pos + 4, PyBytes_AS_STRING(origin), len(origin))
     return out
 
 
@@ -123,11 +148,33 @@ def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long lon
         raise CodecError("truncated node count")
     count = get32(b + pos)
     pos += 4
-    if pos + count * NODE_ID_LEN != end:
+    if pos + count * NODE_ID_LEN > end:
         raise CodecError("job length does not match its content")
     cdef const char *c = <const char *>b
     nodes = tuple([PyBytes_FromStringAndSize(c + pos + i * NODE_ID_LEN, NODE_ID_LEN)
                    for i in range(count)])
+    pos += count * NODE_ID_LEN
+    cdef JobOptions ext = None
+    cdef Py_ssize_t dpos, dlen, opos, olen
+    cdef unsigned char oflags
+    if pos < end:
+        if pos + OPTIONS_FIXED > end:
+            raise CodecError("truncated job options")
+        if b[pos] != OPTIONS_VERSION:
+            raise CodecError("job options version %d" % b[pos])
+        oflags = b[pos + 1]
+        ext = JobOptions(get32(b + pos + 2), get32(b + pos + 6))
+        pos += OPTIONS_FIXED
+        dpos = string_at(b, &pos, end)
+        dlen = pos - dpos
+        opos = string_at(b, &pos, end)
+        olen = pos - opos
+        if pos != end:
+            raise CodecError("job length does not match its content")
+        if oflags & OPT_DEADLETTER:
+            ext.deadletter = PyBytes_FromStringAndSize(c + dpos, dlen)
+        if oflags & OPT_ORIGIN:
+            ext.origin = PyBytes_FromStringAndSize(c + opos, olen)
     cdef Job job = Job(PyBytes_FromStringAndSize(c + offset + 4, 40),
                        PyBytes_FromStringAndSize(c + qpos, qlen),
                        PyBytes_FromStringAndSize(c + bpos, blen))
@@ -144,9 +191,10 @@ def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long lon
     job.nacks = get16(h + 68)
     job.additional_deliveries = get16(h + 70)
     job.nodes_delivered = nodes
+    job.ext = ext
     if job.retry:
         job.flags |= JOB_FLAG_BCAST_WILLQUEUE
-        job.qtime = now_ms + (<long long>job.delay + job.retry) * 1000 + jitter
+        job.qtime = now_ms + <long long>job.delay * 1000 + retry_interval_ms(job) + jitter
     else:
         job.qtime = 0
     return job, end

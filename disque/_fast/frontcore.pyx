@@ -548,6 +548,8 @@ cdef class Core:
             if p is None:
                 if rep[0] == -1:            # the worker's cluster bus messages
                     self.bus_from_worker(rep[1])
+                elif rep[0] == -2:          # a queue held off its slot (job features)
+                    self.queue_elsewhere(rep[1], rep[2])
                 continue
             if type(p) is Slot:
                 fill_slot(<Slot>p, <bytes>rep[1])

@@ -11,6 +11,14 @@ cdef enum:
     JOB_FLAG_BCAST_QUEUED = 1
     JOB_FLAG_BCAST_WILLQUEUE = 2
     JOB_FLAG_DELIVERED = 4
+    JOB_FLAG_NACK_PENDING = 8   # a NACK ... DELAY already counted: the coming requeue is it
+
+cdef class JobOptions:
+    # retry back-off and dead-lettering (docs/job-features.md); None on a plain job
+    cdef public unsigned int backoff          # max retry seconds; 0 = no back-off
+    cdef public unsigned int max_deliveries   # 0 = never dead-lettered
+    cdef public bytes deadletter              # dead-letter queue (None without MAXDELIVERIES)
+    cdef public bytes origin                  # queue it was dead-lettered from; None = not yet
 
 cdef class Job:
     cdef public bytes id
@@ -36,5 +44,9 @@ cdef class Job:
     # padding at the end of the record: seq = scan_hi << 32 | scan_lo; 0 = not logged
     cdef public unsigned short scan_hi
     cdef public unsigned int scan_lo
+    cdef public JobOptions ext          # None unless BACKOFF / MAXDELIVERIES were given
+
+cdef long long retry_interval_ms(Job job) noexcept
+cdef bint dead_letter_due(Job job) noexcept
 
 cdef int job_cmp(Job a, Job b)

@@ -11,6 +11,21 @@ ACKED = JOB_ACKED
 FLAG_BCAST_QUEUED = JOB_FLAG_BCAST_QUEUED
 FLAG_BCAST_WILLQUEUE = JOB_FLAG_BCAST_WILLQUEUE
 FLAG_DELIVERED = JOB_FLAG_DELIVERED
+FLAG_NACK_PENDING = JOB_FLAG_NACK_PENDING
+
+
+@cython.no_gc   # only ints and bytes
+cdef class JobOptions:
+    def __init__(self, unsigned int backoff=0, unsigned int max_deliveries=0,
+                 deadletter=None, origin=None):
+        self.backoff = backoff
+        self.max_deliveries = max_deliveries
+        self.deadletter = deadletter
+        self.origin = origin
+
+    def __repr__(self):
+        return (f"<JobOptions backoff={self.backoff} max_deliveries={self.max_deliveries} "
+                f"deadletter={self.deadletter!r} origin={self.origin!r}>")
 
 
 @cython.no_gc   # a job only references bytes/tuples/sets of bytes: it can never be part of a cycle
@@ -22,6 +37,7 @@ cdef class Job:
         self.body = body
         self.nodes_delivered = ()
         self.nodes_confirmed = None
+        self.ext = None
 
     def __repr__(self):
         return f"<Job {self.id!r} q={self.queue!r} state={STATE_NAMES[self.state].decode()}>"
@@ -46,6 +62,43 @@ cdef int job_cmp(Job a, Job b):
     if r != 0:
         return r
     return (la > lb) - (la < lb)
+
+
+cdef long long retry_interval_ms(Job job) noexcept:
+    """The wait before the next requeue: RETRY, or with BACKOFF RETRY * 2^k capped at
+    BACKOFF, k = redeliveries so far (nacks + additional deliveries)."""
+    cdef long long r = job.retry
+    cdef JobOptions ext = job.ext
+    if ext is None or ext.backoff == 0 or r == 0:
+        return r * 1000
+    cdef int k = job.nacks + job.additional_deliveries
+    while k > 0 and r < ext.backoff:
+        r <<= 1
+        k -= 1
+    if r > ext.backoff:
+        r = ext.backoff
+    return r * 1000
+
+
+cdef bint dead_letter_due(Job job) noexcept:
+    """A job about to be queued again goes to its dead-letter queue instead: delivered
+    MAXDELIVERIES times (the first delivery + one per requeue counted so far)."""
+    cdef JobOptions ext = job.ext
+    return (ext is not None and ext.max_deliveries != 0 and ext.origin is None
+            and <unsigned int>job.nacks + job.additional_deliveries >= ext.max_deliveries)
+
+
+def retry_interval(Job job):
+    """retry_interval_ms in seconds (SHOW, WORKING, Python callers)."""
+    return retry_interval_ms(job) // 1000
+
+
+def retry_interval_msec(Job job):
+    return retry_interval_ms(job)
+
+
+def is_dead_letter_due(Job job):
+    return dead_letter_due(job)
 
 
 def compare(Job a, Job b):

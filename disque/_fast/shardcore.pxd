@@ -49,6 +49,9 @@ cdef class ShardCore:
     cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)
     cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired, n_commands
     cdef unsigned long long rng
+    cdef public int index, nworkers      # this worker and how many the node has
+    cdef public list prefix_waiters      # consumers blocked in GETJOB FROM-PREFIX
+    cdef public dict dead_lettered       # origin queue -> jobs moved to its dead-letter queue
 
     cpdef long long rand_err(self)
     cpdef Queue get_queue(self, bytes name, bint create=*)
@@ -60,4 +63,5 @@ cdef class ShardCore:
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef Job fetch(self, Queue q)
+    cpdef move_to_dead_letter(self, Job job)
     cpdef object cmd_addjob(self, list argv)

@@ -11,8 +11,9 @@ from collections import deque
 
 from libc.stdlib cimport realloc, free
 
-from disque._fast.job cimport (Job, JOB_ACTIVE, JOB_QUEUED, JOB_FLAG_BCAST_QUEUED,
-                               JOB_FLAG_BCAST_WILLQUEUE, JOB_FLAG_DELIVERED)
+from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_QUEUED, JOB_FLAG_BCAST_QUEUED,
+                               JOB_FLAG_BCAST_WILLQUEUE, JOB_FLAG_DELIVERED,
+                               JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
 from disque._fast.resp import parse_int
 from disque._fast.jobid import IdMaker
 
@@ -22,6 +23,10 @@ DEF PAUSE_OUT = 2
 DEF BUS_QUEUED = 7
 DEF BUS_INCR_NACKS = 2
 DEF BUS_INCR_DELIV = 4
+DEF BUS_DEADLETTERED = 8
+# worker -> front-end entry: a queue now lives on a worker that is not its slot's
+# (a dead-letter queue holding jobs of other slots), so GETJOB must look there too
+DEF QUEUE_ELSEWHERE = -2
 
 cdef bytes SYNTAX_ERROR = b"-ERR syntax error\r\n"
 
@@ -159,6 +164,10 @@ cdef class ShardCore:
         self.queue_log = ScanLog()
         self.data_bytes = 0
         self.rng = int.from_bytes(os.urandom(8), "little") | 1
+        self.index = 0
+        self.nworkers = 1
+        self.prefix_waiters = []
+        self.dead_lettered = {}
         self.tick()
 
     def tick(self):
@@ -181,6 +190,10 @@ cdef class ShardCore:
             self.queues[name] = q
             q.scan_seq = self.queue_log.add(q)
             self.data_bytes += QUEUE_COST + len(name)
+            if self.nworkers > 1 and queue_slot(name) % self.nworkers != self.index:
+                self.out.append([QUEUE_ELSEWHERE, name, self.index])
+            if self.prefix_waiters:
+                self.queue_created(q)
         return q
 
     cpdef register_job(self, Job job):
@@ -217,36 +230,65 @@ cdef class ShardCore:
         self.timers.schedule(job, awake)
 
     cpdef bint enqueue(self, Job job, bint nack=False):
-        """The enqueue rule of SPEC 7.2; True when the job went into its queue."""
+        """The enqueue rule of SPEC 7.2; True when the job went into its queue. A job due
+        for its dead-letter queue (MAXDELIVERIES) goes there instead."""
         if job.state == JOB_QUEUED or job.qtime == 0:
             return False
         if job.retry == 0 and job.flags & JOB_FLAG_DELIVERED:
             return False
+        cdef bint again = job.flags & JOB_FLAG_BCAST_QUEUED or nack
+        cdef bint moved = False
+        cdef int mflags = 0
+        cdef long long aux = 0
+        if again:
+            if job.flags & JOB_FLAG_NACK_PENDING:
+                job.flags &= ~JOB_FLAG_NACK_PENDING     # NACK ... DELAY counted it already
+            elif nack:
+                job.nacks += 1
+                mflags = BUS_INCR_NACKS
+            else:
+                job.additional_deliveries += 1
+                mflags = BUS_INCR_DELIV
+            if job.ext is not None and dead_letter_due(job):
+                self.move_to_dead_letter(job)
+                self.dead_lettered[job.ext.origin] = self.dead_lettered.get(job.ext.origin, 0) + 1
+                moved = True
+        else:
+            job.flags |= JOB_FLAG_BCAST_QUEUED
         cdef Queue q = self.get_queue(job.queue, True)
         job.state = JOB_QUEUED
         if job.retry:
             job.flags |= JOB_FLAG_BCAST_WILLQUEUE
-            job.qtime = self.now_ms + <long long>job.retry * 1000 + self.rand_err()
+            job.qtime = self.now_ms + retry_interval_ms(job) + self.rand_err()
         else:
             job.qtime = 0
-        if job.flags & JOB_FLAG_BCAST_QUEUED or nack:
-            if nack:
-                job.nacks += 1
-            else:
-                job.additional_deliveries += 1
-            if len(job.nodes_delivered) > 1:
-                # tell the other copies, so they postpone their own requeue (SPEC 7.3)
-                self.bus_out.append((job.nodes_delivered, BUS_QUEUED,
-                                     BUS_INCR_NACKS if nack else BUS_INCR_DELIV, [job.id, 0]))
-        else:
-            job.flags |= JOB_FLAG_BCAST_QUEUED
+        if again and len(job.nodes_delivered) > 1:
+            if job.ext is not None:
+                # jobs with options carry their counters, so every copy converges on the
+                # same dead-letter decision (docs/job-features.md), and the move itself
+                aux = (<long long>job.nacks << 16) | job.additional_deliveries
+                if job.ext.origin is not None:
+                    mflags |= BUS_DEADLETTERED
+            # tell the other copies, so they postpone their own requeue (SPEC 7.3)
+            self.bus_out.append((job.nodes_delivered, BUS_QUEUED, mflags, [job.id, aux]))
         q.jobs.push(job)
         q.atime = self.now_s
         q.jobs_in += 1
         if (q.blocked or q.remote is not None) and not q.paused & PAUSE_OUT:
             self.ready.add(q)
         self.schedule(job)
+        if moved and self.aof_on:
+            self.aof_loadjob(job)          # the last LOADJOB of a job wins at load time
         return True
+
+    cpdef move_to_dead_letter(self, Job job):
+        """Rename a job's queue to its dead-letter queue (not queued here), once."""
+        cdef JobOptions ext = job.ext
+        if ext is None or ext.origin is not None or ext.deadletter is None:
+            return
+        ext.origin = job.queue
+        cdef Queue q = self.queues.get(ext.deadletter)
+        job.queue = q.name if q is not None else ext.deadletter
 
     cpdef bint dequeue(self, Job job):
         if job.state != JOB_QUEUED:
@@ -281,6 +323,8 @@ cdef class ShardCore:
         """ADDJOB <queue> <body> <ms-timeout> [options] (SPEC 3.1, in its order)."""
         cdef bytes qname = argv[1], body = argv[2], opt
         cdef long long replicate = -1, delay = 0, retry = -1, ttl = 86400, maxlen = 0
+        cdef long long backoff = 0, maxdeliveries = 0
+        cdef object deadletter = None
         cdef bint is_async = False, has_value
         cdef Py_ssize_t i = 4, argc = len(argv)
         cdef object v
@@ -319,6 +363,23 @@ cdef class ShardCore:
                 i += 1
             elif opt == b"async":
                 is_async = True
+            elif opt == b"backoff" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v <= 0 or v > 4294967295:
+                    return b"-ERR BACKOFF time must be a number > 0\r\n"
+                backoff = v
+                i += 1
+            elif opt == b"maxdeliveries" and has_value:
+                v = parse_int(argv[i + 1])
+                if v is None or v <= 0 or v > 65535:
+                    return b"-ERR MAXDELIVERIES must be between 1 and 65535\r\n"
+                maxdeliveries = v
+                i += 1
+            elif opt == b"deadletter" and has_value:
+                deadletter = argv[i + 1]
+                if deadletter == qname or not len(deadletter):
+                    return b"-ERR DEADLETTER queue must be a non empty name different from the job's queue\r\n"
+                i += 1
             else:
                 return SYNTAX_ERROR
             i += 1
@@ -339,6 +400,13 @@ cdef class ShardCore:
                 retry = 300
             if retry == 0:
                 retry = 1
+        if backoff or maxdeliveries or deadletter is not None:
+            if deadletter is not None and not maxdeliveries:
+                return b"-ERR DEADLETTER needs MAXDELIVERIES\r\n"
+            if retry == 0:
+                return b"-ERR BACKOFF and MAXDELIVERIES need RETRY > 0 (a RETRY 0 job is never queued again)\r\n"
+            if backoff and backoff < retry:
+                return b"-ERR BACKOFF time must not be less than RETRY\r\n"
         # SPEC 3.1 step 5 turns external replication on at memory level >= 1, which on a
         # lone node (no other node can hold the copy) would refuse every ADDJOB with NOREPL
         # from 75% on. Deliberate difference: a lone node keeps storing jobs locally until
@@ -369,6 +437,10 @@ cdef class ShardCore:
         job.nodes_delivered = self.self_nodes
         job.qtime = now + delay * 1000 if delay else now + retry * 1000
         job.state = JOB_ACTIVE
+        if backoff or maxdeliveries:
+            job.ext = JobOptions(backoff, maxdeliveries,
+                                 (deadletter if deadletter is not None else qname + b":dead")
+                                 if maxdeliveries else None)
         self.n_added += 1
         if replicate > 1 or extrepl:
             # more than one copy: the cluster layer (disque.workers.replication) registers

@@ -19,6 +19,7 @@ JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1))
 NOREPLY = 1
 INCR_NACKS = 2
 INCR_DELIV = 4
+DEADLETTERED = 8    # ours, on QUEUED: the sender's copy is in its dead-letter queue
 ACCEPTED = 256      # never on the wire: front-end -> worker, "the copy is accepted, keep it"
 
 # node flags (SPEC 10.2)

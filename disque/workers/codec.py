@@ -4,6 +4,11 @@ Little-endian layout:
     u32 length of the rest | 40 id | u8 state (low nibble) + gc_retry (high) | u8 flags |
     u16 repl | u32 etime | u64 ctime | u32 delay | u32 retry | u16 nacks |
     u16 additional-deliveries | u32 + queue | u32 + body | u32 k + k * 40 node ids
+    [options: u8 version (1) | u8 flags (1: dead-letter queue, 2: dead-lettered from) |
+     u32 backoff | u32 max-deliveries | u32 + dead-letter queue | u32 + origin queue]
+The options block follows only jobs with BACKOFF / MAXDELIVERIES (docs/job-features.md):
+a plain job has the same bytes as before, and a record without the block (an older file,
+an older node) reads as a job without options.
 Storage form (AOF) keeps etime absolute, the state and DELIVERED; message form (bus) sends
 etime as remaining seconds + 1 and clears DELIVERED; the receiver makes it absolute again.
 
@@ -16,11 +21,27 @@ import struct
 
 from disque._fast.codec import CodecError, deserialize, serialize   # noqa: F401 (the API)
 
-from disque._fast.job import ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job
+from disque._fast.job import (ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobOptions,
+                              retry_interval_msec)
 
 FIXED = struct.Struct("<I40sBBHIQIIHH")      # through additional-deliveries: 72 bytes
 U32 = struct.Struct("<I")
 NODE_ID_LEN = 40
+OPTIONS = struct.Struct("<BBII")
+OPTIONS_VERSION = 1
+OPT_DEADLETTER = 1
+OPT_ORIGIN = 2
+
+
+def options_block(ext):
+    if ext is None:
+        return b""
+    flags = (OPT_DEADLETTER if ext.deadletter is not None else 0) | \
+        (OPT_ORIGIN if ext.origin is not None else 0)
+    dl = ext.deadletter or b""
+    origin = ext.origin or b""
+    return b"".join([OPTIONS.pack(OPTIONS_VERSION, flags, ext.backoff, ext.max_deliveries),
+                     U32.pack(len(dl)), dl, U32.pack(len(origin)), origin])
 
 
 def serialize_reference(job, storage, now_s):
@@ -35,7 +56,7 @@ def serialize_reference(job, storage, now_s):
         flags = job.flags & ~FLAG_DELIVERED
     nodes = job.nodes_delivered
     rest = (b"".join([U32.pack(len(queue)), queue, U32.pack(len(body)), body,
-                      U32.pack(len(nodes))] + [n for n in nodes]))
+                      U32.pack(len(nodes))] + [n for n in nodes]) + options_block(job.ext))
     head = FIXED.pack(0, job.id, (job.state & 15) | ((job.gc_retry & 15) << 4), flags & 255,
                       job.repl, etime, job.ctime, job.delay, job.retry,
                       min(job.nacks, 65535), min(job.additional_deliveries, 65535))
@@ -73,12 +94,36 @@ def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
         raise CodecError("truncated node count")
     count = U32.unpack_from(data, pos)[0]
     pos += 4
-    if pos + count * NODE_ID_LEN != end:
+    if pos + count * NODE_ID_LEN > end:
         raise CodecError("job length does not match its content")
     nodes = tuple(bytes(data[pos + i * NODE_ID_LEN:pos + (i + 1) * NODE_ID_LEN])
                   for i in range(count))
+    pos += count * NODE_ID_LEN
+    ext = None
+    if pos < end:
+        if pos + OPTIONS.size > end:
+            raise CodecError("truncated job options")
+        version, oflags, backoff, maxdel = OPTIONS.unpack_from(data, pos)
+        if version != OPTIONS_VERSION:
+            raise CodecError("job options version %d" % version)
+        pos += OPTIONS.size
+        names = []
+        for _ in range(2):
+            if pos + 4 > end:
+                raise CodecError("truncated string length")
+            n = U32.unpack_from(data, pos)[0]
+            pos += 4
+            if pos + n > end:
+                raise CodecError("string past the end of the job")
+            names.append(bytes(data[pos:pos + n]))
+            pos += n
+        if pos != end:
+            raise CodecError("job length does not match its content")
+        ext = JobOptions(backoff, maxdel, names[0] if oflags & OPT_DEADLETTER else None,
+                         names[1] if oflags & OPT_ORIGIN else None)
     queue, body = fields
     job = Job(bytes(jid), queue, body)
+    job.ext = ext
     job.state = state_byte & 15 if storage else ACTIVE
     job.gc_retry = 0
     job.flags = flags if storage else flags & ~FLAG_DELIVERED
@@ -92,7 +137,7 @@ def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
     job.nodes_delivered = nodes
     if retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
-        job.qtime = now_ms + (delay + retry) * 1000 + jitter
+        job.qtime = now_ms + delay * 1000 + retry_interval_msec(job) + jitter
     else:
         job.qtime = 0
     return job, end

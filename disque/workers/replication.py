@@ -17,9 +17,10 @@ import random
 from disque._fast import resp
 from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
-                              QUEUED, WAIT_REPL)
+                              QUEUED, WAIT_REPL, retry_interval_msec)
 from disque.bus import messages as M
 from disque.workers.codec import CodecError, deserialize, serialize
+from disque.workers.job_features import counters_aux
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
 LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before -LEAVING
@@ -295,9 +296,17 @@ class ReplicationMixin:
         elif job.state in (ACTIVE, QUEUED):
             self.add_node(job, sender)
             if job.state == QUEUED:
-                self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, 0])
+                if job.ext is None:
+                    self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, 0])
+                elif job.ext.origin is not None:
+                    self.announce_dead_letter(job, job.nodes_delivered)
+                else:
+                    self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, counters_aux(job)])
 
     def on_queued(self, sender, mflags, payload, working=False):
+        """QUEUED / WORKING from another copy: postpone our requeue (SPEC 7.3). With job
+        options (disque.workers.job_features) also merge counters and the dead-letter move;
+        WORKING with INCR_NACKS is a NACK ... DELAY whose delay (ms) is in aux."""
         job = self.jobs.get(payload[0])
         if job is None:
             return
@@ -306,16 +315,20 @@ class ReplicationMixin:
             return
         if job.body is None:
             return
-        if job.state == QUEUED and (working or mix(sender, job.id) > mix(self.node_id, job.id)):
+        aux = payload[1]
+        keep = self.merge_counters(job, mflags, aux, working)
+        if keep:
+            # our copy is in the dead-letter queue, the sender's is not: it moves, we stay
+            self.announce_dead_letter(job, (sender,))
+        if job.state == QUEUED and (working or (
+                not keep and mix(sender, job.id) > mix(self.node_id, job.id))):
             self.dequeue(job)
         if job.retry and job.qtime:
             job.flags |= FLAG_BCAST_WILLQUEUE
-            job.qtime = self.now_ms + job.retry * 1000 + self.rand_err()
-        if not working:
-            if mflags & M.INCR_NACKS:
-                job.nacks += 1
-            if mflags & M.INCR_DELIV:
-                job.additional_deliveries += 1
+            wait = retry_interval_msec(job)
+            if working and mflags & M.INCR_NACKS:
+                wait += aux         # the nacking node queues it after its delay: we wait longer
+            job.qtime = self.now_ms + wait + self.rand_err()
         self.schedule(job)
 
     def on_working(self, sender, mflags, payload):

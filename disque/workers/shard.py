@@ -11,12 +11,13 @@ from time import perf_counter_ns
 
 from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
-                              STATE_NAMES, WAIT_REPL, Job)
+                              STATE_NAMES, WAIT_REPL, Job, retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job
 from disque.bus import messages as M
 from disque.workers.federation import FederationMixin
+from disque.workers.job_features import JobFeaturesMixin
 from disque.workers.persistence import PersistenceMixin
 from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, ReplicationMixin
 
@@ -54,7 +55,8 @@ class Blocked:
     job or, at the deadline, a null array. proxy=True: the GETJOB spans workers and the
     front-end owns it; we only offer the first job that shows up and let it decide.
     """
-    __slots__ = ("client", "reqid", "queues", "withcounters", "proxy", "deadline", "done")
+    __slots__ = ("client", "reqid", "queues", "withcounters", "proxy", "deadline", "done",
+                 "prefix")
 
     def __init__(self, client, reqid, queues, withcounters, proxy, deadline):
         self.client = client
@@ -64,9 +66,10 @@ class Blocked:
         self.proxy = proxy
         self.deadline = deadline
         self.done = False
+        self.prefix = None          # GETJOB FROM-PREFIX: queues created later join `queues`
 
 
-class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
+class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
     def __init__(self, index, nworkers, node_id, config=None):
         super().__init__(node_id)
         self.index = index
@@ -175,14 +178,16 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
                 if state == ACTIVE and job.qtime and job.qtime <= now:
                     q = self.queues.get(job.queue)
                     if job.retry and q is not None and q.paused & PAUSE_IN:
-                        job.qtime = now + job.retry * 1000 + self.rand_err()
+                        job.qtime = now + retry_interval_msec(job) + self.rand_err()
                     elif self.enqueue(job):
                         if job.flags & FLAG_DELIVERED:
                             self.n_requeued += 1
                         continue
                 elif state == QUEUED and job.retry and job.qtime <= now:
                     job.flags |= FLAG_BCAST_WILLQUEUE
-                    job.qtime = now + job.retry * 1000 + self.rand_err()
+                    job.qtime = now + retry_interval_msec(job) + self.rand_err()
+                    if job.ext is not None and job.ext.origin is not None:
+                        self.announce_dead_letter(job)
                 self.schedule(job)
             elif state == ACKED:
                 self.gc(job)
@@ -215,12 +220,17 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
 
     def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
                        queue_names):
-        queues = []
-        seen = set()
-        for name in queue_names:
-            if name not in seen:
-                seen.add(name)
-                queues.append(self.get_queue(name, create=True))
+        prefix = None
+        if type(queue_names) is bytes:      # FROM-PREFIX: every queue whose name starts so
+            prefix = queue_names
+            queues = [q for name, q in self.queues.items() if name.startswith(prefix)]
+        else:
+            queues = []
+            seen = set()
+            for name in queue_names:
+                if name not in seen:
+                    seen.add(name)
+                    queues.append(self.get_queue(name, create=True))
         jobs = []
         while len(jobs) < count:
             got = False
@@ -251,6 +261,9 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             return LEAVING_ERROR, None
         deadline = self.now_ms + timeout_ms if timeout_ms and not proxy else 0
         b = Blocked(client, reqid, queues, withcounters, proxy, deadline)
+        if prefix is not None:
+            b.prefix = prefix
+            self.prefix_waiters.append(b)
         old = self.blocked_by_client.pop(client, None)
         if old is not None:
             self.unblock(old)
@@ -267,6 +280,11 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
 
     def unblock(self, b):
         b.done = True
+        if b.prefix is not None:
+            try:
+                self.prefix_waiters.remove(b)
+            except ValueError:
+                pass
         if self.blocked_by_client.get(b.client) is b:
             del self.blocked_by_client[b.client]
         for q in b.queues:
@@ -394,10 +412,21 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
         return b":%d\r\n" % count
 
     def cmd_nack(self, argv):
+        """NACK <id> ... [DELAY <seconds>] (the front-end checked the IDs and the delay)."""
+        ids = argv[1:]
+        delay_ms = 0
+        if len(argv) > 3 and argv[-2].lower() == b"delay":
+            delay_ms = int(argv[-1]) * 1000
+            ids = argv[1:-2]
         count = 0
-        for jid in argv[1:]:
+        for jid in ids:
             job = self.jobs.get(jid)
-            if job is not None and job.state == ACTIVE and self.enqueue(job, nack=True):
+            if job is None or job.state != ACTIVE:
+                continue
+            wait = delay_ms
+            if not wait and job.ext is not None and job.ext.backoff:
+                wait = retry_interval_msec(job)     # BACKOFF: a NACK waits its turn too
+            if self.nack_later(job, wait) if wait else self.enqueue(job, nack=True):
                 count += 1
                 self.n_nacked += 1
         return b":%d\r\n" % count
@@ -423,7 +452,7 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             self.dequeue(job)
             job.flags |= FLAG_BCAST_WILLQUEUE
             if job.retry and job.qtime:
-                job.qtime = self.now_ms + job.retry * 1000 + self.rand_err()
+                job.qtime = self.now_ms + retry_interval_msec(job) + self.rand_err()
             self.schedule(job)
             if len(job.nodes_delivered) > 1:
                 self.send_bus(job.nodes_delivered, M.WORKING, [job.id, 0])
@@ -438,8 +467,9 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
     def show_reply(self, job):
         now = self.now_ms
         dummy = job.body is None
+        extra = self.show_options(job) if job.ext is not None else None
         parts = [
-            b"*30\r\n$2\r\nid\r\n", resp.bulk(job.id),
+            b"*%d\r\n$2\r\nid\r\n" % (40 if extra else 30), resp.bulk(job.id),
             b"$5\r\nqueue\r\n", resp.NULL_BULK if dummy else resp.bulk(job.queue),
             b"$5\r\nstate\r\n", resp.bulk(STATE_NAMES[job.state]),
             b"$4\r\nrepl\r\n:%d\r\n" % job.repl,
@@ -458,6 +488,8 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             b":%d\r\n" % max(0, job.awakeme - now) if job.awakeme else resp.NULL_BULK,
             b"$4\r\nbody\r\n", resp.NULL_BULK if dummy else resp.bulk(job.body),
         ]
+        if extra:
+            parts.extend(extra)
         return b"".join(parts)
 
     # ---- queue commands ------------------------------------------------------------------
@@ -714,6 +746,8 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             "expired": self.n_expired,
             "deleted": self.n_deleted,
             "data_bytes": self.data_bytes,
+            "dead_lettered": {k.decode(errors="replace"): v
+                              for k, v in self.dead_lettered.items()},
             "bus_in": {M.NAMES[t]: n for t, n in self.bus_in.items()},
             "bus_out": {M.NAMES[t]: n for t, n in self.bus_sent.items()},
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
