@@ -97,7 +97,7 @@ def sections(fe, workers):
         total = usec.get(name, 0)
         stats.append(("cmdstat_" + name, "calls=%d,usec=%d,usec_per_call=%.2f" % (calls, total, total / calls)))
     out["commandstats"] = stats
-    # schema-v1 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
+    # schema-v2 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
     addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
     out["workerstats"] = [("worker%d" % w.get("index", 0),
                            json.dumps(statslog.line(now, fe.node_id.decode(), addr, w),
