@@ -111,7 +111,7 @@ def sections(fe, workers):
     cluster = getattr(fe, "cluster", None)
     out["cluster"] = (cluster.bus_info_fields() if cluster is not None
                       else [("cluster_bus_secured", 0)])
-    # schema-v1 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
+    # schema-v2 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
     addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
     out["workerstats"] = [("worker%d" % w.get("index", 0),
                            json.dumps(statslog.line(now, fe.node_id.decode(), addr, w),

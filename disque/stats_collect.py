@@ -1,7 +1,7 @@
 """`disque-stats-collect --nodes host:port,... --interval S --output DIR`
 
 For nodes that cannot write to a shared disk: polls every node's `INFO workerstats`
-(one `worker<k>:<json>` line per worker, the same schema-v1 records the node itself
+(one `worker<k>:<json>` line per worker, the same schema-v2 records the node itself
 writes with `stats-log-file`) and appends them to DIR/<host>_<port>.jsonl, rotating by
 size like the server does. Runs until interrupted (or --count polls).
 """

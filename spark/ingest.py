@@ -364,8 +364,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+MISSING_EXTRA = ("disque-stats-ingest: {what} is not installed; install the spark extra: "
+                 "pip install 'disque-py[spark]'")
+
+
+def missing_extra() -> str | None:
+    """The one-line message when the `spark` extra (pyspark, matplotlib) is absent, else None."""
+    import importlib
+    for mod, what in (("pyspark", "pyspark"), ("matplotlib", "matplotlib")):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            return MISSING_EXTRA.format(what=what)
+    return None
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # the console script is installed without the extra too: one line, no traceback
+    problem = missing_extra()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     conf = {}
     for kv in args.conf:
         if "=" not in kv:
