@@ -44,16 +44,27 @@ def start(args, workdir):
                 "--workers", str(args.workers)]
     proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    c = redis.Redis(port=args.port, socket_timeout=120)
+    # RESP2: the original answers redis-py's default HELLO 3 with an error
+    c = redis.Redis(port=args.port, socket_timeout=120, protocol=2)
     deadline = time.monotonic() + 30
     while True:
         try:
             c.ping()
             return proc, c
-        except redis.RedisError:
+        except redis.RedisError as e:
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("server did not start")
+                stop(proc)
+                raise SystemExit("server did not start: %s" % e)
             time.sleep(0.1)
+
+
+def stop(proc):
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def main():
@@ -88,12 +99,7 @@ def main():
             used1, (used1 - used0) / n, rss1, (rss1 - rss0) / n))
         print("  acked:      used_memory=%d used_memory_rss=%d" % (used2, rss2))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
