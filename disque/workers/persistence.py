@@ -704,7 +704,9 @@ class PersistenceMixin:
             n += w.buf_bytes + w.rewrite_bytes
         rw = self.aof_rw
         if rw is not None:
-            n += rw.diff_bytes + 8 * len(rw.jobs)
+            n += rw.diff_bytes
+            if rw.jobs is not None:             # None once every job was handed to the thread
+                n += 8 * len(rw.jobs)
         return n
 
     def aof_info(self):
