@@ -76,6 +76,37 @@ def listen_sockets(cfg):
     return socks
 
 
+def unix_listen_socket(cfg):
+    """The `unixsocket` listener (as upstream: a stale file is replaced, `unixsocketperm`
+    applied with chmod when not 0), or None when not configured."""
+    path = cfg.unixsocket
+    if not path:
+        return None
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(path)
+        if cfg.unixsocketperm:
+            os.chmod(path, cfg.unixsocketperm)
+        s.listen(getattr(cfg, "tcp_backlog", 511))
+    except OSError as e:
+        s.close()
+        raise StartupError("Opening Unix socket %s: %s" % (path, e.strerror or e))
+    s.setblocking(False)
+    return s
+
+
+def remove_unix_socket(path):
+    log.info("Removing the unix socket file.")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class Node:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -159,6 +190,12 @@ class Node:
     def run(self):
         cfg = self.cfg
         socks = listen_sockets(cfg)
+        try:
+            unix_sock = unix_listen_socket(cfg)
+        except StartupError:
+            for s in socks:
+                s.close()
+            raise
         loop, loop_name = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
@@ -177,6 +214,11 @@ class Node:
                 raise StartupError(error)
             servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
                        for s in socks]
+            if unix_sock is not None:
+                fe.unix_addr = "%s:0" % cfg.unixsocket      # CLIENT LIST addr, as upstream
+                servers.append(loop.run_until_complete(
+                    loop.create_unix_server(fe.new_client, sock=unix_sock)))
+                log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.on_signal, sig)
             # the cron tick comes from a timerfd, so the loop never holds a timer and
@@ -190,6 +232,9 @@ class Node:
             for srv in servers:
                 srv.close()
         finally:
+            if unix_sock is not None:
+                unix_sock.close()
+                remove_unix_socket(cfg.unixsocket)
             self.cleanup()
             loop.close()
         log.info("Disque is now ready to exit, bye bye...")
