@@ -348,7 +348,10 @@ class AdminMixin:
             return
         t = time.time()
         sec = int(t)
-        line = b"+%d.%06d [%s] %s\r\n" % (sec, int((t - sec) * 1e6), client.addr.encode(),
+        addr = client.addr
+        if addr == self.unix_addr:
+            addr = "unix:" + self.cfg.unixsocket        # upstream's form for these clients
+        line = b"+%d.%06d [%s] %s\r\n" % (sec, int((t - sec) * 1e6), addr.encode(),
                                           b" ".join([repr_arg(a) for a in argv]))
         for m in self.monitors:
             if not m.closing and not m.closed:
@@ -486,6 +489,8 @@ class AdminMixin:
             flags += "c"
         if c.closed:
             flags += "A"
+        if c.addr == self.unix_addr and self.unix_addr is not None:
+            flags += "U"                    # connected through `unixsocket`
         omem = 0
         if c.transport is not None and not c.closed:
             try:

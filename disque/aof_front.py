@@ -56,6 +56,7 @@ class AofFrontMixin:
     aof_rewrites_running = 0    # node-wide rewrites the front-end started and still waits for
     aof_initial_running = 0     # ... of them, those that turn the AOF on (CONFIG SET appendonly)
     aof_shutting_down = False
+    loading_done_cb = None
 
     # ---- calls to every worker -----------------------------------------------------------
 
@@ -235,6 +236,8 @@ class AofFrontMixin:
         self.loading = False
         self.aof_set_gate()
         self.flush_replies()
+        if self.loading_done_cb is not None:
+            self.loading_done_cb()          # server.py: serve clients now if not yet
 
     # ---- the gate (SPEC 1.3 steps 6 and 7) ------------------------------------------------
 

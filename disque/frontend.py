@@ -9,6 +9,7 @@ import heapq
 import logging
 import os
 import time
+from socket import AF_UNIX
 
 from disque import commands as C
 from disque import statslog
@@ -204,6 +205,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         self.stats_log_pending = False
         self.multiget_seq = 0
         self.shutdown_cb = None
+        self.unix_addr = None            # "<unixsocket>:0" once that socket listens (server.py)
         self.local = {
             b"ping": self.cmd_ping, b"hello": self.cmd_hello, b"info": self.cmd_info,
             b"time": self.cmd_time, b"echo": self.cmd_echo, b"command": self.cmd_command, b"debug": self.cmd_debug,
@@ -223,12 +225,14 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         self.next_client_id += 1
         client.id = self.next_client_id
         peer = client.transport.get_extra_info("peername")
+        sock = client.transport.get_extra_info("socket")
         if isinstance(peer, tuple):
             host = peer[0]
             client.addr = ("[%s]:%s" if ":" in host else "%s:%s") % (host, peer[1])
+        elif self.unix_addr is not None and sock is not None and sock.family == AF_UNIX:
+            client.addr = self.unix_addr
         else:
             client.addr = str(peer)
-        sock = client.transport.get_extra_info("socket")
         try:
             client.fd = sock.fileno() if sock is not None else -1
         except Exception:

@@ -39,6 +39,7 @@ WORKER_BOOT = ("import os, sys\n"
                "main()\n")
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
+LOADING_HOLD_S = 0.25   # a longer AOF load serves clients during the load, with -LOADING
 MEMORY_TICKS = 2        # measure memory and push the level to workers (SPEC 9) every 100 ms
 
 
@@ -94,6 +95,37 @@ def metrics_listen(cfg, client_socks):
         raise StartupError(str(e))
 
 
+def unix_listen_socket(cfg):
+    """The `unixsocket` listener (as upstream: a stale file is replaced, `unixsocketperm`
+    applied with chmod when not 0), or None when not configured."""
+    path = cfg.unixsocket
+    if not path:
+        return None
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(path)
+        if cfg.unixsocketperm:
+            os.chmod(path, cfg.unixsocketperm)
+        s.listen(getattr(cfg, "tcp_backlog", 511))
+    except OSError as e:
+        s.close()
+        raise StartupError("Opening Unix socket %s: %s" % (path, e.strerror or e))
+    s.setblocking(False)
+    return s
+
+
+def remove_unix_socket(path):
+    log.info("Removing the unix socket file.")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class Node:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -109,6 +141,7 @@ class Node:
         self.cron_ticks = 0
         self.memory_ticks = 0
         self.metrics = None             # disque.metrics.endpoint.MetricsEndpoint with metrics-port
+        self.serving = False
 
     def worker_config(self):
         cfg = self.cfg
@@ -186,6 +219,12 @@ class Node:
         cfg = self.cfg
         socks = listen_sockets(cfg)
         metrics_socks = metrics_listen(cfg, socks)
+        try:
+            unix_sock = unix_listen_socket(cfg)
+        except StartupError:
+            for s in socks + metrics_socks:
+                s.close()
+            raise
         loop, loop_name = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
@@ -199,36 +238,69 @@ class Node:
             if self.cluster is not None:
                 fe.cluster_attach(self.cluster)
             self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
-            error = fe.aof_startup()    # load the AOF; clients get -LOADING until it is done
+            # the AOF load (disque/aof_front.py): the sockets already listen, so clients
+            # that connect now wait in the backlog and are served once the load is done;
+            # a load longer than LOADING_HOLD_S serves them earlier, with -LOADING
+            error = fe.aof_startup()
             if error:
                 raise StartupError(error)
-            servers = [loop.run_until_complete(loop.create_server(fe.new_client, sock=s))
-                       for s in socks]
             if metrics_socks:
                 from disque.metrics.endpoint import MetricsEndpoint
                 self.metrics = MetricsEndpoint(fe)
                 self.metrics.start(metrics_socks)
                 log.info("Metrics and dashboard on http://%s:%d/", (cfg.bind or ["127.0.0.1"])[0],
                          cfg.metrics_port)
+            servers = []
+            self.serve_cb = lambda: self.serve(loop, socks, unix_sock, servers)
+            if fe.loading:
+                fe.loading_done_cb = self.serve_cb
+                loop.call_later(LOADING_HOLD_S, self.serve_cb)
+            else:
+                self.serve_cb()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.on_signal, sig)
             # the cron tick comes from a timerfd, so the loop never holds a timer and
             # waits in epoll with no timeout (see disque/_fast/clock.pyx)
             self.cron_timer = PeriodicTimer(CRON_MS)
             loop.add_reader(self.cron_timer.fileno(), self.cron)
-            log.info("Disque %s node %s: port %d, %d worker(s) over %s, %s loop. "
-                     "Ready to accept connections", "1.0-rc1", self.node_id[:8].decode(),
-                     cfg.port, self.nworkers, self.links.kind, loop_name)
             loop.run_forever()
             for srv in servers:
                 srv.close()
             if self.metrics is not None:
                 self.metrics.close()
         finally:
+            if unix_sock is not None:
+                unix_sock.close()
+                remove_unix_socket(cfg.unixsocket)
             self.cleanup()
             loop.close()
         log.info("Disque is now ready to exit, bye bye...")
         return self.exit_code
+
+    def serve(self, loop, socks, unix_sock, servers):
+        """Start serving clients (once: after the AOF load, or when it takes long)."""
+        if self.serving or self.stopping:
+            return
+        self.serving = True
+        cfg = self.cfg
+        fe = self.fe
+        coros = [loop.create_server(fe.new_client, sock=s) for s in socks]
+        if unix_sock is not None:
+            fe.unix_addr = "%s:0" % cfg.unixsocket      # CLIENT LIST addr, as upstream
+            coros.append(loop.create_unix_server(fe.new_client, sock=unix_sock))
+        for c in coros:
+            if loop.is_running():
+                loop.create_task(c).add_done_callback(
+                    lambda t: t.cancelled() or t.exception() or servers.append(t.result()))
+            else:
+                servers.append(loop.run_until_complete(c))
+        if fe.loading:
+            log.info("The append only files are still loading: serving clients with -LOADING")
+        if unix_sock is not None:
+            log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
+        log.info("Disque %s node %s: port %d, %d worker(s) over %s, %s loop. "
+                 "Ready to accept connections", "1.0-rc1", self.node_id[:8].decode(),
+                 cfg.port, self.nworkers, self.links.kind, self.fe.loop_name)
 
     def on_signal(self, sig):
         log.warning("Received %s scheduling shutdown...", signal.Signals(sig).name)

@@ -188,6 +188,10 @@ def write_big_aof(path, n, node_id):
 
 
 def test_clients_get_loading_while_a_large_file_loads(start_server):
+    """A small file is loaded before any client is served (tests/test_persistence_startup.py);
+    a load that lasts longer than a fraction of a second serves clients meanwhile, with
+    -LOADING for every command but INFO (PING included, so +PONG always means loaded), as
+    the original does during a long load (it serves its clients every 1000 records)."""
     srv = start_server(workers=1, extra_args=["--appendonly", "yes"])
     node_id = srv.execute("CLUSTER", "MYID")
     H.kill_node(srv)

@@ -251,15 +251,15 @@ class WorkerUnixLink:
         self.closed = False
 
     def waiter(self, timer_fd):
-        """wait() -> (link readable, timer fired), blocking with no timeout."""
+        """wait(block) -> (link readable, timer fired); block=False only polls."""
         poller = select.poll()
         link_fd = self.sock.fileno()
         poller.register(link_fd, select.POLLIN)
         poller.register(timer_fd, select.POLLIN)
 
-        def wait():
+        def wait(block=True):
             link = timer = False
-            for fd, _ in poller.poll():
+            for fd, _ in poller.poll(None if block else 0):
                 if fd == link_fd:
                     link = True
                 else:
@@ -305,9 +305,9 @@ class WorkerZmqLink:
         poller.register(timer_fd, zmq.POLLIN)
         sock = self.sock
 
-        def wait():
+        def wait(block=True):
             link = timer = False
-            for what, _ in poller.poll():
+            for what, _ in poller.poll(None if block else 0):
                 if what is sock:
                     link = True
                 else:

@@ -647,6 +647,15 @@ class PersistenceMixin:
 
     # ---- background work (the worker loop, after sending each batch's replies) ------------
 
+    def aof_has_slices(self):
+        """The start-up load or rewrite has work for aof_work now (not just a thread to
+        wait for): the worker loop then polls instead of sleeping until its next tick."""
+        if self.aof_loader is not None:
+            return True
+        rw = self.aof_rw        # the start-up rewrite only: a background one keeps its pace
+        return (rw is not None and self.aof_slice == STARTUP_SLICE_S and not rw.fed_all
+                and rw.chunks.qsize() <= REWRITE_BACKLOG)
+
     def aof_work(self):
         loader = self.aof_loader
         if loader is not None:

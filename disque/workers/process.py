@@ -128,7 +128,8 @@ class Worker:
         ticks = 0
         cluster_ticks = 0
         while self.running and not link.closed:
-            readable, ticked = wait()
+            # an AOF load or a rewrite with slices left goes on at once, not at the next tick
+            readable, ticked = wait(not shard.aof_busy or not shard.aof_has_slices())
             shard.tick()
             if readable:
                 for msg in link.recv_all():

@@ -1,0 +1,94 @@
+"""A restarted node with AOF on serves no client before its files are loaded (issue 10
+item 2, docs/persistence-startup.md): once PING answers +PONG, SHOW, CLUSTER NODES, HELLO
+and the job commands work at once, as with the original, which reads its file before it
+serves anyone. A large file is the exception both here and upstream: clients are then
+served during the load with -LOADING (PING included), see
+test_persistence_rewrite.py::test_clients_get_loading_while_a_large_file_loads."""
+import socket
+import time
+
+import pytest
+
+import aof_helpers as H
+import conftest as _c
+from conftest import RawConn
+
+Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
+LOADING = Err(b"LOADING Disque is loading the dataset in memory")
+
+
+def first_replies(port, jid, deadline_s=60):
+    """Connect as soon as the node accepts, send PING, SHOW, CLUSTER NODES and HELLO in
+    one write and return the four replies of the first connection that got any."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            with RawConn(port, timeout=30) as c:
+                c.send(_c.encode_command("PING") + _c.encode_command("SHOW", jid)
+                       + _c.encode_command("CLUSTER", "NODES") + _c.encode_command("HELLO"))
+                return [c.read_parsed() for _ in range(4)]
+        except (ConnectionError, socket.error):
+            time.sleep(0.005)
+    raise AssertionError("the node never accepted a connection")
+
+
+@pytest.mark.server
+def test_small_aof_clients_never_see_loading(start_server):
+    srv = start_server(workers=2, extra_args=["--appendonly", "yes"])
+    r = srv.raw()
+    jid = _c.addjob(r, "small", b"one job", 0)
+    H.kill_node(srv)
+    H.restart(srv, wait=False)
+    ping, shown, nodes, hello = first_replies(srv.port, jid)
+    assert ping == Status(b"PONG"), ping
+    assert shown is not None and shown != LOADING, shown
+    assert dict(zip(shown[0::2], shown[1::2]))[b"state"] == b"active"
+    assert type(nodes) is not Err and b"myself" in nodes, nodes
+    assert type(hello) is list, hello
+    srv.wait_ready()
+    assert H.info(srv)["loading"] == "0"
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_seven_nodes_killed_serve_show_and_cluster_nodes_as_soon_as_ping_answers(start_cluster):
+    c = start_cluster(7, workers=1, extra_args=["--appendonly", "yes"])
+    with RawConn(c[0].port) as r:
+        jid = r.execute("ADDJOB", "boot-q", b"survivor", 5000, "REPLICATE", 3, "RETRY", 1)
+        assert type(jid) is Status, jid
+        jid = bytes(jid)
+    for i in range(len(c)):
+        c.kill(i)
+    for node in c.nodes:
+        node.spawn(port=node.port)
+    holders = 0
+    for node in c.nodes:
+        ping, shown, nodes, hello = first_replies(node.port, jid)
+        assert ping == Status(b"PONG"), (node.port, ping)
+        assert shown != LOADING and nodes != LOADING and hello != LOADING, node.port
+        assert type(nodes) is not Err and b"myself" in nodes, nodes
+        assert type(hello) is list, hello
+        holders += shown is not None
+    assert holders == 3, "the job should be loaded by its 3 holders, got %d" % holders
+    for node in c.nodes:
+        node.wait_ready()
+    # the loaded copies are active: one of them requeues itself after RETRY and is delivered
+    conns = [RawConn(node.port) for node in c.nodes]
+    try:
+        got = None
+        deadline = time.monotonic() + 40
+        while got is None and time.monotonic() < deadline:
+            for r in conns:
+                reply = r.execute("GETJOB", "NOHANG", "FROM", "boot-q")
+                if reply != NULL_ARRAY:
+                    got = (r, reply)
+                    break
+            else:
+                time.sleep(0.05)
+        assert got is not None, "the job was never queued again after the restart"
+        r, [[queue, got_id, body]] = got
+        assert (queue, got_id, body) == (b"boot-q", jid, b"survivor")
+        assert r.execute("ACKJOB", jid) == 1
+    finally:
+        for r in conns:
+            r.close()
