@@ -71,6 +71,7 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
         self.blocked_by_client = {}
         self.block_deadlines = []             # heap of (deadline_ms, seq, Blocked)
         self.block_seq = 0
+        self.interest_due = set()             # queues whose INTEREST waits for its rate limit
         self.out = []                         # replies/offers for the front-end
         self.config = config or {}
         self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
@@ -232,7 +233,8 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             if not got:
                 break
         clustered = self.cluster_size > 1
-        if clustered:
+        if clustered and (jobs or nohang):
+            # a consumer about to block asks once it is blocked (INTEREST, below)
             for q in queues:
                 if not len(q.jobs) or q.paused & PAUSE_OUT:
                     # "clients waiting" when nothing came from it, else "reached zero"
@@ -260,7 +262,7 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             heapq.heappush(self.block_deadlines, (deadline, self.block_seq, b))
         if clustered:
             for q in queues:
-                self.needjobs(q, new_waiter=True)
+                self.needjobs(q)
         return ([] if proxy else None), None
 
     def unblock(self, b):
@@ -272,6 +274,8 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
                 q.blocked.remove(b)
             except ValueError:
                 pass
+            if q.fed is not None:
+                self.waiters_left(q)
 
     def unblock_client(self, client, reqid):
         """The front-end gave up on this consumer's GETJOB `reqid`. The answer is always
@@ -701,6 +705,7 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
         self.data_bytes = 0
         self.block_deadlines.clear()
         self.ready.clear()
+        self.interest_due.clear()
 
     def info(self):
         """Counters for INFO's node totals and per-worker lines."""
