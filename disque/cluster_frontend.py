@@ -3,7 +3,7 @@ relay between the bus and the workers (ARCHITECTURE: "a bus message about a job 
 to the worker that owns the job").
 
   bus -> worker: a job message goes to the worker owning the slot of its job ID (or of the
-      queue for NEEDJOBS / PAUSE), batched per worker per read.
+      queue for NEEDJOBS / INTEREST / PAUSE), batched per worker per read.
   worker -> bus: workers return (destinations, type, flags, payload) entries with their
       replies; they are grouped per destination node into one JOBS frame per batch.
   membership -> workers: size, reachable and known nodes, LEAVING and the node ID are
@@ -24,7 +24,7 @@ from disque.workers import protocol as P
 log = logging.getLogger("disque.cluster")
 
 WRONG_CLUSTER = b"-ERR Wrong CLUSTER subcommand or number of arguments\r\n"
-BY_QUEUE = (M.NEEDJOBS, M.PAUSE)
+BY_QUEUE = (M.NEEDJOBS, M.PAUSE, M.INTEREST)
 
 
 class ClusterFrontendMixin:

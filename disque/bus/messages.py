@@ -8,12 +8,30 @@ header; `payload` depends on the type (see PAYLOADS).
 """
 import msgpack
 
-PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, SETACK, WILLQUEUE, GOTACK, \
-    DELJOB, NEEDJOBS, YOURJOBS, WORKING, PAUSE, JOBS = range(17)
+# Message types. The numbers are the wire format: never renumber, only add.
+PING = 0
+PONG = 1
+MEET = 2
+FAIL = 3
+REPLJOB = 4
+GOTJOB = 5
+ENQUEUE = 6
+QUEUED = 7
+SETACK = 8
+WILLQUEUE = 9
+GOTACK = 10
+DELJOB = 11
+NEEDJOBS = 12
+YOURJOBS = 13
+WORKING = 14
+PAUSE = 15
+JOBS = 16
+INTEREST = 17       # ours: consumers waiting here on a queue, 0 = none any more (federation)
 NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
-         "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS")
+         "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS",
+         "INTEREST")
 GOSSIP_TYPES = (PING, PONG, MEET)
-JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1))
+JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST}   # what a JOBS frame carries
 
 # message flags (header byte 0)
 NOREPLY = 1
@@ -38,9 +56,10 @@ PAYLOADS = {
     REPLJOB: "serialized job (storage form, see disque.workers.serialize)",
     YOURJOBS: "list of serialized jobs",
     NEEDJOBS: "[queue, count]",
+    INTEREST: "[queue, consumers waiting on the sender (0: the interest ends)]",
     PAUSE: "[queue, flags]",
     GOTJOB: "[job_id, aux]",  # and every other single-job message: [job_id, aux]
-    JOBS: "list of [type, message_flags, payload] job messages (REPLJOB ... PAUSE)",
+    JOBS: "list of [type, message_flags, payload] job messages (REPLJOB ... PAUSE, INTEREST)",
 }
 # JOBS is ours: the job messages one sender has for one node in one event-loop tick travel
 # in one frame (a busy node sends thousands per second; one frame each cost more CPU than

@@ -3,16 +3,19 @@
 Upstream only pulls: a node whose consumers wait broadcasts NEEDJOBS with a back-off of
 2 s, 4 s, 8 s ... and nodes answer with the jobs they hold at that moment. A job added
 elsewhere after the first broadcast waits for the next one, which is why its first
-cross-node delivery takes seconds. Here NEEDJOBS also leaves *interest* at the receiver:
-{node: [credit, expiry]} on the queue (`Queue.remote`). When a job is queued there and no
-local consumer takes it, it is pushed at once with YOURJOBS to a node with credit left, so
-a waiting consumer gets it within one bus round trip. The waiting node refreshes its
-interest once a second while consumers stay blocked (and at most every 50 ms when another
-consumer blocks), so an idle cluster with waiting consumers sends about one NEEDJOBS per
-second per (node, queue with waiters, other node); interest expires 2.5 s after the last
-refresh and the credit (the number of consumers waiting) bounds what a stale one can pull.
-The upstream pull rules (responders, ad hoc requests sized by the import rate, the
-"reached zero" request) are kept as they are.
+cross-node delivery takes seconds. Here a node whose consumers wait sends INTEREST
+[queue, consumers waiting] instead: the receiver answers like NEEDJOBS and also keeps the
+interest, {node: [credit, expiry]} on the queue (`Queue.remote`). When a job is queued
+there and no local consumer takes it, it is pushed at once with YOURJOBS to a node with
+credit left, so a waiting consumer gets it within one bus round trip.
+
+Interest lives exactly as long as the consumers that caused it (docs/federation-interest.md):
+when the last of them stops waiting (timeout, disconnect, served) the node sends INTEREST
+[queue, 0] and the others drop it; a change in the number waiting is sent within 100 ms.
+While consumers stay blocked the interest is refreshed once a second (expiry 2.5 s, a
+safety net for a lost cancel). Plain NEEDJOBS (a NOHANG poller's back-off, the ad hoc and
+"reached zero" requests to responders) only pulls what is queued now and leaves no
+interest, as upstream.
 """
 import math
 
@@ -24,7 +27,7 @@ PAUSE_OUT = 2
 RESPONDER_VALID_MS = 5000
 INTEREST_TTL_MS = 2500
 REFRESH_MS = 1000               # interest refresh while consumers stay blocked
-NEW_WAITER_MS = 50              # a newly blocked consumer refreshes at most this often
+NEW_WAITER_MS = 50              # a changed number of waiters is told at most this often
 ADHOC_BASE_MS, ADHOC_MAX_MS = 25, 2000
 FETCH_MIN, FETCH_MAX = 5, 100
 BCAST_BASE_MS, BCAST_MAX_MS = 2000, 30000
@@ -33,10 +36,13 @@ BCAST_BASE_MS, BCAST_MAX_MS = 2000, 30000
 class FedState:
     """A queue's federation bookkeeping, created on first use (Queue.fed)."""
     __slots__ = ("responders", "last_bcast", "bcast_attempt", "last_adhoc", "adhoc_attempt",
-                 "cur_start", "cur_count", "prev_start", "prev_count")
+                 "cur_start", "cur_count", "prev_start", "prev_count", "advertised",
+                 "last_interest")
 
     def __init__(self):
         self.responders = {}            # node id -> ms of its last YOURJOBS
+        self.advertised = 0             # consumers waiting as last told the others (INTEREST)
+        self.last_interest = 0          # ms of that INTEREST
         self.last_bcast = 0
         self.bcast_attempt = 0
         self.last_adhoc = 0
@@ -61,8 +67,8 @@ class FederationMixin:
     def import_rate(self, q):
         return q.fed.import_rate(self.now_ms) if q.fed is not None else 0
 
-    def needjobs(self, q, new_waiter=False, reached_zero=False):
-        """Ask other nodes for jobs of `q` (SPEC 8.4) and refresh our interest there."""
+    def needjobs(self, q, reached_zero=False):
+        """Ask other nodes for jobs of `q` (SPEC 8.4); tell them how many consumers wait."""
         if self.leaving or self.cluster_size < 2:
             return
         now = self.now_ms
@@ -79,16 +85,21 @@ class FederationMixin:
             return
         waiting = len(q.blocked)
         if waiting:
-            delay = NEW_WAITER_MS if new_waiter else REFRESH_MS
+            delay = REFRESH_MS if waiting == fed.advertised else NEW_WAITER_MS
+            if now - fed.last_interest > delay:
+                fed.last_interest = now
+                fed.advertised = waiting
+                self.send_bus(None, M.INTEREST, [q.name, waiting])
+            elif waiting != fed.advertised:
+                self.interest_due.add(q)        # told when the rate limit allows
         else:
             # nobody blocked (GETJOB NOHANG, or a fetch emptied the queue): upstream's
             # back-off, 2 s doubling up to 30 s, reset when a new responder shows up
             delay = min(BCAST_BASE_MS << min(fed.bcast_attempt, 5), BCAST_MAX_MS)
-        if now - fed.last_bcast > delay:
-            fed.last_bcast = now
-            if not waiting:
+            if now - fed.last_bcast > delay:
+                fed.last_bcast = now
                 fed.bcast_attempt += 1
-            self.send_bus(None, M.NEEDJOBS, [q.name, max(1, waiting)])
+                self.send_bus(None, M.NEEDJOBS, [q.name, 1])
         if responders:
             delay = min(ADHOC_BASE_MS << min(fed.adhoc_attempt, 10), ADHOC_MAX_MS)
             if reached_zero or now - fed.last_adhoc > delay:
@@ -97,9 +108,35 @@ class FederationMixin:
                 to_fetch = min(max(rate // len(responders), FETCH_MIN), FETCH_MAX)
                 self.send_bus(tuple(responders), M.NEEDJOBS, [q.name, to_fetch])
 
+    def waiters_left(self, q):
+        """Consumers stopped waiting on `q` (timeout, disconnect, served): once none is left,
+        end the interest we told the other nodes, so they push nothing more here."""
+        fed = q.fed
+        if fed is None or not fed.advertised:
+            return
+        if not q.blocked:
+            fed.advertised = 0
+            self.send_bus(None, M.INTEREST, [q.name, 0])
+        elif len(q.blocked) < fed.advertised:
+            self.interest_due.add(q)            # fewer waiting: lower the credit soon
+
+    def tell_interest_due(self):
+        """Each loop: INTEREST for queues whose waiters changed while rate-limited."""
+        due = self.interest_due
+        now = self.now_ms
+        for q in list(due):
+            fed = q.fed
+            if fed is None or len(q.blocked) == fed.advertised or self.leaving:
+                due.discard(q)
+            elif now - fed.last_interest > NEW_WAITER_MS:
+                due.discard(q)
+                if q.blocked:
+                    self.needjobs(q)
+                else:
+                    self.waiters_left(q)
+
     def federation_cron(self):
-        """Every 100 ms: refresh interest for every queue a local consumer is blocked on;
-        drop expired interest of other nodes."""
+        """Every 100 ms: refresh interest for every queue a local consumer is blocked on."""
         if self.cluster_size < 2 or self.leaving:
             return
         seen = set()
@@ -111,26 +148,43 @@ class FederationMixin:
                         self.needjobs(q)
 
     def on_needjobs(self, sender, mflags, payload):
+        """Upstream's pull: hand over some of what is queued here now; nothing is kept."""
         name, count = payload[0], payload[1]
+        if type(name) is not bytes or type(count) is not int or count <= 0:
+            return
+        q = self.queues.get(name)
+        if q is not None:
+            self.hand_over_queued(q, sender, count)
+
+    def on_interest(self, sender, mflags, payload):
+        """`count` consumers wait for `name` on `sender` (0: none any more)."""
+        name, count = payload[0], payload[1]
+        if type(name) is not bytes or type(count) is not int:
+            return
         q = self.queues.get(name)
         if count <= 0:
             if q is not None and q.remote is not None:
                 q.remote.pop(sender, None)
+                if not q.remote:
+                    q.remote = None
             return
         if q is None:
             q = self.get_queue(name, create=True)    # so the interest is there when jobs come
         if q.remote is None:
             q.remote = {}
         q.remote[sender] = [count, self.now_ms + INTEREST_TTL_MS]
-        qlen = len(q.jobs)
+        self.hand_over_queued(q, sender, count)
+
+    def hand_over_queued(self, q, node, count):
         # Upstream also ignores NEEDJOBS while it imports the queue itself (import rate > 0),
         # against ping-pong. Here a queued job means no consumer of ours waits for it, and the
         # asking node's consumers do: hand it over. Moves stay bounded, as every one needs a
         # waiting consumer (or its credit). Without this, a job pushed to a node whose
         # consumer was meanwhile served elsewhere was stuck there for the 5 s of the rate.
+        qlen = len(q.jobs)
         if qlen and not q.paused & PAUSE_OUT:
             n = count if qlen >= 2 * count else max(1, qlen // 2)
-            self.send_jobs(q, sender, n)
+            self.send_jobs(q, node, n)
 
     def push_remote(self, q):
         """Jobs queued while other nodes' consumers wait on `q`: hand them over."""

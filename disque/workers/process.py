@@ -150,6 +150,8 @@ class Worker:
                 shard.repl_cron()
             if shard.ready:
                 shard.serve_ready()
+            if shard.interest_due:
+                shard.tell_interest_due()
             if shard.bus_out:
                 sent = shard.bus_sent
                 for entry in shard.bus_out:

@@ -64,6 +64,7 @@ class ReplicationMixin:
             M.WILLQUEUE: self.on_willqueue, M.SETACK: self.on_setack, M.GOTACK: self.on_gotack,
             M.DELJOB: self.on_deljob_msg, M.NEEDJOBS: self.on_needjobs,
             M.YOURJOBS: self.on_yourjobs, M.PAUSE: self.on_pause_msg,
+            M.INTEREST: self.on_interest,
         }
         self.bus_in = collections.Counter()      # messages received / sent, by type
         self.bus_sent = collections.Counter()

@@ -77,6 +77,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         self.blocked_by_client = {}
         self.block_deadlines = []             # heap of (deadline_ms, seq, Blocked)
         self.block_seq = 0
+        self.interest_due = set()             # queues whose INTEREST waits for its rate limit
         self.out = []                         # replies/offers for the front-end
         self.config = config or {}
         self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
@@ -244,7 +245,8 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             if not got:
                 break
         clustered = self.cluster_size > 1
-        if clustered:
+        if clustered and (jobs or nohang):
+            # a consumer about to block asks once it is blocked (INTEREST, below)
             for q in queues:
                 if not len(q.jobs) or q.paused & PAUSE_OUT:
                     # "clients waiting" when nothing came from it, else "reached zero"
@@ -275,7 +277,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             heapq.heappush(self.block_deadlines, (deadline, self.block_seq, b))
         if clustered:
             for q in queues:
-                self.needjobs(q, new_waiter=True)
+                self.needjobs(q)
         return ([] if proxy else None), None
 
     def unblock(self, b):
@@ -292,6 +294,8 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
                 q.blocked.remove(b)
             except ValueError:
                 pass
+            if q.fed is not None:
+                self.waiters_left(q)
 
     def unblock_client(self, client, reqid):
         """The front-end gave up on this consumer's GETJOB `reqid`. The answer is always
@@ -727,6 +731,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         self.data_bytes = 0
         self.block_deadlines.clear()
         self.ready.clear()
+        self.interest_due.clear()
 
     def info(self):
         """Counters for INFO's node totals and per-worker lines."""
