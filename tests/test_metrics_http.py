@@ -238,3 +238,22 @@ def test_busy_metrics_port_fails_fast_with_one_line(start_server):
     finally:
         blocker.close()
         lease.release()
+
+
+def test_a_stuck_worker_gets_503_after_the_response_timeout(metrics_node, monkeypatch):
+    import os
+    import signal
+    monkeypatch.setenv("DISQUE_METRICS_RESPONSE_TIMEOUT", "1")
+    srv, mport = metrics_node(workers=2)
+    stuck = srv.worker_pids()[0]
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        status, _, body = http_get(mport, "/metrics", timeout=10)
+        assert status == 503 and 0.9 < time.monotonic() - t0 < 5, (status, body)
+        assert http_get(mport, "/api/cluster")[0] == 200          # needs no worker
+        assert http_get(mport, "/")[0] == 200
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    wait_until(lambda: http_get(mport, "/metrics")[0] == 200, timeout=10)
+    assert srv.all_alive()
