@@ -27,6 +27,7 @@ class Browser:
 
     def __init__(self, tmp_path):
         profile = tmp_path / "chromium-profile"
+        shutil.rmtree(profile, ignore_errors=True)          # a stale DevToolsActivePort misleads
         self.proc = subprocess.Popen(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -34,7 +35,15 @@ class Browser:
              "--remote-debugging-address=127.0.0.1", "--window-size=1280,1000", "about:blank"],
             stdin=subprocess.DEVNULL, stdout=open(tmp_path / "chromium.log", "wb"),
             stderr=subprocess.STDOUT, start_new_session=True)
-        port_file = profile / "DevToolsActivePort"
+        self.ws = None
+        self.ids = itertools.count(1)
+        try:
+            self.connect(profile / "DevToolsActivePort")
+        except BaseException:
+            self.close()
+            raise
+
+    def connect(self, port_file):
         wait_until(lambda: port_file.exists() and port_file.read_text().strip(), timeout=20,
                    message="chromium did not open its DevTools port")
         self.port = int(port_file.read_text().split()[0])
@@ -42,7 +51,6 @@ class Browser:
         page = next(t for t in targets if t["type"] == "page")
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=10,
                                               suppress_origin=True)
-        self.ids = itertools.count(1)
 
     def call(self, method, **params):
         msg_id = next(self.ids)
@@ -59,14 +67,20 @@ class Browser:
         return res["result"].get("value")
 
     def screenshot(self, path):
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        # the whole page: capturing beyond the viewport drops the scroll bar, so the page
+        # is laid out at the window's full width
+        width, height = self.evaluate("[window.innerWidth, document.documentElement.scrollHeight]")
+        clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                         clip=clip)["data"]
         path.write_bytes(base64.b64decode(data))
 
     def close(self):
-        try:
-            self.ws.close()
-        except Exception:
-            pass
+        if self.ws is not None:
+            try:
+                self.ws.close()
+            except Exception:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)      # chromium's own process group
             self.proc.wait(10)
@@ -75,7 +89,7 @@ class Browser:
             self.proc.wait()
 
 
-def save(path, tmp_path):
+def save(path):
     target = os.environ.get("DISQUE_SCREENSHOT_DIR")
     if target:
         shutil.copy(path, os.path.join(target, path.name))
@@ -95,6 +109,8 @@ def test_dashboard_shows_the_queues_and_updates(metrics_node, tmp_path):
     browser = Browser(tmp_path)
     try:
         browser.call("Page.enable")
+        browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900,
+                     deviceScaleFactor=1, mobile=False)
         browser.call("Page.navigate", url="http://127.0.0.1:%d/" % mport)
         updates = lambda: int(browser.evaluate("document.body.dataset.updates || 0"))
         wait_until(lambda: updates() >= 2, timeout=15, message="the page never updated")
@@ -115,11 +131,10 @@ def test_dashboard_shows_the_queues_and_updates(metrics_node, tmp_path):
             time.sleep(0.02)
         wait_until(lambda: updates() >= seen + 2 and float(cells("reports")[3] or 0) > 0, timeout=10)
         assert int(cells("reports")[1]) > 16
-        browser.evaluate("void 0")
         shot = tmp_path / "dashboard.png"
         browser.screenshot(shot)
         assert shot.stat().st_size > 10000
-        save(shot, tmp_path)
+        save(shot)
         # a phone: no horizontal page scroll (wide tables scroll in their own box)
         browser.call("Emulation.setDeviceMetricsOverride", width=390, height=844,
                      deviceScaleFactor=2, mobile=True)
@@ -127,6 +142,6 @@ def test_dashboard_shows_the_queues_and_updates(metrics_node, tmp_path):
         assert browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         phone = tmp_path / "dashboard-phone.png"
         browser.screenshot(phone)
-        save(phone, tmp_path)
+        save(phone)
     finally:
         browser.close()

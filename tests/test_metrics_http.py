@@ -1,6 +1,9 @@
 """The metrics port on one node (--workers 3): exact Prometheus figures after a scripted
 workload, the JSON API, requirepass on HTTP, and bad HTTP that must neither crash nor block
 the node (docs/metrics.md)."""
+import json
+import os
+import signal
 import socket
 import time
 
@@ -69,7 +72,6 @@ def test_exact_counters_after_a_scripted_workload(metrics_node):
     assert total(fams, "disque_connected_clients") >= 1
     # the same figures as INFO workerstats
     info = srv.execute("INFO", "workerstats").decode()
-    import json
     recs = [json.loads(line.split(":", 1)[1]) for line in info.splitlines()
             if line.startswith("worker")]
     assert sum(r["jobs"]["added"] for r in recs) == 12
@@ -214,9 +216,8 @@ def test_slow_and_idle_http_clients_neither_block_nor_exhaust_the_node(metrics_n
     try:
         wait_until(lambda: raw_http(mport, b"GET / HTTP/1.1\r\n\r\n", 2).startswith(b"HTTP/1.1 503"),
                    timeout=5)
-        assert_node_serves_resp = RawConn(srv.port, timeout=2.0)
-        assert assert_node_serves_resp.execute("PING") == b"PONG"
-        assert_node_serves_resp.close()
+        with RawConn(srv.port, timeout=2.0) as c:
+            assert c.execute("PING") == b"PONG"
     finally:
         for s in held:
             s.close()
@@ -238,3 +239,20 @@ def test_busy_metrics_port_fails_fast_with_one_line(start_server):
     finally:
         blocker.close()
         lease.release()
+
+
+def test_a_stuck_worker_gets_503_after_the_response_timeout(metrics_node, monkeypatch):
+    monkeypatch.setenv("DISQUE_METRICS_RESPONSE_TIMEOUT", "1")
+    srv, mport = metrics_node(workers=2)
+    stuck = srv.worker_pids()[0]
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        status, _, body = http_get(mport, "/metrics", timeout=10)
+        assert status == 503 and 0.9 < time.monotonic() - t0 < 5, (status, body)
+        assert http_get(mport, "/api/cluster")[0] == 200          # needs no worker
+        assert http_get(mport, "/")[0] == 200
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    wait_until(lambda: http_get(mport, "/metrics")[0] == 200, timeout=10)
+    assert srv.all_alive()

@@ -85,8 +85,9 @@ def test_prometheus_scrapes_the_node_and_computes_the_rate(metrics_node, tmp_pat
         try:
             rate = 'sum(rate(disque_jobs_added_total[4s]))'
             # at least 4 scrapes under load, then the rate is the producer's
-            wait_until(lambda: (value(lease.port, 'count_over_time(disque_jobs_added_total{worker="0"}[5s])') or 0) >= 5
-                       and added[0] > 5 * RATE, timeout=20, interval=0.25)
+            scrapes = 'count_over_time(disque_jobs_added_total{worker="0"}[5s])'
+            wait_until(lambda: (value(lease.port, scrapes) or 0) >= 5 and added[0] > 5 * RATE,
+                       timeout=20, interval=0.25)
             got = value(lease.port, rate)
         finally:
             stop.set()

@@ -28,6 +28,10 @@ QUEUES_DEFAULT, QUEUES_MAX = 50, 1000
 JSON_TYPE = "application/json"
 
 
+def json_body(obj):
+    return JSON_TYPE, json.dumps(obj, separators=(",", ":")).encode()
+
+
 def listen_sockets(cfg):
     """Bind the metrics port on every `bind` address (startup fails fast when it is busy)."""
     socks = []
@@ -109,30 +113,40 @@ class MetricsEndpoint:
             return
         path = req.path
         if path == "/metrics":
-            self.info.get(None, lambda workers: respond(
-                200, prom.CONTENT_TYPE, prom.render(self.node_figures(), workers)))
+            self.info.get(None, self.answer(respond, lambda workers: (
+                prom.CONTENT_TYPE, prom.render(self.node_figures(), workers))))
         elif path in ("/", "/index.html"):
             respond(200, "text/html; charset=utf-8", self.dashboard)
         elif path == "/api/node":
-            self.info.get(None, lambda workers: self.json(respond, self.node_view(workers)))
+            self.info.get(None, self.answer(respond, lambda workers: json_body(self.node_view(workers))))
         elif path == "/api/cluster":
-            self.json(respond, self.cluster_view())
+            self.answer(respond, lambda _: json_body(self.cluster_view()))(None)
         elif path == "/api/workers":
-            self.info.get(None, lambda workers: self.json(respond, self.workers_view(workers)))
+            self.info.get(None, self.answer(respond, lambda workers: json_body(self.workers_view(workers))))
         elif path == "/api/queues":
-            self.queue_list(req, lambda queues: self.json(respond, queues))
+            self.queue_list(req, self.answer(respond, json_body))
         elif path == "/api/overview":
             def with_queues(queues):
-                self.info.get(None, lambda workers: self.json(respond, {
+                self.info.get(None, self.answer(respond, lambda workers: json_body({
                     "node": self.node_view(workers), "cluster": self.cluster_view(),
-                    "workers": self.workers_view(workers), "queues": queues}))
+                    "workers": self.workers_view(workers), "queues": queues})))
             self.queue_list(req, with_queues)
         else:
             respond(404, "text/plain", b"not found\n")
 
     @staticmethod
-    def json(respond, obj):
-        respond(200, JSON_TYPE, json.dumps(obj, separators=(",", ":")).encode())
+    def answer(respond, build):
+        """A callback for the workers' figures: respond 200 with build(figures) -> (content
+        type, body), or 500; an error never reaches the front-end's reply path."""
+        def done(figures):
+            try:
+                ctype, body = build(figures)
+            except Exception:
+                log.exception("metrics endpoint: error building an answer")
+                respond(500, "text/plain", b"internal error\n")
+                return
+            respond(200, ctype, body)
+        return done
 
     def queue_list(self, req, done):
         try:

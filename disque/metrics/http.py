@@ -3,10 +3,10 @@
 Only what a scraper, a browser and curl need: GET and HEAD, no request bodies, keep-alive
 and pipelining (answered in order). It must never hurt the node, so everything is bounded:
 the request head (HEADER_LIMIT bytes, else 431 and close), the time to send a complete head
-once it started (HEAD_TIMEOUT, else 408 and close), an idle keep-alive connection
-(IDLE_TIMEOUT), the number of connections (MAX_CONNECTIONS, else 503), and the output a
-client leaves unread (reading pauses above WRITE_HIGH). Anything not well-formed gets 400
-and the connection is closed.
+once it started (HEAD_TIMEOUT, else 408 and close), the answer (RESPONSE_TIMEOUT, else
+503), an idle keep-alive connection (IDLE_TIMEOUT), the number of connections
+(MAX_CONNECTIONS, else 503), and the output a client leaves unread (reading pauses above
+WRITE_HIGH). Anything not well-formed gets 400 and the connection is closed.
 """
 import asyncio
 import logging
@@ -20,6 +20,8 @@ HEADER_LIMIT = 8192
 MAX_HEADERS = 64
 HEAD_TIMEOUT = float(os.environ.get("DISQUE_METRICS_HEAD_TIMEOUT", "5"))
 IDLE_TIMEOUT = float(os.environ.get("DISQUE_METRICS_IDLE_TIMEOUT", "60"))
+# the workers answer in milliseconds; past this, 503 and close
+RESPONSE_TIMEOUT = float(os.environ.get("DISQUE_METRICS_RESPONSE_TIMEOUT", "10"))
 MAX_CONNECTIONS = 64
 WRITE_HIGH = 1 << 20
 
@@ -141,6 +143,7 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
             return
         srv.connections.add(self)
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
         self.arm(IDLE_TIMEOUT)
 
     def connection_lost(self, exc):
@@ -185,7 +188,7 @@ class HttpConnection(asyncio.Protocol):
         except BadRequest as e:
             self.fail(e.status, str(e))
             return
-        self.disarm()
+        self.arm(RESPONSE_TIMEOUT)
         self.busy = True
         self.request = req
         self.server.stats["requests"] += 1
@@ -207,6 +210,7 @@ class HttpConnection(asyncio.Protocol):
                                    head_only=req.method == "HEAD")
         self.busy = False
         self.request = None
+        self.disarm()
         self.transport.write(data)
         if not keep:
             self.closing = True
@@ -252,9 +256,12 @@ class HttpConnection(asyncio.Protocol):
 
     def timed_out(self):
         self.timer = None
-        if self.closing or self.busy:
+        if self.closing:
             return
-        if self.buf:
+        if self.busy:
+            self.server.stats["timeouts"] += 1
+            self.respond(503, "text/plain", b"no answer from the workers in time\n")
+        elif self.buf:
             self.server.stats["timeouts"] += 1
             self.fail(408, "request head not complete within %gs" % HEAD_TIMEOUT)
         else:

@@ -24,7 +24,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # worker stats key -> (counter name without _total, help)
 JOB_COUNTERS = (
-    ("added", "disque_jobs_added", "Jobs created by ADDJOB (or received as replicas)."),
+    ("added", "disque_jobs_added",
+     "Jobs created by ADDJOB on this node (copies from other nodes are not counted)."),
     ("delivered", "disque_jobs_delivered", "Jobs handed to consumers by GETJOB."),
     ("acked", "disque_jobs_acked", "Jobs acknowledged (ACKJOB, FASTACK or a cluster ack)."),
     ("nacked", "disque_jobs_nacked", "Jobs given back by NACK."),
