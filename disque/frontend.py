@@ -54,7 +54,8 @@ class MultiGet:
     their worker, so no job is given twice or lost.
     """
     __slots__ = ("client", "slot", "count", "nohang", "reqids", "order", "answered",
-                 "jobs", "done", "blocked", "timer", "workers", "unblocked", "error")
+                 "jobs", "done", "blocked", "timer", "workers", "unblocked", "error",
+                 "withcounters")
 
     def __init__(self, client, slot, count, nohang, order):
         self.client = client
@@ -71,6 +72,7 @@ class MultiGet:
         self.timer = None
         self.workers = []
         self.error = None           # -LEAVING from a worker, given when no job comes
+        self.withcounters = False
 
 
 class Scan:
@@ -199,6 +201,8 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         self.stats = {"total_connections_received": 0, "rejected_connections": 0}
         self.multigets_blocked = 0
         self.queues_elsewhere = {}      # queue -> workers holding it off its slot (dead letters)
+        self.blocked_getjobs = {}       # reqid -> (argv, queues) of GETJOBs blocked on one worker
+        self.getjob_restarts = set()    # ... of those, the ones queue_elsewhere takes back
         self.multiget_deadlines = []     # heap of (monotonic deadline, seq, MultiGet)
         self.stats_log = None            # statslog.StatsLog while stats-log-file is set
         self.stats_log_last = 0.0
@@ -491,7 +495,7 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
 
     # ---- GETJOB -------------------------------------------------------------------------
 
-    def getjob(self, client, argv):
+    def getjob(self, client, argv, slot=None):
         nohang = False
         withcounters = False
         timeout = 0
@@ -555,15 +559,18 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         if owners is None or len(owners) == 1:
             w = 0 if owners is None else next(iter(owners))
             reqid = self.new_reqid()
-            self.pending[reqid] = self.waited_reply(client, client.slot(), w, reqid)
+            self.pending[reqid] = self.waited_reply(client, slot or client.slot(), w, reqid)
             if not nohang:
                 client.waiting = (reqid, w)
+                if prefix is None:
+                    self.blocked_getjobs[reqid] = (argv, queues)
             self.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, timeout, False, queues])
             return
         order = {}
         for pos, q in enumerate(queues):
             order.setdefault(q, pos)
-        m = MultiGet(client, client.slot(), count, nohang, order)
+        m = MultiGet(client, slot or client.slot(), count, nohang, order)
+        m.withcounters = withcounters
         if not nohang:
             client.waiting = m
         for w, part in owners.items():
@@ -579,8 +586,42 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
 
     def queue_elsewhere(self, name, w):
         """Worker `w` holds queue `name` though its slot is another worker's (a dead-letter
-        queue with jobs of other slots): GETJOB FROM that queue asks `w` too."""
-        self.queues_elsewhere.setdefault(name, set()).add(w)
+        queue with jobs of other slots): GETJOB FROM that queue asks `w` too, including the
+        GETJOBs already blocked (a cross-worker one asks `w` now; one blocked on a single
+        worker is taken back from it and issued again, its TIMEOUT starting over)."""
+        workers = self.queues_elsewhere.setdefault(name, set())
+        if w in workers:
+            return
+        workers.add(w)
+        self.queues_spread = True
+        for client in list(self.clients.values()):
+            m = client.waiting
+            if isinstance(m, MultiGet):
+                if not m.done and name in m.order and w not in m.workers:
+                    reqid = self.new_reqid()
+                    m.reqids[reqid] = w
+                    m.workers.append(w)
+                    self.pending[reqid] = self.multiget_reply(m, reqid, w)
+                    self.send(w, [P.GETJOB, reqid, client.id, m.count, m.nohang,
+                                  m.withcounters, 0, True, [name]])
+            elif type(m) is tuple:
+                blocked = self.blocked_getjobs.get(m[0])
+                if blocked is not None and name in blocked[1] and m[1] != w:
+                    self.getjob_restarts.add(m[0])
+                    self.send(m[1], [P.UNBLOCK, client.id, m[0]])
+
+    def qlen_spread(self, client, argv):
+        """QLEN of a queue held by several workers: the sum of their lengths."""
+        w = queue_slot(argv[1]) % self.nworkers
+        others = [x for x in self.queues_elsewhere.get(argv[1], ()) if x != w]
+        if not others:
+            self.forward(client, w, argv)
+            return
+        g = Gather(client, client.slot(), 1 + len(others))
+        for n, x in enumerate([w] + others):
+            reqid = self.new_reqid()
+            self.pending[reqid] = self.gather_part(g, n)
+            self.send(x, [P.CMD, reqid, argv])
 
     def add_queue_elsewhere(self, owners, queues):
         extra = self.queues_elsewhere
@@ -606,6 +647,14 @@ class Frontend(ClusterFrontendMixin, AdminMixin, AofFrontMixin, Core):
         """The reply callback of a command the client waits on (a blocking GETJOB, an ADDJOB
         waiting for copies): fill its slot, then let the client's next commands run."""
         def got(rep):
+            if self.blocked_getjobs:
+                blocked = self.blocked_getjobs.pop(reqid, None)
+                if blocked is not None and reqid in self.getjob_restarts:
+                    self.getjob_restarts.discard(reqid)
+                    if not client.closed and rep[1] == NULL_ARRAY:
+                        client.waiting = None       # taken back by queue_elsewhere: again
+                        self.getjob(client, blocked[0], slot)
+                        return
             if client.closed:
                 if len(rep) > 2 and rep[2]:
                     self.send(w, [P.RETURN, rep[2]])    # the consumer vanished: not delivered

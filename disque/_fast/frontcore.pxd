@@ -45,6 +45,7 @@ cdef class Core:
     cdef public object links
     cdef public object loop
     cdef public int nworkers
+    cdef public bint queues_spread   # some queue lives off its slot's worker (QLEN sums it)
     cdef public int eager_batch
     cdef public long long next_reqid
     cdef public long long next_client_id

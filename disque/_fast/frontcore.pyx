@@ -366,6 +366,7 @@ cdef class Core:
         self.deliver_t = 0
         self.obuf_limited = False
         self.clustered = False
+        self.queues_spread = False
         self.now = time.time()
         self.packb = msgpack.Packer().pack
         self.unpackb = msgpack.unpackb
@@ -516,6 +517,8 @@ cdef class Core:
         if route == ROUTE_QUEUE:
             if self.clustered and name == b"addjob":
                 self.addjob_clustered(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
+            elif self.queues_spread and name == b"qlen":
+                self.qlen_spread(client, argv)
             else:
                 self.forward(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
         elif route == ROUTE_ID:
