@@ -2,12 +2,15 @@
 """Scale benchmark of the Spark stats pipeline (disque-stats-ingest, batch mode).
 
 Generates a day of 1-second stats lines from 10 nodes x 8 workers (86,400 x 80 = 6,912,000
-lines, schema v1, ~1.3 KB each: 6 commands, 5 top queues, bus maps, 14 histogram buckets),
-rotated like the server does (64 MB files, stats.jsonl, stats.jsonl.1, ...), then runs the
-batch job on local[2] and prints rows/s ingested and the peak memory of the whole process
-tree (this Python driver + the Spark JVM), sampled with psutil every 0.2 s.
+lines: 6 commands, 5 top queues, bus maps, 14 histogram buckets) in schema v1 (~1.2 KB a
+line) and/or v2 (the server's producer, ~0.5 KB), rotated like the server does (64 MB files,
+stats.jsonl, stats.jsonl.1, ...). Then, in one Spark session on local[2], for each schema:
+the bare scan (spark.read.schema(...).json -> Parquet) of the same files, the full batch job,
+the bare scan again; it prints the job time, the bare scan time and their ratio, rows/s, the
+CPU seconds and the peak memory of the whole process tree (this Python driver + the Spark
+JVM, sampled with psutil every 0.2 s) for each, and the bytes per line.
 
-    .venv/bin/python bench/bench_spark.py --scale 0.01      # quick: 69,120 lines
+    .venv/bin/python bench/bench_spark.py --scale 0.01      # quick: 69,120 lines per schema
     .venv/bin/python bench/bench_spark.py                   # the full day (needs ~9 GB of disk)
     .venv/bin/python bench/bench_spark.py --scale 0.1 --json /tmp/bench_spark.json
 
@@ -46,6 +49,26 @@ LINE = ('{"v":1,"ts":%.3f,"node":"%s","addr":"%s","worker":%d,"pid":%d,"uptime_s
 QUEUE = ('{"queue":"%s","len":%d,"jobs_in":%d,"jobs_out":%d,"nacks":%d,"additional_deliveries":%d}')
 
 
+COMMANDS = ("addjob", "getjob", "ackjob", "nack", "qlen", "info")
+JOBS = ("added", "delivered", "acked", "nacked", "requeued", "expired", "deleted")
+BUS = ("REPLJOB", "GOTJOB", "SETACK")
+
+
+def v2_line(ts, nid, addr, w, x, c, j, b, lat, k, s):
+    """The same sample as the v1 template, written by the server's own v2 producer."""
+    from disque import statslog
+    stats = {"index": w, "pid": x["pid"], "uptime_s": ts - x["start"],
+             "commands": dict(zip(COMMANDS, c)), **dict(zip(JOBS, j)),
+             "jobs": k + 5, "queued": k // 2, "active": k - k // 2 + 5, "queues": 5, "blocked": s % 3,
+             "top_queues": [{"queue": "q%d-%d" % (w, qi), "len": q[0] + 10 * (5 - qi), "jobs_in": q[1],
+                             "jobs_out": q[2], "nacks": q[3], "additional_deliveries": q[4]}
+                            for qi, q in enumerate(x["q"])],
+             "bus_in": dict(zip(BUS, b[:3])), "bus_out": dict(zip(BUS, b[3:])),
+             "rss": 30_000_000 + 1000 * (s % 600) + 4096 * w, "cpu_user": x["cpu"] * 0.8,
+             "cpu_sys": x["cpu"] * 0.2, "latency_counts": list(lat)}
+    return json.dumps(statslog.line(ts, nid, addr, stats), separators=(",", ":"))
+
+
 def node_id(n: int) -> str:
     return ("%08x" % (0x5eed0000 + n)) * 5
 
@@ -60,7 +83,7 @@ def _init_worker(counter):
 
 def gen_node(args):
     """Write one node's day into out_dir/node-NN/ (rotated files); returns (lines, bytes)."""
-    n, seconds, workers, out_dir, bad_every = args
+    n, seconds, workers, out_dir, bad_every, version = args
     d = os.path.join(out_dir, "node-%02d" % n)
     os.makedirs(d, exist_ok=True)
     nid = node_id(n)
@@ -127,6 +150,12 @@ def gen_node(args):
                 q[1] += inn; q[2] += out; q[3] += (k >> 8); q[4] += (k >> 6)
                 qs.append(QUEUE % ("q%d-%d" % (w, qi), q[0] + 10 * (5 - qi), q[1], q[2], q[3], q[4]))
             up = ts - x["start"]
+            if version == 2:
+                line = v2_line(ts, nid, addr, w, x, c, j, b, lat, k, s) + "\n"
+                chunks.append(line)
+                size += len(line)
+                nlines += 1
+                continue
             line = LINE % (ts, nid, addr, w, x["pid"], up, c[0], c[1], c[2], c[3], c[4], c[5],
                            j[0], j[1], j[2], j[3], j[4], j[5], j[6],
                            k + 5, k // 2, k - k // 2 + 5, 5, s % 3,
@@ -149,10 +178,10 @@ def gen_node(args):
     return nlines, total_bytes, len(files)
 
 
-def generate(out_dir: str, scale: float, nodes: int, workers: int, procs: int, bad_every: int):
+def generate(out_dir: str, scale: float, nodes: int, workers: int, procs: int, bad_every: int, version: int = 1):
     seconds = max(2, int(round(86400 * scale)))
     t = time.monotonic()
-    jobs = [(n, seconds, workers, out_dir, bad_every) for n in range(nodes)]
+    jobs = [(n, seconds, workers, out_dir, bad_every, version) for n in range(nodes)]
     lines = nbytes = nfiles = 0
     total = nodes * workers * seconds
     counter = Value("q", 0)
@@ -186,6 +215,18 @@ class MemorySampler(threading.Thread):
         self.cpu = {}          # pid -> last seen user+sys CPU seconds
         self.cpu0 = {}
 
+    def snapshot(self):
+        """(CPU seconds of the process tree so far, now), read at once."""
+        for p in [self.me] + self.me.children(recursive=True):
+            try:
+                self._cpu(p)
+            except self.psutil.Error:
+                pass
+        return self.cpu_seconds()
+
+    def reset_peaks(self):
+        self.peak_total = self.peak_jvm = self.peak_py = 0
+
     def cpu_seconds(self):
         return sum(v - self.cpu0.get(p, 0.0) for p, v in self.cpu.items())
 
@@ -216,11 +257,31 @@ class MemorySampler(threading.Thread):
             self.peak_total = max(self.peak_total, py + jvm)
 
 
+def bare_scan(spark, inp: str, out: str, version: int) -> float:
+    """What Spark alone costs for the same files: read with the explicit schema, write Parquet."""
+    from disque_spark import schema
+    sch = schema.STATS_SCHEMA if version == 1 else schema.STATS_SCHEMA_V2
+    t = time.monotonic()
+    (spark.read.schema(sch).option("recursiveFileLookup", "true").option("pathGlobFilter", "*.jsonl*")
+     .json(inp).write.mode("overwrite").parquet(out))
+    return time.monotonic() - t
+
+
+def measure(sampler, fn):
+    sampler.reset_peaks()
+    c0 = sampler.snapshot()
+    t = time.monotonic()
+    value = fn()
+    wall = time.monotonic() - t
+    return value, wall, sampler.snapshot() - c0, sampler.peak_total, sampler.peak_jvm
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the day (default 1.0 = 6.9M lines)")
     ap.add_argument("--nodes", type=int, default=10)
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--schema", choices=("v1", "v2", "both"), default="both", help="line format(s) to measure")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--procs", type=int, default=2, help="generator processes")
@@ -233,62 +294,79 @@ def main(argv=None):
 
     try:
         from disque_spark import ingest
+        from disque_spark.session import make_session
     except ImportError:
-        sys.stderr.write("install the spark extra first: .venv/bin/pip install -e '.[spark]'\n")
+        sys.stderr.write("install the spark extra first: pip install -e '.[spark]'\n")
         return 2
 
     work = args.dir or tempfile.mkdtemp(prefix="bench-spark-")
-    inp, out = os.path.join(work, "in"), os.path.join(work, "out")
-    expected = args.nodes * args.workers * max(2, int(round(86400 * args.scale)))
-    print(f"bench_spark: {args.nodes} nodes x {args.workers} workers x "
-          f"{max(2, int(round(86400 * args.scale))):,} s = {expected:,} stats lines; work dir {work}")
-    if os.path.isdir(inp) and os.listdir(inp):
-        gen = {"reused": True}
-        print("  reusing the input in", inp)
-    else:
-        gen = generate(inp, args.scale, args.nodes, args.workers, args.procs, args.bad_every)
-        print(f"generated {gen['lines']:,} lines, {gen['bytes'] / 1e6:,.0f} MB in {gen['files']} files, "
-              f"{gen['gen_seconds']:.1f}s ({gen['lines'] / gen['gen_seconds']:,.0f} lines/s)")
+    seconds = max(2, int(round(86400 * args.scale)))
+    versions = [1, 2] if args.schema == "both" else [int(args.schema[1])]
+    print(f"bench_spark: {args.nodes} nodes x {args.workers} workers x {seconds:,} s = "
+          f"{args.nodes * args.workers * seconds:,} stats lines per schema; work dir {work}")
+    gens = {}
+    for v in versions:
+        inp = os.path.join(work, f"in-v{v}")
+        if os.path.isdir(inp) and os.listdir(inp):
+            gens[v] = {"reused": True}
+            print(f"  v{v}: reusing the input in {inp}")
+        else:
+            gens[v] = generate(inp, args.scale, args.nodes, args.workers, args.procs, args.bad_every, v)
+            g = gens[v]
+            print(f"  v{v}: generated {g['lines']:,} lines, {g['bytes'] / 1e6:,.0f} MB in {g['files']} files "
+                  f"({g['bytes'] / g['lines']:.0f} bytes per line), {g['gen_seconds']:.1f}s")
 
     sampler = MemorySampler()
     sampler.start()
-    time.sleep(0.5)
     t = time.monotonic()
-    res = ingest.run(inp, out, master=args.master, driver_memory=args.driver_memory, report=not args.no_report)
-    wall = time.monotonic() - t
+    spark = make_session(master=args.master, driver_memory=args.driver_memory)
+    start_s = time.monotonic() - t
+    print(f"Spark session ({args.master}) started in {start_s:.1f}s")
+    # warm the JVM (class loading, JIT) on a slice before anything is timed
+    first = sorted(os.path.join(r, f) for r, _, fs in os.walk(os.path.join(work, f"in-v{versions[0]}"))
+                   for f in fs)[0]
+    bare_scan(spark, first, os.path.join(work, "warm"), versions[0])
+
+    figs = {"scale": args.scale, "master": args.master, "spark_start_s": start_s, "cpus": os.cpu_count(),
+            "versions": {}}
+    for v in versions:
+        inp, out = os.path.join(work, f"in-v{v}"), os.path.join(work, f"out-v{v}")
+        scan_out = os.path.join(work, f"bare-v{v}")
+        _, b1, b1cpu, b1mem, _ = measure(sampler, lambda: bare_scan(spark, inp, scan_out, v))
+        res, job, cpu, peak, peak_jvm = measure(sampler, lambda: ingest.run(
+            inp, out, spark=spark, report=not args.no_report, full=True, progress=True))
+        _, b2, b2cpu, _, _ = measure(sampler, lambda: bare_scan(spark, inp, scan_out, v))
+        bare = min(b1, b2)
+        f = {"lines": res.rows_read, "bad_lines": res.bad_lines, "input_bytes": res.input_bytes,
+             "bytes_per_line": (res.input_bytes or 0) / max(1, res.rows_read), "files": res.files,
+             "job_seconds": job, "bare_scan_seconds": [b1, b2], "ratio": job / bare if bare else None,
+             "rows_per_s": res.rows_read / job, "cpu_seconds": cpu, "bare_scan_cpu_seconds": [b1cpu, b2cpu],
+             "cpu_ratio": cpu / min(b1cpu, b2cpu) if min(b1cpu, b2cpu) else None,
+             "peak_rss_total": peak, "peak_rss_jvm": peak_jvm, "bare_scan_peak_rss": b1mem,
+             "stages": res.stages, "tables": res.tables, "generation": gens[v], "loadavg": os.getloadavg()}
+        figs["versions"][f"v{v}"] = f
+        print()
+        print(f"schema v{v}: {res.rows_read:,} lines, {(res.input_bytes or 0) / 1e6:,.0f} MB "
+              f"({f['bytes_per_line']:.0f} bytes per line), {res.bad_lines} bad, on {args.master}")
+        print(f"  pipeline job time  {job:8.1f} s   ({f['rows_per_s']:,.0f} rows/s, report "
+              f"{'off' if args.no_report else 'included'})")
+        print(f"  bare scan          {bare:8.1f} s   (before {b1:.1f} s, after {b2:.1f} s: schema read + Parquet write)")
+        print(f"  ratio              {f['ratio']:8.2f} x  (job / faster bare scan)")
+        print(f"  CPU seconds        {cpu:8.1f} s   (bare scan {min(b1cpu, b2cpu):.1f} s, ratio {f['cpu_ratio']:.2f} x; "
+              f"the figures that depend least on other load)")
+        print(f"  peak memory        {peak / 2**20:8,.0f} MiB total (JVM {peak_jvm / 2**20:,.0f} MiB); "
+              f"bare scan {b1mem / 2**20:,.0f} MiB")
+        for name, sec in res.stages:
+            print(f"    {name:48s} {sec:8.1f} s")
+        print("  tables: " + ", ".join(f"{k} {n:,}" for k, n in res.tables.items()))
+        la = os.getloadavg()
+        print(f"  load average: {la[0]:.1f} {la[1]:.1f} {la[2]:.1f} ({os.cpu_count()} cpus)")
+    spark.stop()
     sampler.stop.set()
     sampler.join()
-    job = sum(s for _, s in res.stages)
-    load = os.getloadavg()
-    fig = {
-        "lines": res.rows_read, "bad_lines": res.bad_lines, "input_bytes": res.input_bytes,
-        "files": res.files, "master": args.master, "driver_memory": args.driver_memory,
-        "wall_seconds_incl_spark_start": wall, "job_seconds": job,
-        "rows_per_s": res.rows_read / job if job else None,
-        "rows_per_s_incl_spark_start": res.rows_read / wall,
-        "mb_per_s": (res.input_bytes or 0) / 1e6 / job if job else None,
-        "peak_rss_total": sampler.peak_total, "peak_rss_jvm": sampler.peak_jvm, "peak_rss_python": sampler.peak_py,
-        "cpu_seconds": sampler.cpu_seconds(),
-        "rows_per_cpu_s": res.rows_read / sampler.cpu_seconds() if sampler.cpu_seconds() else None,
-        "stages": res.stages, "tables": res.tables, "generation": gen, "scale": args.scale,
-        "loadavg_at_end": load, "cpus": os.cpu_count(),
-    }
-    print()
-    print(f"ingested {res.rows_read:,} lines ({(res.input_bytes or 0) / 1e6:,.0f} MB, {res.bad_lines} bad) "
-          f"on {args.master}")
-    print(f"  job time      {job:8.1f} s   (wall incl. Spark start {wall:.1f} s)")
-    print(f"  rows/s        {fig['rows_per_s']:10,.0f}   ({fig['mb_per_s']:.1f} MB/s of JSON)")
-    print(f"  CPU time      {fig['cpu_seconds']:8.1f} s   (JVM + Python; {fig['rows_per_cpu_s']:,.0f} rows per "
-          f"CPU-second: the figure that does not depend on other load on the machine)")
-    print(f"  peak memory   {sampler.peak_total / 2**20:8,.0f} MiB total "
-          f"(JVM {sampler.peak_jvm / 2**20:,.0f} MiB, Python {sampler.peak_py / 2**20:,.0f} MiB)")
-    for name, s in res.stages:
-        print(f"    {name:48s} {s:8.1f} s")
-    print("  tables: " + ", ".join(f"{k} {v:,}" for k, v in res.tables.items()))
-    print(f"  load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cpus)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(fig, f, indent=2, default=str)
+        with open(args.json, "w") as fh:
+            json.dump(figs, fh, indent=2, default=str)
     if not args.keep and not args.dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -242,7 +242,7 @@ class Follower:
             prev = prev_ids[-1] if prev_ids else None
 
             # ---- worker samples: tail + new, drop late rows --------------------------
-            wcols = [c for c in new.columns if c != "top_queues"]
+            wcols = [c for c in new.columns if c not in ("top_queues", "qmap")]
             if prev is not None and storage.exists(spark, self.state_path(prev, "worker_tail")):
                 tail = spark.read.parquet(self.state_path(prev, "worker_tail")).select(*wcols).withColumn(
                     "_tail", F.lit(True))
@@ -265,7 +265,7 @@ class Follower:
              .write.mode("overwrite").parquet(self.state_path(batch_id, "worker_tail")))
 
             # ---- queues ---------------------------------------------------------------
-            qnew = transform.queue_samples(new_ok.select("node", "worker", "pid", "ts", "uptime_s", "top_queues")
+            qnew = transform.queue_samples(new_ok.select("node", "worker", "pid", "ts", "uptime_s", "top_queues", "qmap")
                                            .withColumn("_tail", F.lit(False)))
             if prev is not None and storage.exists(spark, self.state_path(prev, "queue_tail")):
                 qtail = spark.read.parquet(self.state_path(prev, "queue_tail")).withColumn("_tail", F.lit(True))

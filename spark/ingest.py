@@ -41,6 +41,7 @@ PARTITIONED = ("worker_rates", "node_rates", "queue_backlog")
 STAGING = "_staging"
 FOLLOW_DIR = "_follow"
 REPORT_DIR = "report"
+WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false", "spark.sql.maxConcurrentOutputFileWriters": "16"}
 
 
 class IngestError(Exception):
@@ -55,6 +56,7 @@ class IngestResult:
     mode: str = "batch"
     files: int | None = 0
     input_bytes: int | None = 0
+    new_bytes: int | None = None       # bytes read by this run (incremental: only what was new)
     rows_read: int = 0                 # non-blank input lines
     bad_lines: int = 0
     bad_by_reason: dict = field(default_factory=dict)
@@ -103,8 +105,14 @@ class IngestResult:
 class BatchPipeline:
     def __init__(self, spark, input_path: str, output: str, progress: Progress, result: IngestResult,
                  first_sample: str = "start", bucket_s: float | None = None, report: bool = True,
-                 keep_staging: bool = False):
+                 keep_staging: bool = False, full: bool = False):
         self.spark = spark
+        self.full = full
+        self.meta = None
+        self.node_t0 = {}
+        self._new_node_min = {}
+        self.new_manifest = None
+        self.segment_names = {}
         self.input = input_path
         self.output = output
         self.progress = progress
@@ -120,9 +128,13 @@ class BatchPipeline:
     def run(self) -> IngestResult:
         from pyspark.sql import functions as F
 
-        from disque_spark import schema, transform
+        from disque_spark import increment, schema, transform
 
         spark, res, pr = self.spark, self.result, self.progress
+        # partitioned writes without a sort of every row by date first: concurrent writers
+        # (a run covers a few dates, so a task keeps a few files open)
+        for key, value in WRITE_CONF.items():
+            spark.conf.set(key, value)
 
         with pr.stage("list input") as st:
             spark_paths, files, total = storage.list_input(self.input)
@@ -132,10 +144,33 @@ class BatchPipeline:
                                      if os.path.isdir(storage.local_path(self.input)) else ""))
             res.files = len(files) if files is not None else None
             res.input_bytes = total
+            # incremental needs inodes (a local input) and a local state directory
+            can_increment = files is not None and storage.is_local(self.output)
+            state_dir = os.path.join(storage.local_path(self.output), increment.STATE_DIR) if can_increment else None
+            meta = None if self.full or not can_increment else self._load_meta(state_dir)
+            self.meta = meta
+            if meta is None:
+                for name in TABLES + (STAGING, FOLLOW_DIR, REPORT_DIR, increment.STATE_DIR):
+                    storage.delete(spark, self.path(name))
+            if files is not None:
+                manifest = increment.load_manifest(state_dir) if meta is not None else None
+                segments, self.new_manifest = increment.plan(files, manifest)
+                seg_dir = os.path.join(storage.local_path(self.output), increment.STATE_DIR, increment.SEGMENTS)
+                spark_paths = increment.materialize(segments, seg_dir)
+                res.new_bytes = sum(s.end - s.start for s in segments)
+                self.segment_names = {p: s.path for p, s in zip(spark_paths, segments) if not s.whole}
+            else:
+                segments, self.new_manifest, res.new_bytes, self.segment_names = None, None, None, {}
+            res.mode = "incremental" if meta is not None else "batch"
             st.detail = (f"{fmt_int(res.files)} files, {human_bytes(total)}" if files is not None
                          else f"{self.input} (listed by Spark)")
-            for name in TABLES + (STAGING, FOLLOW_DIR, REPORT_DIR):
-                storage.delete(spark, self.path(name))
+            if meta is not None:
+                st.detail += f"; incremental: {len(segments)} new parts, {human_bytes(res.new_bytes)} new"
+        if segments is not None and not spark_paths:
+            pr.say("nothing new since the last run")
+            self._apply_meta_counts(meta)
+            self._count_tables()
+            return res
 
         staging = self.path(STAGING, "samples")
         with pr.stage("parse + validate (explicit schema)") as st:
@@ -144,7 +179,11 @@ class BatchPipeline:
                 reader = reader.option("pathGlobFilter", storage.DIR_PATTERN) if not any(
                     c in self.input for c in "*?[{") else reader
             text = reader.text(spark_paths)
-            text = text.select("value", F.col("_metadata.file_path").alias("_file"))
+            file_col = F.col("_metadata.file_path")
+            for seg, orig in self.segment_names.items():     # a copied part reports its file
+                file_col = F.when(F.col("_metadata.file_path").endswith(os.path.basename(seg)),
+                                  F.lit(orig)).otherwise(file_col)
+            text = text.select("value", file_col.alias("_file"))
             parsed = schema.parse_lines(text, file_col="_file")
             parsed.write.mode("overwrite").parquet(staging)
             staged = spark.read.parquet(staging)
@@ -152,60 +191,85 @@ class BatchPipeline:
             # one small group per (node, worker) and per bad reason: summed up here
             groups = staged.groupBy(
                 "bad_reason", F.when(good, F.col("node")).alias("n"), F.when(good, F.col("worker")).alias("w")
-            ).agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("lat_counts")).alias("k"),
-                  F.min("ts").alias("t0"), F.max("ts").alias("t1")).collect()
-            res.rows_read = sum(int(g["rows"]) for g in groups)
-            res.bad_by_reason = {}
+            ).agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("lat_counts")).alias("k")).collect()
+            rows = sum(int(g["rows"]) for g in groups)
+            bad_by_reason = {}
             for g in groups:
                 if g["bad_reason"] is not None:
-                    res.bad_by_reason[g["bad_reason"]] = res.bad_by_reason.get(g["bad_reason"], 0) + int(g["rows"])
-            res.bad_lines = sum(res.bad_by_reason.values())
-            res.rows_ok = res.rows_read - res.bad_lines
+                    bad_by_reason[g["bad_reason"]] = bad_by_reason.get(g["bad_reason"], 0) + int(g["rows"])
             ok = [g for g in groups if g["bad_reason"] is None]
-            res.nodes, res.workers = len({g["n"] for g in ok}), len(ok)
-            res.start_ts = min((g["t0"] for g in ok), default=None)
-            res.end_ts = max((g["t1"] for g in ok), default=None)
             k = max([int(g["k"]) for g in ok if g["k"] is not None and g["k"] > 0] or [0])
-            if res.bad_lines:
+            counts = self._counts(rows, bad_by_reason, k)
+            nbad = sum(bad_by_reason.values())
+            if nbad:
                 bad = staged.where(~good).select("file", "bad_reason", "line")
-                bad.write.mode("overwrite").parquet(self.path("bad_lines"))
-                res.tables["bad_lines"] = res.bad_lines
-                res.table_paths["bad_lines"] = self.path("bad_lines")
+                bad.write.mode("append" if meta else "overwrite").parquet(self.path("bad_lines"))
                 res.bad_examples = [tuple(r) for r in bad.limit(5).collect()]
-            st.detail = (f"rows read {fmt_int(res.rows_read)}, bad lines {fmt_int(res.bad_lines)}"
-                         + (f" {res.bad_by_reason}" if res.bad_lines else "")
-                         + f", {res.nodes} nodes, {res.workers} workers")
+            k = counts["k"]
+            st.detail = (f"rows read {fmt_int(rows)}, bad lines {fmt_int(nbad)}"
+                         + (f" {bad_by_reason}" if nbad else "") + f", {len(ok)} workers")
 
         samples = staged.where(good).drop("bad_reason", "line", "file")
+        wcols = [c for c in samples.columns if c not in ("top_queues", "qmap")]
+        tail_dir = self.state_path("worker_tail")
+        qtail_dir = self.state_path("queue_tail")
 
         with pr.stage("worker_rates (window per node/worker)") as st:
-            wr = transform.worker_rates(samples.drop("top_queues"), self.first_sample, k)
-            n, restarts = self._write("worker_rates", wr, extra=F.sum(F.col("restart").cast("int")))
-            wr = spark.read.parquet(self.path("worker_rates"))
-            res.restarts = int(restarts or 0)
-            st.detail = f"{fmt_int(n)} rows, {res.restarts} restarts"
+            if meta is not None and storage.exists(spark, tail_dir):
+                # the previous run's last sample of every worker: deltas across the boundary
+                tail = spark.read.parquet(tail_dir).select(*wcols)
+                marks = tail.select("node", "worker", F.col("ts").alias("_tail_ts"))
+                joined = samples.join(F.broadcast(marks), ["node", "worker"], "left")
+                late_cond = F.coalesce(F.col("ts") <= F.col("_tail_ts"), F.lit(False))
+                late = joined.where(late_cond).count()
+                samples = joined.where(~late_cond).drop("_tail_ts")
+                wsrc = tail.withColumn("_tail", F.lit(True)).unionByName(
+                    samples.select(*wcols, F.lit(False).alias("_tail")))
+            else:
+                late, tail = 0, None
+                wsrc = samples.select(*wcols)
+            counts["late"] = counts.get("late", 0) + late
+            firsts = samples.groupBy("node").agg(F.min("ts").alias("t0")).collect()
+            self._new_node_min = {r["node"]: float(r["t0"]) for r in firsts}
+            wr = transform.worker_rates(wsrc, self.first_sample, k)
+            if tail is not None:
+                wr = wr.where(~F.col("_tail")).drop("_tail")
+            n = self._write("worker_rates", wr, append=meta is not None)
+            st.detail = f"{fmt_int(n)} rows" + (f", {fmt_int(late)} late rows dropped" if late else "")
 
         with pr.stage("queue_backlog (window per node/worker/queue)") as st:
-            qb = transform.queue_backlog(transform.queue_samples(samples.select(
-                "node", "worker", "pid", "ts", "uptime_s", "top_queues")), self.first_sample)
-            n = self._write("queue_backlog", qb)
+            qs = transform.queue_samples(samples.select("node", "worker", "pid", "ts", "uptime_s", "top_queues",
+                                                        "qmap"))
+            if meta is not None and storage.exists(spark, qtail_dir):
+                qtail = spark.read.parquet(qtail_dir)
+                qsrc = qtail.withColumn("_tail", F.lit(True)).unionByName(qs.withColumn("_tail", F.lit(False)))
+                qb = transform.queue_backlog(qsrc, self.first_sample).where(~F.col("_tail")).drop("_tail")
+            else:
+                qtail, qsrc = None, qs
+                qb = transform.queue_backlog(qs, self.first_sample)
+            n = self._write("queue_backlog", qb, append=meta is not None)
             st.detail = f"{fmt_int(n)} rows"
 
         with pr.stage("node_rates (per node and time bucket)") as st:
-            bucket = self.bucket_s or detect_bucket(wr)
+            wr_all = spark.read.parquet(self.path("worker_rates"))
+            bucket = self.bucket_s or (meta or {}).get("bucket_s") or detect_bucket(wr_all)
             res.bucket_s = bucket
-            grid = transform.node_grid(wr)
-            nr = transform.node_rates(wr, bucket, grid, k)
-            n = self._write("node_rates", nr)
+            n = self._node_rates(wr_all, bucket, k, incremental=meta is not None)
             st.detail = f"{fmt_int(n)} rows, bucket {bucket:g}s"
 
         with pr.stage("summary + answers") as st:
             nr = spark.read.parquet(self.path("node_rates"))
-            n1 = self._write("summary", transform.summary(wr, nr, bucket, k), partitioned=False)
-            qb = spark.read.parquet(self.path("queue_backlog"))
-            n2 = self._write("queue_summary", transform.queue_summary(qb), partitioned=False)
+            n1 = self._write("summary", transform.summary(wr_all, nr, bucket, k), partitioned=False)
+            qb_all = spark.read.parquet(self.path("queue_backlog"))
+            n2 = self._write("queue_summary", transform.queue_summary(qb_all), partitioned=False)
             st.detail = f"summary {n1} rows, queue_summary {n2} rows"
 
+        if state_dir is not None:
+            with pr.stage("state for the next run (last samples)") as st:
+                self._save_state(wsrc, qsrc, state_dir, counts, bucket)
+                st.detail = self.state_path()
+        self._apply_meta_counts({"counts": counts, "bucket_s": bucket})
+        self._count_tables()
         if not self.keep_staging:
             storage.delete(spark, self.path(STAGING))
 
@@ -215,25 +279,136 @@ class BatchPipeline:
                 st.detail = res.report_path
         return res
 
-    def _write(self, name: str, df, partitioned: bool | None = None, extra=None):
-        """Write a table, read back its row count (and one extra aggregate, if given)."""
+    # -- incremental state ------------------------------------------------------------
+    def state_path(self, *parts: str) -> str:
+        from disque_spark.increment import STATE_DIR
+        run = (self.meta or {}).get("run", 0)
+        return self.path(STATE_DIR, f"run-{run:06d}", *parts)
+
+    def _load_meta(self, state_dir: str) -> dict | None:
+        from disque_spark import increment
+        p = os.path.join(state_dir, "meta.json")
+        if not os.path.exists(p) or increment.load_manifest(state_dir) is None:
+            return None
+        with open(p) as f:
+            meta = json.load(f)
+        if meta.get("first_sample") != self.first_sample or (self.bucket_s and meta.get("bucket_s") != self.bucket_s):
+            self.progress.say("options differ from the previous run: full rebuild")
+            return None
+        return meta
+
+    def _counts(self, rows: int, bad_by_reason: dict, k: int) -> dict:
+        c = dict((self.meta or {}).get("counts") or {"rows": 0, "bad": {}, "late": 0})
+        c["bad"] = dict(c["bad"])
+        c["rows"] += rows
+        for r, n in bad_by_reason.items():
+            c["bad"][r] = c["bad"].get(r, 0) + n
+        c["k"] = max(int(c.get("k") or 0), k)
+        return c
+
+    def _save_state(self, wsrc, qsrc, state_dir: str, counts: dict, bucket: float) -> None:
+        """The last sample of every worker and queue (tail included), then meta + manifest."""
         from pyspark.sql import functions as F
+
+        from disque_spark import increment
+        old = self.state_path()
+        meta = {"run": (self.meta or {}).get("run", -1) + 1, "counts": counts, "bucket_s": bucket,
+                "first_sample": self.first_sample, "nodes": self.node_t0}
+        new_meta_holder, self.meta = self.meta, meta
+        try:
+            for src, keys, name in ((wsrc, ["node", "worker"], "worker_tail"),
+                                    (qsrc, ["node", "worker", "queue"], "queue_tail")):
+                cols = [c for c in src.columns if c != "_tail"]
+                last = src.groupBy(*keys).agg(F.max_by(F.struct(*cols), F.col("ts")).alias("_s")).select("_s.*")
+                last.write.mode("overwrite").parquet(self.state_path(name))
+        except Exception:
+            self.meta = new_meta_holder
+            raise
+        with open(os.path.join(state_dir, "meta.json.tmp"), "w") as f:
+            json.dump(meta, f)
+        os.replace(os.path.join(state_dir, "meta.json.tmp"), os.path.join(state_dir, "meta.json"))
+        increment.save_manifest(state_dir, self.new_manifest)
+        if new_meta_holder is not None:
+            storage.delete(self.spark, old)
+        storage.delete(self.spark, storage.join(state_dir, increment.SEGMENTS))
+
+    def _node_rates(self, wr_all, bucket: float, k: int, incremental: bool) -> int:
+        """Full: every bucket. Incremental: the days the new samples touch are recomputed from
+        worker_rates (a bucket at the boundary gets its samples from both runs) and replace
+        those date partitions; earlier days stay as they are."""
+        from pyspark.sql import functions as F
+
+        from disque_spark import transform
+        spark = self.spark
+        known = dict((self.meta or {}).get("nodes") or {})
+        if not incremental:
+            grid_rows = transform.node_grid(wr_all).collect()
+            self.node_t0 = {r["node"]: float(r["t0"]) for r in grid_rows}
+            nr = transform.node_rates(wr_all, bucket, transform.node_grid(wr_all), k)
+            return self._write("node_rates", nr)
+        # nodes first seen now anchor their grid at their first sample
+        for node, t0 in self._new_node_min.items():
+            known.setdefault(node, t0)
+        self.node_t0 = known
+        if not self._new_node_min:
+            return self._count("node_rates")
+        lo = min(self._new_node_min.values())
+        day = int((lo - bucket) // 86400)
+        grid = spark.createDataFrame(sorted(known.items()), "node string, t0 double")
+        src = wr_all.where((F.col("date") >= transform.date_of(F.lit(day * 86400.0 - 86400.0)))
+                           & (F.col("ts") >= day * 86400.0 - bucket))
+        nr = transform.node_rates(src, bucket, grid, k).where(
+            F.col("date") >= transform.date_of(F.lit(day * 86400.0)))
+        nr.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy("date").parquet(
+            self.path("node_rates"))
+        return self._count("node_rates")
+
+    def _apply_meta_counts(self, meta) -> None:
+        res = self.result
+        c = (meta or {}).get("counts") or {}
+        res.rows_read = int(c.get("rows", 0))
+        res.bad_by_reason = dict(c.get("bad", {}))
+        res.bad_lines = sum(res.bad_by_reason.values())
+        res.rows_ok = res.rows_read - res.bad_lines
+        res.late_rows = int(c.get("late", 0))
+        res.bucket_s = res.bucket_s or (meta or {}).get("bucket_s")
+
+    def _count_tables(self) -> None:
+        from pyspark.sql import functions as F
+        spark, res = self.spark, self.result
+        for t in TABLES:
+            p = self.path(t)
+            if t not in res.tables and storage.exists(spark, p):
+                res.tables[t] = spark.read.parquet(p).count()
+                res.table_paths[t] = p
+        if storage.exists(spark, self.path("summary")):
+            rows = spark.read.parquet(self.path("summary")).select(
+                "node", "workers", "restarts", "start_ts", "end_ts").collect()
+            tot = [r for r in rows if r["node"] == "TOTAL"]
+            res.nodes = len(rows) - len(tot)
+            if tot:
+                res.workers, res.restarts = int(tot[0]["workers"] or 0), int(tot[0]["restarts"] or 0)
+        if storage.exists(spark, self.path("worker_rates")):
+            agg = spark.read.parquet(self.path("worker_rates")).agg(F.min("ts"), F.max("ts")).first()
+            res.start_ts, res.end_ts = agg[0], agg[1]
+
+    def _write(self, name: str, df, partitioned: bool | None = None, append: bool = False):
+        """Write a table (replace it, or append to it), read back its row count."""
         path = self.path(name)
-        w = df.write.mode("overwrite")
+        w = df.write.mode("append" if append else "overwrite")
         if partitioned is None:
             partitioned = name in PARTITIONED
         if partitioned:
             w = w.partitionBy("date")
         w.parquet(path)
-        back = self.spark.read.parquet(path)
-        if extra is None:
-            n = back.count()
-        else:
-            row = back.agg(F.count(F.lit(1)), extra).first()
-            n = row[0]
+        return self._count(name)
+
+    def _count(self, name: str) -> int:
+        path = self.path(name)
+        n = self.spark.read.parquet(path).count() if storage.exists(self.spark, path) else 0
         self.result.tables[name] = n
         self.result.table_paths[name] = path
-        return n if extra is None else (n, row[1])
+        return n
 
 
 def detect_bucket(wr, default: float | None = 1.0) -> float | None:
@@ -269,7 +444,7 @@ def run(input: str, output: str, master: str | None = None, follow: bool = False
         bucket_s: float | None = None, driver_memory: str | None = "2g", keep_staging: bool = False,
         max_files_per_trigger: int = 10, trigger_seconds: float = 2.0, idle_timeout: float | None = None,
         max_seconds: float | None = None, stop_event=None, report_every: float = 60.0,
-        spark_conf: dict | None = None) -> IngestResult:
+        spark_conf: dict | None = None, full: bool = False) -> IngestResult:
     """Run the pipeline; returns an IngestResult with the counts.
 
     ``spark``: an existing SparkSession to use (it is left running); otherwise one is
@@ -277,13 +452,15 @@ def run(input: str, output: str, master: str | None = None, follow: bool = False
     ``follow``: keep consuming new files (Structured Streaming) until ``stop_event`` is
     set, ``idle_timeout`` seconds pass without new input, ``max_seconds`` elapse, or
     Ctrl-C. See follow.py.
+    ``full``: rebuild every table from all the input; by default a batch run over an output
+    that a previous run left state in (OUT/_state/) processes only the new input.
     """
     if first_sample not in ("start", "baseline"):
         raise IngestError("first_sample must be 'start' or 'baseline'")
     if isinstance(progress, Progress):
         pr = progress
     else:
-        pr = Progress(enabled=bool(progress), total_stages=None if follow else (7 if report else 6))
+        pr = Progress(enabled=bool(progress), total_stages=None if follow else (8 if report else 7))
     t0 = time.monotonic()
     own = spark is None
     if own:
@@ -304,7 +481,7 @@ def run(input: str, output: str, master: str | None = None, follow: bool = False
             f.stop()
         else:
             BatchPipeline(spark, input, output, pr, res, first_sample=first_sample, bucket_s=bucket_s,
-                          report=report, keep_staging=keep_staging).run()
+                          report=report, keep_staging=keep_staging, full=full).run()
     finally:
         res.stages = list(pr.done)
         res.seconds = time.monotonic() - t0
@@ -351,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node_rates time bucket (default: the median sampling interval)")
     p.add_argument("--driver-memory", default="2g", help="driver JVM heap for a local master (default 2g)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark config")
+    p.add_argument("--full", action="store_true",
+                   help="rebuild every table from all the input (default: a re-run over the same --output "
+                        "processes only the lines added since the last run)")
     p.add_argument("--keep-staging", action="store_true", help="keep the parsed samples (_staging/)")
     p.add_argument("--max-files-per-trigger", type=int, default=10, help="--follow: files per micro-batch")
     p.add_argument("--trigger", type=float, default=2.0, metavar="SECONDS",
@@ -398,7 +578,8 @@ def main(argv=None) -> int:
                   progress=not args.quiet, first_sample=args.first_sample, bucket_s=args.bucket,
                   driver_memory=args.driver_memory, keep_staging=args.keep_staging,
                   max_files_per_trigger=args.max_files_per_trigger, trigger_seconds=args.trigger,
-                  idle_timeout=args.idle_timeout, report_every=args.report_every, spark_conf=conf)
+                  idle_timeout=args.idle_timeout, report_every=args.report_every, spark_conf=conf,
+                  full=args.full)
     except IngestError as e:
         print(f"disque-stats-ingest: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,10 @@
-"""The stats-log schema v1, given to Spark explicitly (never inferred), and the line parser.
+"""The stats-log schemas v1 and v2, given to Spark explicitly (never inferred), and the line parser.
 
-One JSON object per line, one line per worker per interval. See spark/README.md for the
-field-by-field description. Parsing rules:
+One JSON object per line, one line per worker per interval. See docs/stats-schema.md for the
+field-by-field description of both versions. A file may mix them: the parser reads every
+line with the union of both schemas and maps each version's fields onto the same flat
+sample columns (v2's left-out counters become 0, its histogram gets the version's bounds).
+Parsing rules:
 
 * blank lines are ignored (not counted as bad);
 * a line is *bad* (counted, skipped, never fatal) when it is not a JSON object
@@ -61,8 +64,36 @@ STATS_SCHEMA = T.StructType([
                   True),
 ])
 
-#: What from_json is given: the record schema plus the corrupt-record column.
-PARSE_SCHEMA = T.StructType(STATS_SCHEMA.fields + [T.StructField(CORRUPT_COLUMN, _S, True)])
+#: v2 (docs/stats-schema.md): short keys; zero counters, empty maps and trailing zeros left out.
+V2_JOBS = dict((("added", "add"), ("delivered", "dlv"), ("acked", "ack"), ("nacked", "nak"), ("requeued", "rq"),
+                ("expired", "exp"), ("deleted", "del")))
+V2_GAUGES = dict((("jobs", "jobs"), ("queued", "qd"), ("active", "act"), ("queues", "qs"), ("blocked", "blk")))
+#: the histogram bounds every v2 line has unless it carries its own ``lb``
+V2_LATENCY_BOUNDS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+V2_FIELDS = [
+    T.StructField("t", _D, True),
+    T.StructField("n", _S, True),
+    T.StructField("a", _S, True),
+    T.StructField("w", T.IntegerType(), True),
+    T.StructField("p", _L, True),
+    T.StructField("up", _D, True),
+    T.StructField("c", COUNTER_MAP, True),
+    T.StructField("j", T.StructType(_fields(*V2_JOBS.values())), True),
+    T.StructField("g", T.StructType(_fields(*V2_GAUGES.values())), True),
+    T.StructField("q", T.MapType(_S, T.ArrayType(_L, True), True), True),
+    T.StructField("bi", COUNTER_MAP, True),
+    T.StructField("bo", COUNTER_MAP, True),
+    T.StructField("m", _L, True),
+    T.StructField("cu", _D, True),
+    T.StructField("cs", _D, True),
+    T.StructField("l", T.ArrayType(_L, True), True),
+    T.StructField("lb", T.ArrayType(_L, True), True),
+]
+#: The v2 record schema (what a bare scan of v2 files is given).
+STATS_SCHEMA_V2 = T.StructType([T.StructField("v", _L, True)] + V2_FIELDS)
+
+#: What from_json is given: both versions' fields plus the corrupt-record column.
+PARSE_SCHEMA = T.StructType(STATS_SCHEMA.fields + V2_FIELDS + [T.StructField(CORRUPT_COLUMN, _S, True)])
 
 JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 
@@ -70,7 +101,7 @@ JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUM
 SAMPLE_COLUMNS = (
     ["node", "addr", "worker", "pid", "ts", "uptime_s", "v", "commands"]
     + list(JOB_COUNTERS) + list(GAUGES)
-    + ["top_queues", "bus_in", "bus_out", "rss", "cpu_user", "cpu_sys", "lat_bounds", "lat_counts"]
+    + ["top_queues", "qmap", "bus_in", "bus_out", "rss", "cpu_user", "cpu_sys", "lat_bounds", "lat_counts"]
 )
 
 BAD_REASONS = ("malformed", "type", "missing")
@@ -98,8 +129,9 @@ def parse_lines(text: DataFrame, value_col: str = "value", file_col: str | None 
     reason = (F.when(F.col("j").isNull(), F.lit("malformed"))
               .when(corrupt.isNotNull() & F.json_object_keys(F.col("_line")).isNull(), F.lit("malformed"))
               .when(corrupt.isNotNull(), F.lit("type"))
-              .when(F.col("j.ts").isNull() | F.col("j.node").isNull() | F.col("j.worker").isNull(),
-                    F.lit("missing")))
+              .when(F.coalesce(F.col("j.ts"), F.col("j.t")).isNull()
+                    | F.coalesce(F.col("j.node"), F.col("j.n")).isNull()
+                    | F.coalesce(F.col("j.worker"), F.col("j.w")).isNull(), F.lit("missing")))
     out = [_flat(n) for n in SAMPLE_COLUMNS]
     out.append(reason.alias("bad_reason"))
     out.append(F.when(reason.isNotNull(), F.substring(F.col("_line"), 1, 500)).alias("line"))
@@ -108,18 +140,65 @@ def parse_lines(text: DataFrame, value_col: str = "value", file_col: str | None 
     return df.select(*out)
 
 
-def _flat(name: str) -> Column:
+def _empty_map() -> Column:
+    return F.map_from_arrays(F.array().cast("array<string>"), F.array().cast("array<bigint>"))
+
+
+_V2_SCALARS = {"ts": "t", "node": "n", "addr": "a", "worker": "w", "pid": "p", "uptime_s": "up"}
+
+
+def _v1(name: str) -> Column:
     j = F.col("j")
     if name in JOB_COUNTERS:
-        return j.getField("jobs").getField(name).alias(name)
+        return j.getField("jobs").getField(name)
     if name in GAUGES:
-        return j.getField("gauges").getField(name).alias(name)
+        return j.getField("gauges").getField(name)
     if name == "bus_in":
-        return j.getField("bus").getField("in").alias(name)
+        return j.getField("bus").getField("in")
     if name == "bus_out":
-        return j.getField("bus").getField("out").alias(name)
+        return j.getField("bus").getField("out")
     if name == "lat_bounds":
-        return j.getField("latency_us").getField("bounds").alias(name)
+        return j.getField("latency_us").getField("bounds")
     if name == "lat_counts":
-        return j.getField("latency_us").getField("counts").alias(name)
-    return j.getField(name).alias(name)
+        return j.getField("latency_us").getField("counts")
+    return j.getField(name)
+
+
+def _v2(name: str) -> Column:
+    """A v2 line's value for a flat sample column: what v2 leaves out counts as zero / empty."""
+    j = F.col("j")
+    zero = F.lit(0).cast("long")
+    if name in _V2_SCALARS:
+        return j.getField(_V2_SCALARS[name])
+    if name in JOB_COUNTERS:
+        return F.coalesce(j.getField("j").getField(V2_JOBS[name]), zero)
+    if name in GAUGES:
+        return F.coalesce(j.getField("g").getField(V2_GAUGES[name]), zero)
+    if name in ("commands", "bus_in", "bus_out"):
+        return F.coalesce(j.getField({"commands": "c", "bus_in": "bi", "bus_out": "bo"}[name]), _empty_map())
+    if name == "rss":
+        return j.getField("m")
+    if name in ("cpu_user", "cpu_sys"):
+        return F.coalesce(j.getField({"cpu_user": "cu", "cpu_sys": "cs"}[name]), F.lit(0.0))
+    if name == "lat_bounds":
+        return F.coalesce(j.getField("lb"), F.array(*[F.lit(b).cast("long") for b in V2_LATENCY_BOUNDS]))
+    if name == "lat_counts":
+        # trailing zeros were trimmed: pad to len(bounds) + 1 so consecutive samples compare bucket by bucket
+        counts = F.coalesce(j.getField("l"), F.array().cast("array<bigint>"))
+        nb = F.coalesce(F.size(j.getField("lb")), F.lit(len(V2_LATENCY_BOUNDS))) + 1
+        return F.concat(counts, F.array_repeat(F.lit(0).cast("long"), F.greatest(nb - F.size(counts), F.lit(0))))
+    return None
+
+
+def _flat(name: str) -> Column:
+    if name == "top_queues":
+        return F.col("j").getField("top_queues").alias(name)
+    if name == "qmap":                  # v2 top queues: name -> [len, in, out, nacks, additional]
+        return F.col("j").getField("q").alias(name)
+    if name == "v":
+        return F.col("j").getField("v").alias(name)
+    v2 = _v2(name)
+    v1 = _v1(name)
+    if name in _V2_SCALARS:             # both spellings: whichever the line has
+        return F.coalesce(v1, v2).alias(name)
+    return F.when(F.coalesce(F.col("j").getField("v"), F.lit(1)) >= 2, v2).otherwise(v1).alias(name)

@@ -88,3 +88,20 @@ def record(node, worker, ts, uptime, pid, t, *, addr="127.0.0.1:7711", cmd_rates
 
 def dumps(rec) -> str:
     return json.dumps(rec, separators=(",", ":"))
+
+
+def worker_stats_of(rec) -> dict:
+    """The worker stats dict (what the server's producer gets) behind a v1 record."""
+    w = {"index": rec["worker"], "pid": rec["pid"], "uptime_s": rec["uptime_s"],
+         "commands": rec["commands"], **rec["jobs"], **rec["gauges"],
+         "top_queues": rec["top_queues"], "bus_in": rec["bus"]["in"], "bus_out": rec["bus"]["out"],
+         "rss": rec["rss"], "cpu_user": rec["cpu_user"], "cpu_sys": rec["cpu_sys"],
+         "latency_counts": rec["latency_us"]["counts"]}
+    assert rec["latency_us"]["bounds"] == LAT_BOUNDS
+    return w
+
+
+def to_v2(rec) -> dict:
+    """The same sample as a schema-v2 record, written by the server's own producer."""
+    from disque import statslog
+    return statslog.line(rec["ts"], rec["node"], rec["addr"], worker_stats_of(rec))

@@ -235,13 +235,23 @@ def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14) -
 # ---------------------------------------------------------------------------
 
 def queue_samples(samples: DataFrame) -> DataFrame:
-    """Explode top_queues: one row per (node, worker, queue, sample)."""
+    """Explode the top queues: one row per (node, worker, queue, sample).
+
+    v1 lines carry them as ``top_queues`` (array of structs), v2 lines as ``qmap`` (name ->
+    [len, jobs_in, jobs_out, nacks, additional_deliveries], trailing zeros trimmed).
+    """
     keep = ["node", "worker", "pid", "ts", "uptime_s"]
     if "_tail" in samples.columns:
         keep.append("_tail")
-    df = samples.select(*keep, F.explode("top_queues").alias("q"))
-    return df.select(*keep, F.col("q.queue").alias("queue"), F.col("q.len").alias("len"),
-                     *[F.col("q." + c).alias(c) for c in QUEUE_COUNTERS]).where(F.col("queue").isNotNull())
+    fields = ["len"] + list(QUEUE_COUNTERS)
+    v1 = samples.select(*keep, F.explode("top_queues").alias("q"))
+    v1 = v1.select(*keep, F.col("q.queue").alias("queue"), *[F.col("q." + c).alias(c) for c in fields])
+    if "qmap" not in samples.columns:
+        return v1.where(F.col("queue").isNotNull())
+    v2 = samples.select(*keep, F.explode("qmap").alias("queue", "_a"))
+    v2 = v2.select(*keep, "queue", *[F.coalesce(F.try_element_at(F.col("_a"), F.lit(i + 1)), F.lit(0)).cast("long")
+                                     .alias(c) for i, c in enumerate(fields)])
+    return v1.unionByName(v2).where(F.col("queue").isNotNull())
 
 
 def queue_backlog(qsamples: DataFrame, first_sample: str = "start") -> DataFrame:

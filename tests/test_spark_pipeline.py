@@ -189,12 +189,18 @@ def test_parses_the_servers_own_lines(spark_session):
          "top_queues": [{"queue": "q", "len": 5, "jobs_in": 7, "jobs_out": 2, "nacks": 1,
                          "additional_deliveries": 1}],
          "bus_in": {"REPLJOB": 1}, "bus_out": {"GOTJOB": 2}, "rss": 23367680, "cpu_user": 0.5, "cpu_sys": 0.1}
-    rec = statslog.line(T0, NODE_A, "127.0.0.1:7711", w)
-    df = spark_session.createDataFrame([(json.dumps(rec),)], "value string")
-    [r] = schema.parse_lines(df).collect()
-    assert r["bad_reason"] is None, r["line"]
-    assert (r["node"], r["worker"], r["pid"], r["commands"]["addjob"], r["added"]) == (NODE_A, 1, 4242, 7, 7)
-    assert r["top_queues"][0]["additional_deliveries"] == 1 and len(r["lat_counts"]) == len(r["lat_bounds"]) + 1
+    recs = [statslog.line(T0, NODE_A, "127.0.0.1:7711", w), statslog.line_v1(T0, NODE_A, "127.0.0.1:7711", w)]
+    assert [rec["v"] for rec in recs] == [2, 1]
+    df = spark_session.createDataFrame([(json.dumps(rec),) for rec in recs], "value string")
+    v2, v1 = schema.parse_lines(df).collect()
+    for r in (v2, v1):
+        assert r["bad_reason"] is None, r["line"]
+        assert (r["node"], r["worker"], r["pid"], r["commands"]["addjob"], r["added"]) == (NODE_A, 1, 4242, 7, 7)
+        assert (r["expired"], r["blocked"], r["active"]) == (0, 0, 1)        # v2 left them out: 0
+        assert r["bus_in"] == {"REPLJOB": 1} and r["cpu_user"] == 0.5
+        assert r["lat_bounds"] == list(statslog.LATENCY_BOUNDS_US) and r["lat_counts"] == [0] * 14
+    assert v1["top_queues"][0]["additional_deliveries"] == 1 and v1["qmap"] is None
+    assert v2["qmap"] == {"q": [5, 7, 2, 1, 1]} and v2["top_queues"] is None
 
 
 # ---------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from disque_spark.testing import spark_session  # noqa: E402,F401
 
 
 def latest_totals(path, field):
-    """Sum over workers of the latest record's jobs[field] in one node's log."""
+    """Sum over workers of the latest record's job counter in one node's log (schema v2)."""
+    short = {"added": "add", "acked": "ack"}[field]
     latest = {}
     if not path.exists():
         return -1
     for raw in path.read_text().splitlines():
         rec = json.loads(raw)
-        latest[rec["worker"]] = rec["jobs"][field]
+        latest[rec["w"]] = rec.get("j", {}).get(short, 0)
     return sum(latest.values())
 
 
