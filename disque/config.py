@@ -2,9 +2,9 @@
 
 Everything the server can be configured with is described once, in ``DIRECTIVES`` (SPEC.md section
 13 plus our own ``workers``, ``stats-log-file``, ``stats-log-interval``, ``metrics-port`` and
-``metrics-auth``). Each row says how the
-arguments are parsed and validated, the default, whether CONFIG GET / CONFIG SET may touch it and
-whether CONFIG REWRITE writes it; the row order is the CONFIG REWRITE order (and CONFIG GET's).
+``metrics-auth``). Each row says how the arguments are parsed and validated, the default, whether
+CONFIG GET / CONFIG SET may touch it and whether CONFIG REWRITE writes it; the row order is the
+CONFIG REWRITE order (and CONFIG GET's).
 
 The parser follows upstream's ``loadServerConfigFromString``: one directive per line, ``#``
 comments, shell-like quoting, case-insensitive names, last occurrence wins, and command-line

@@ -84,3 +84,30 @@ def test_keep_alive_rules():
     assert not parse_head(b"GET / HTTP/1.0").keep_alive
     assert parse_head(b"GET / HTTP/1.0\r\nConnection: Keep-Alive").keep_alive
     assert parse_head(b"GET /api/queues?limit=5&x HTTP/1.1").query == {"limit": "5", "x": ""}
+
+
+class FakeFrontend:
+    """Records control_all calls; the test answers them (the real one is tested over TCP)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def control_all(self, name, arg, done):
+        self.calls.append((name, arg, done))
+
+
+def test_concurrent_requests_share_one_round_per_argument():
+    from disque.metrics.endpoint import Coalesced
+    fe = FakeFrontend()
+    c = Coalesced(fe, "queues")
+    got = []
+    c.get(20, lambda r: got.append(("a", r)))
+    c.get(20, lambda r: got.append(("b", r)))
+    c.get(50, lambda r: got.append(("c", r)))
+    assert [(n, a) for n, a, _ in fe.calls] == [("queues", 20), ("queues", 50)]
+    fe.calls[0][2](["x"])
+    assert got == [("a", ["x"]), ("b", ["x"])]
+    c.get(20, lambda r: got.append(("d", r)))       # a new round once the first answered
+    assert len(fe.calls) == 3
+    fe.calls[1][2](["y"])
+    assert got[-1] == ("c", ["y"])

@@ -54,22 +54,22 @@ def listen_sockets(cfg):
 
 
 class Coalesced:
-    """One control round to all workers at a time; callers arriving meanwhile share it."""
+    """One control round to all workers at a time per argument; callers asking for the same
+    while it runs share its answer."""
 
     def __init__(self, fe, name):
         self.fe = fe
         self.name = name
-        self.waiting = None
+        self.waiting = {}           # arg -> callbacks of the round in flight
 
     def get(self, arg, done):
-        if self.waiting is not None:
-            self.waiting.append(done)
+        if arg in self.waiting:
+            self.waiting[arg].append(done)
             return
-        self.waiting = [done]
+        self.waiting[arg] = [done]
 
         def got(results):
-            waiting, self.waiting = self.waiting, None
-            for cb in waiting:
+            for cb in self.waiting.pop(arg):
                 cb(results)
 
         self.fe.control_all(self.name, arg, got)
