@@ -127,10 +127,15 @@ class Worker:
         while self.running and not link.closed:
             readable, ticked = wait()
             shard.tick()
+            # timers first and again between batches: a request never sees a job whose
+            # TTL passed before the request came in, however long the batches take
+            shard.run_timers()
             if readable:
                 for msg in link.recv_all():
                     self.handle_batch(unpack(msg, use_list=True))
                     shard.tick()
+                    if shard.timers_due():
+                        shard.run_timers()
             if ticked:
                 ticks += timer.drain()
                 cluster_ticks += 1
@@ -141,7 +146,6 @@ class Worker:
                     ticks = 0
                     if not self.slow_cron():
                         break
-            shard.run_timers()
             if shard.repl_waits:
                 shard.repl_cron()
             if shard.ready:
