@@ -105,7 +105,6 @@ def hammer(port, stop, done):
 
 
 @pytest.mark.server
-@pytest.mark.slow
 def test_ttl_expiry_is_on_time_while_the_worker_is_busy(start_server):
     # one worker: the load and the expiring jobs share it
     srv = start_server(workers=1)
