@@ -59,9 +59,12 @@ cdef class ShardCore:
     cpdef remove_queue(self, Queue q)
     cpdef long long job_cost(self, Job job)
     cpdef schedule(self, Job job)
+    cpdef bint timers_due(self)
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef Job fetch(self, Queue q)
     cpdef move_to_dead_letter(self, Job job)
     cpdef object cmd_addjob(self, list argv)
+
+cpdef long long expire_ms(Job job)

@@ -143,6 +143,14 @@ cpdef bytes encode_job(Job job, bint withcounters):
     return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (len(q), q, job.id, len(b), b)
 
 
+cpdef long long expire_ms(Job job):
+    """When `job` expires, in ms (docs/timers.md). `etime` holds whole seconds, the creation
+    second + TTL as upstream; adding the creation's millisecond (from ctime) makes the job
+    live its TTL to the millisecond on the node that created it, neither up to a second
+    less (etime alone) nor up to a second more (upstream wakes the job at etime + 1 s)."""
+    return <long long>job.etime * 1000 + <long long>((job.ctime // 1000000ULL) % 1000)
+
+
 cdef class ShardCore:
     def __init__(self, bytes node_id):
         self.node_id = node_id
@@ -222,12 +230,17 @@ cdef class ShardCore:
 
     cpdef schedule(self, Job job):
         """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""
-        cdef long long awake = <long long>job.etime * 1000 + 1000, t
+        cdef long long awake = expire_ms(job), t
         if (job.state == JOB_ACTIVE or job.state == JOB_QUEUED) and job.qtime:
             t = job.qtime - 500 if job.flags & JOB_FLAG_BCAST_WILLQUEUE else job.qtime
             if t < awake:
                 awake = t
         self.timers.schedule(job, awake)
+
+    cpdef bint timers_due(self):
+        """A job timer is due now (the worker runs them between request batches)."""
+        cdef long long when = self.timers.next_when()
+        return when != 0 and when <= self.now_ms
 
     cpdef bint enqueue(self, Job job, bint nack=False):
         """The enqueue rule of SPEC 7.2; True when the job went into its queue. A job due

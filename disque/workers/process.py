@@ -131,10 +131,15 @@ class Worker:
             # an AOF load or a rewrite with slices left goes on at once, not at the next tick
             readable, ticked = wait(not shard.aof_busy or not shard.aof_has_slices())
             shard.tick()
+            # timers first and again between batches: a request never sees a job whose
+            # TTL passed before the request came in, however long the batches take
+            shard.run_timers()
             if readable:
                 for msg in link.recv_all():
                     self.handle_batch(unpack(msg, use_list=True))
                     shard.tick()
+                    if shard.timers_due():
+                        shard.run_timers()
             if ticked:
                 ticks += timer.drain()
                 cluster_ticks += 1
@@ -145,7 +150,6 @@ class Worker:
                     ticks = 0
                     if not self.slow_cron():
                         break
-            shard.run_timers()
             if shard.repl_waits:
                 shard.repl_cron()
             if shard.ready:

@@ -14,7 +14,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERE
                               STATE_NAMES, WAIT_REPL, Job, retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
-from disque._fast.shardcore import ShardCore, encode_job
+from disque._fast.shardcore import ShardCore, encode_job, expire_ms
 from disque.bus import messages as M
 from disque.workers.federation import FederationMixin
 from disque.workers.job_features import JobFeaturesMixin
@@ -157,13 +157,13 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
     def schedule_gc(self, job):
         """Next GC attempt: 1 s doubling up to 3 min, or the expiry check (SPEC 7.4)."""
         delay = min(1000 * (1 << job.gc_retry), 180000) + self.rand_err()
-        self.timers.schedule(job, min(job.etime * 1000 + 1000, self.now_ms + delay))
+        self.timers.schedule(job, min(expire_ms(job), self.now_ms + delay))
 
     def run_timers(self):
         """Process due jobs (SPEC 7.1) and blocked clients whose timeout passed."""
         now = self.now_ms
         for job in self.timers.pop_due(now, SCHEDULER_BATCH):
-            if job.etime <= self.now_s:
+            if expire_ms(job) <= now:
                 if job.state == WAIT_REPL:
                     self.expire_waiting(job)
                 else:
