@@ -38,6 +38,10 @@ def test_fresh_node_is_small_and_accepts_jobs_under_3mb(start_server):
         reply = r.call("ADDJOB", "small", "job", 0)
         assert reply.startswith(b"+D-"), reply
         time.sleep(0.05)
+    # a limit below the current use is accepted, with upstream's warning in the log
+    assert r.call("CONFIG", "SET", "maxmemory", "1") == b"+OK\r\n"
+    wait_until(lambda: "smaller than the current memory usage" in srv.log_text(), timeout=5)
+    wait_until(lambda: r.call("ADDJOB", "small", "job", 0).startswith(b"-OOM "), timeout=5)
 
 
 @pytest.mark.server
