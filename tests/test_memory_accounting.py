@@ -29,9 +29,11 @@ def test_fresh_node_is_small_and_accepts_jobs_under_3mb(start_server):
     assert rss > 10 * used                          # the interpreters are in the RSS only
     assert int(info["used_memory_peak"]) >= used
     assert info["used_memory_human"] == "%.2fK" % (used / 1024)
-    workers = parse_info(r.execute("INFO", "workers"))
-    assert all(int(dict(kv.split("=") for kv in line.split(","))["rss"]) > 1024 * 1024
-               for line in workers.values())
+    workers = [dict(kv.split("=") for kv in line.split(","))
+               for line in parse_info(r.execute("INFO", "workers")).values()]
+    assert len(workers) == 2
+    for w in workers:
+        assert int(w["rss"]) > 1024 * 1024 and 0 < int(w["used_memory"]) < used
     # several memory polls (every ~100 ms) see a 3 MB limit: ADDJOB is accepted throughout
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
