@@ -168,6 +168,13 @@ class AdminMixin:
                 for c in self.obuf_soft_clients:
                     c.obuf_soft_since = 0.0
                 self.obuf_soft_clients.clear()
+        elif name == "maxmemory":
+            if cfg.maxmemory and cfg.maxmemory < self.mem_used:
+                log.warning("WARNING: the new maxmemory value set via CONFIG SET is smaller than "
+                            "the current memory usage. This will result in jobs eviction and/or "
+                            "inability to accept new jobs depending on the maxmemory-policy.")
+            if self.started_up:
+                self.memory_cron()          # the new memory level now, not at the next poll
         elif name == "loglevel":
             logging.getLogger().setLevel(dlog.LEVELS.get(cfg.loglevel, logging.INFO))
         elif name in AOF_DIRECTIVES:

@@ -95,10 +95,11 @@ def sections(fe, workers):
     for w in workers:
         lines.append(("worker%d" % w.get("index", 0),
                       "pid=%d,jobs=%d,queues=%d,queued=%d,blocked=%d,ops=%d,added=%d,delivered=%d,"
-                      "acked=%d,nacked=%d,requeued=%d,expired=%d,rss=%d,cpu_user=%.2f,cpu_sys=%.2f" % (
+                      "acked=%d,nacked=%d,requeued=%d,expired=%d,rss=%d,used_memory=%d,cpu_user=%.2f,"
+                      "cpu_sys=%.2f" % (
                           w["pid"], w["jobs"], w["queues"], w["queued"], w["blocked"], w["ops"],
                           w["added"], w["delivered"], w["acked"], w["nacked"], w["requeued"],
-                          w["expired"], w["rss"], w["cpu_user"], w["cpu_sys"])))
+                          w["expired"], w["rss"], w["used_memory"], w["cpu_user"], w["cpu_sys"])))
     out["workers"] = lines
     usec = fe.command_usec(workers)
     stats = []

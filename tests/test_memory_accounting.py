@@ -29,15 +29,21 @@ def test_fresh_node_is_small_and_accepts_jobs_under_3mb(start_server):
     assert rss > 10 * used                          # the interpreters are in the RSS only
     assert int(info["used_memory_peak"]) >= used
     assert info["used_memory_human"] == "%.2fK" % (used / 1024)
-    workers = parse_info(r.execute("INFO", "workers"))
-    assert all(int(dict(kv.split("=") for kv in line.split(","))["rss"]) > 1024 * 1024
-               for line in workers.values())
+    workers = [dict(kv.split("=") for kv in line.split(","))
+               for line in parse_info(r.execute("INFO", "workers")).values()]
+    assert len(workers) == 2
+    for w in workers:
+        assert int(w["rss"]) > 1024 * 1024 and 0 < int(w["used_memory"]) < used
     # several memory polls (every ~100 ms) see a 3 MB limit: ADDJOB is accepted throughout
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         reply = r.call("ADDJOB", "small", "job", 0)
         assert reply.startswith(b"+D-"), reply
         time.sleep(0.05)
+    # a limit below the current use is accepted, with upstream's warning in the log
+    assert r.call("CONFIG", "SET", "maxmemory", "1") == b"+OK\r\n"
+    wait_until(lambda: "smaller than the current memory usage" in srv.log_text(), timeout=5)
+    wait_until(lambda: r.call("ADDJOB", "small", "job", 0).startswith(b"-OOM "), timeout=5)
 
 
 @pytest.mark.server
