@@ -92,6 +92,7 @@ def test_nodes_with_another_secret_or_none_stay_out(start_cluster, start_server)
                     none.execute("CLUSTER", "MYID").decode()}
     wait_until(lambda: all(int(c.cluster_info(i)["cluster_known_nodes"]) == 2 for i in (0, 1)),
                timeout=10, message="handshakes with outsiders did not expire")
+    assert "Handshake with 127.0.0.1:%d timed out" % wrong.port in c[0].log_text()
     for member in c.nodes:
         assert known_ids(member) == set(c.ids)
         assert registered_jobs(member) == 0
