@@ -31,8 +31,9 @@ TRANSPORT_FRAME = 1024          # bytes: about a JOBS frame of a few replicated 
 
 
 def transport_rate(secured, frames, base_port):
-    """Frames/s one Transport DEALER pushes into another's ROUTER (both in this process):
-    the bus alone, without Disque around it."""
+    """Frames/s one Transport DEALER pushes into another's ROUTER (both in this process), and
+    the CPU time per frame (sender + receiver, less sensitive to a loaded machine than the
+    rate): the bus alone, without Disque around it."""
     import time
     import zmq
     from disque.bus.secret import BusKeys
@@ -48,6 +49,7 @@ def transport_rate(secured, frames, base_port):
             a.guard.on_readable()           # the ZAP handler answers the CURVE handshake
             time.sleep(0.01)
         got = 0
+        c0 = time.process_time()        # every thread of the process: libzmq's I/O threads too
         t0 = time.perf_counter()
         sent = 1
         while got < frames:
@@ -55,7 +57,8 @@ def transport_rate(secured, frames, base_port):
                 sent += 1
             a.router.poll(100)
             got += len(a.recv_all())
-        return frames / (time.perf_counter() - t0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"frames_s": frames / wall, "cpu_us_per_frame": cpu / frames * 1e6}
     finally:
         a.close()
         b.close()
@@ -105,8 +108,10 @@ def main():
         for name in transport:
             transport[name].append(transport_rate(name == "secured", args.transport_frames,
                                                   free_port()))
-        log("transport round %d: open %.0f frames/s, CURVE %.0f frames/s"
-            % (r + 1, transport["open"][-1], transport["secured"][-1]))
+        o, c = transport["open"][-1], transport["secured"][-1]
+        log("transport round %d: open %.0f frames/s %.1f us CPU/frame, CURVE %.0f frames/s "
+            "%.1f us CPU/frame" % (r + 1, o["frames_s"], o["cpu_us_per_frame"], c["frames_s"],
+                                   c["cpu_us_per_frame"]))
     try:
         setups = {}
         for name, extra in (("open", []), ("secured", ["--cluster-secret", SECRET])):
@@ -136,9 +141,14 @@ def main():
         print("%-22s %10.0f %9.3f %9.3f" % (name, s["rps"], s["p50_ms"], s["p99_ms"]))
     o, s = summary["open"], summary["secured"]
     print("secured / open: throughput %.2fx, p99 %.2fx" % (s["rps"] / o["rps"], s["p99_ms"] / o["p99_ms"]))
-    to, ts = statistics.median(transport["open"]), statistics.median(transport["secured"])
-    print("bus transport alone, %d-byte frames: open %.0f frames/s, CURVE %.0f frames/s (%.2fx)"
-          % (TRANSPORT_FRAME, to, ts, ts / to))
+    t = {name: {k: statistics.median(x[k] for x in rs) for k in ("frames_s", "cpu_us_per_frame")}
+         for name, rs in transport.items()}
+    to, ts = t["open"], t["secured"]
+    print("bus transport alone, %d-byte frames (medians): open %.0f frames/s, %.1f us CPU/frame; "
+          "CURVE %.0f frames/s (%.2fx), %.1f us CPU/frame (+%.1f us)"
+          % (TRANSPORT_FRAME, to["frames_s"], to["cpu_us_per_frame"], ts["frames_s"],
+             ts["frames_s"] / to["frames_s"], ts["cpu_us_per_frame"],
+             ts["cpu_us_per_frame"] - to["cpu_us_per_frame"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": runs, "summary": summary, "transport": transport}, f, indent=2)
