@@ -21,12 +21,27 @@ import statistics
 import sys
 import tempfile
 
+import psutil
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_cluster import BODY, Proc, disque_cmd, free_port, log, redis_benchmark, wait_for  # noqa: E402
 
 SECRET = "bench-" + "0123456789abcdef" * 2
+
+
+def cluster_cpu(procs):
+    """user+sys seconds of every process of these nodes (front-ends and workers)."""
+    total = 0.0
+    for proc in procs:
+        try:
+            top = psutil.Process(proc.p.pid)
+            for p in [top] + top.children(recursive=True):
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 TRANSPORT_FRAME = 1024          # bytes: about a JOBS frame of a few replicated 100-byte jobs
 
 
@@ -120,27 +135,37 @@ def main():
             procs.extend(p for _, p in nodes)
             secured = clients[0].info("cluster").get("cluster_bus_secured") == 1
             assert secured == (name == "secured"), "bus security is not what was asked"
-            setups[name] = nodes[0][0]
+            setups[name] = (nodes[0][0], [p for _, p in nodes])
         for r in range(rounds):
-            for name, port in setups.items():
+            order = list(setups.items())
+            if r % 2:
+                order.reverse()         # neither side always runs first
+            for name, (port, node_procs) in order:
+                cpu0 = cluster_cpu(node_procs)
                 res = redis_benchmark(port, n, 50, ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"])
-                log("round %d %-7s %8.0f req/s  p50 %.3f ms  p99 %.3f ms"
-                    % (r + 1, name, res["rps"], res["p50_ms"], res["p99_ms"]))
+                # CPU of the 3 nodes per ADDJOB (3 copies): steadier than req/s under load
+                res["cpu_us_per_job"] = (cluster_cpu(node_procs) - cpu0) / n * 1e6
+                log("round %d %-7s %8.0f req/s  p50 %.3f ms  p99 %.3f ms  %.0f us CPU/job"
+                    % (r + 1, name, res["rps"], res["p50_ms"], res["p99_ms"],
+                       res["cpu_us_per_job"]))
                 runs[name].append(res)
     finally:
         for p in procs:
             p.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = {name: {k: statistics.median(x[k] for x in rs) for k in ("rps", "p50_ms", "p99_ms")}
+    summary = {name: {k: statistics.median(x[k] for x in rs)
+                      for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_job")}
                for name, rs in runs.items()}
     print()
     print("ADDJOB REPLICATE 3, 3 nodes x %d workers, 50 connections, %d x %d requests (medians)"
           % (args.workers, rounds, n))
-    print("%-22s %10s %9s %9s" % ("bus", "req/s", "p50 ms", "p99 ms"))
+    print("%-22s %10s %9s %9s %14s" % ("bus", "req/s", "p50 ms", "p99 ms", "CPU us/job"))
     for name, s in summary.items():
-        print("%-22s %10.0f %9.3f %9.3f" % (name, s["rps"], s["p50_ms"], s["p99_ms"]))
+        print("%-22s %10.0f %9.3f %9.3f %14.0f" % (name, s["rps"], s["p50_ms"], s["p99_ms"],
+                                                   s["cpu_us_per_job"]))
     o, s = summary["open"], summary["secured"]
-    print("secured / open: throughput %.2fx, p99 %.2fx" % (s["rps"] / o["rps"], s["p99_ms"] / o["p99_ms"]))
+    print("secured / open: throughput %.2fx, p99 %.2fx, CPU per job %.2fx"
+          % (s["rps"] / o["rps"], s["p99_ms"] / o["p99_ms"], s["cpu_us_per_job"] / o["cpu_us_per_job"]))
     t = {name: {k: statistics.median(x[k] for x in rs) for k in ("frames_s", "cpu_us_per_frame")}
          for name, rs in transport.items()}
     to, ts = t["open"], t["secured"]
