@@ -21,18 +21,34 @@ import statistics
 import sys
 import tempfile
 
+import psutil
 import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_cluster import BODY, Proc, disque_cmd, free_port, log, redis_benchmark, wait_for  # noqa: E402
 
 SECRET = "bench-" + "0123456789abcdef" * 2
+
+
+def cluster_cpu(procs):
+    """user+sys seconds of every process of these nodes (front-ends and workers)."""
+    total = 0.0
+    for proc in procs:
+        try:
+            top = psutil.Process(proc.p.pid)
+            for p in [top] + top.children(recursive=True):
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 TRANSPORT_FRAME = 1024          # bytes: about a JOBS frame of a few replicated 100-byte jobs
 
 
 def transport_rate(secured, frames, base_port):
-    """Frames/s one Transport DEALER pushes into another's ROUTER (both in this process):
-    the bus alone, without Disque around it."""
+    """Frames/s one Transport DEALER pushes into another's ROUTER (both in this process), and
+    the CPU time per frame (sender + receiver, less sensitive to a loaded machine than the
+    rate): the bus alone, without Disque around it."""
     import time
     import zmq
     from disque.bus.secret import BusKeys
@@ -48,6 +64,7 @@ def transport_rate(secured, frames, base_port):
             a.guard.on_readable()           # the ZAP handler answers the CURVE handshake
             time.sleep(0.01)
         got = 0
+        c0 = time.process_time()        # every thread of the process: libzmq's I/O threads too
         t0 = time.perf_counter()
         sent = 1
         while got < frames:
@@ -55,7 +72,8 @@ def transport_rate(secured, frames, base_port):
                 sent += 1
             a.router.poll(100)
             got += len(a.recv_all())
-        return frames / (time.perf_counter() - t0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"frames_s": frames / wall, "cpu_us_per_frame": cpu / frames * 1e6}
     finally:
         a.close()
         b.close()
@@ -105,8 +123,10 @@ def main():
         for name in transport:
             transport[name].append(transport_rate(name == "secured", args.transport_frames,
                                                   free_port()))
-        log("transport round %d: open %.0f frames/s, CURVE %.0f frames/s"
-            % (r + 1, transport["open"][-1], transport["secured"][-1]))
+        o, c = transport["open"][-1], transport["secured"][-1]
+        log("transport round %d: open %.0f frames/s %.1f us CPU/frame, CURVE %.0f frames/s "
+            "%.1f us CPU/frame" % (r + 1, o["frames_s"], o["cpu_us_per_frame"], c["frames_s"],
+                                   c["cpu_us_per_frame"]))
     try:
         setups = {}
         for name, extra in (("open", []), ("secured", ["--cluster-secret", SECRET])):
@@ -115,30 +135,45 @@ def main():
             procs.extend(p for _, p in nodes)
             secured = clients[0].info("cluster").get("cluster_bus_secured") == 1
             assert secured == (name == "secured"), "bus security is not what was asked"
-            setups[name] = nodes[0][0]
+            setups[name] = (nodes[0][0], [p for _, p in nodes])
         for r in range(rounds):
-            for name, port in setups.items():
+            order = list(setups.items())
+            if r % 2:
+                order.reverse()         # neither side always runs first
+            for name, (port, node_procs) in order:
+                cpu0 = cluster_cpu(node_procs)
                 res = redis_benchmark(port, n, 50, ["ADDJOB", "q", BODY, "0", "REPLICATE", "3"])
-                log("round %d %-7s %8.0f req/s  p50 %.3f ms  p99 %.3f ms"
-                    % (r + 1, name, res["rps"], res["p50_ms"], res["p99_ms"]))
+                # CPU of the 3 nodes per ADDJOB (3 copies): steadier than req/s under load
+                res["cpu_us_per_job"] = (cluster_cpu(node_procs) - cpu0) / n * 1e6
+                log("round %d %-7s %8.0f req/s  p50 %.3f ms  p99 %.3f ms  %.0f us CPU/job"
+                    % (r + 1, name, res["rps"], res["p50_ms"], res["p99_ms"],
+                       res["cpu_us_per_job"]))
                 runs[name].append(res)
     finally:
         for p in procs:
             p.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = {name: {k: statistics.median(x[k] for x in rs) for k in ("rps", "p50_ms", "p99_ms")}
+    summary = {name: {k: statistics.median(x[k] for x in rs)
+                      for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_job")}
                for name, rs in runs.items()}
     print()
     print("ADDJOB REPLICATE 3, 3 nodes x %d workers, 50 connections, %d x %d requests (medians)"
           % (args.workers, rounds, n))
-    print("%-22s %10s %9s %9s" % ("bus", "req/s", "p50 ms", "p99 ms"))
+    print("%-22s %10s %9s %9s %14s" % ("bus", "req/s", "p50 ms", "p99 ms", "CPU us/job"))
     for name, s in summary.items():
-        print("%-22s %10.0f %9.3f %9.3f" % (name, s["rps"], s["p50_ms"], s["p99_ms"]))
+        print("%-22s %10.0f %9.3f %9.3f %14.0f" % (name, s["rps"], s["p50_ms"], s["p99_ms"],
+                                                   s["cpu_us_per_job"]))
     o, s = summary["open"], summary["secured"]
-    print("secured / open: throughput %.2fx, p99 %.2fx" % (s["rps"] / o["rps"], s["p99_ms"] / o["p99_ms"]))
-    to, ts = statistics.median(transport["open"]), statistics.median(transport["secured"])
-    print("bus transport alone, %d-byte frames: open %.0f frames/s, CURVE %.0f frames/s (%.2fx)"
-          % (TRANSPORT_FRAME, to, ts, ts / to))
+    print("secured / open: throughput %.2fx, p99 %.2fx, CPU per job %.2fx"
+          % (s["rps"] / o["rps"], s["p99_ms"] / o["p99_ms"], s["cpu_us_per_job"] / o["cpu_us_per_job"]))
+    t = {name: {k: statistics.median(x[k] for x in rs) for k in ("frames_s", "cpu_us_per_frame")}
+         for name, rs in transport.items()}
+    to, ts = t["open"], t["secured"]
+    print("bus transport alone, %d-byte frames (medians): open %.0f frames/s, %.1f us CPU/frame; "
+          "CURVE %.0f frames/s (%.2fx), %.1f us CPU/frame (+%.1f us)"
+          % (TRANSPORT_FRAME, to["frames_s"], to["cpu_us_per_frame"], ts["frames_s"],
+             ts["frames_s"] / to["frames_s"], ts["cpu_us_per_frame"],
+             ts["cpu_us_per_frame"] - to["cpu_us_per_frame"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": runs, "summary": summary, "transport": transport}, f, indent=2)

@@ -340,6 +340,9 @@ class Cluster:
                 if now - n.created > handshake_timeout:
                     del self.nodes[n.id]
                     self.transport.disconnect(n.id)
+                    log.warning("Handshake with %s:%d timed out: the node is down, or does not "
+                                "share this node's cluster secret (%s)", n.ip, n.port,
+                                "this bus is secured" if self.transport.keys else "this bus is open")
                 else:
                     self.send(n, M.MEET, self.gossip())
                 continue

@@ -14,10 +14,10 @@ import os
 import zmq
 from zmq.utils import z85
 
+from disque.config import MAX_PASSWORD_LENGTH as MAX_SECRET_LENGTH, MIN_SECRET_LENGTH
+
 KDF_SALT = b"disque cluster bus curve25519 key v1"
 KDF_N, KDF_R, KDF_P = 2 ** 14, 8, 1        # ~16 MB, tens of ms: once per secret at startup
-MIN_SECRET_LENGTH = 16
-MAX_SECRET_LENGTH = 512
 
 
 class SecretError(ValueError):
