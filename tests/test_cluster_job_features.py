@@ -106,6 +106,6 @@ def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluste
         assert r.execute("ACKJOB", jid) == 1
     wait_until(lambda: all(show(c[i].port, jid) is None for i in range(3)), timeout=20,
                message="copies left after the ACK")
-    moved = sum(int(_c.parse_info(c[i].execute("INFO", "jobs"))["dead_lettered_jobs"])
+    moved = sum(int(_c.parse_info(c[i].execute("INFO", "deadletter"))["dead_lettered_jobs"])
                 for i in range(3))
     assert moved >= 2          # each side counted the move it made

@@ -168,7 +168,7 @@ def test_job_nacked_n_times_lands_in_the_dead_letter_queue_once(server):
         assert r.execute("NACK", jid) == 1
         assert r.execute("QLEN", q) == 0
         assert fetch(r, dead)[1] == jid
-        info = _c.parse_info(r.execute("INFO", "jobs"))
+        info = _c.parse_info(r.execute("INFO", "deadletter"))
         assert info["dead_lettered_jobs"] == "1"
         assert f"queue={q},jobs=1" in r.execute("INFO", "deadletter").decode()
         assert r.execute("ACKJOB", jid) == 1
