@@ -68,11 +68,12 @@ def sections(fe, workers):
     for w in workers:
         for q, n in w.get("dead_lettered", {}).items():
             dead[q] = dead.get(q, 0) + n
-    out["jobs"] = [("registered_jobs", sum(w.get("jobs", 0) for w in workers)),
-                   ("dead_lettered_jobs", sum(dead.values()))]
-    # jobs moved to a dead-letter queue, by the queue they came from (docs/job-features.md)
-    out["deadletter"] = [("dead_lettered_%d" % i, "queue=%s,jobs=%d" % (q, dead[q]))
-                         for i, q in enumerate(sorted(dead))]
+    out["jobs"] = [("registered_jobs", sum(w.get("jobs", 0) for w in workers))]
+    # jobs moved to a dead-letter queue, by the queue they came from (docs/job-features.md);
+    # only INFO deadletter shows it: the upstream sections keep their exact fields
+    out["deadletter"] = [("dead_lettered_jobs", sum(dead.values()))] + [
+        ("dead_lettered_%d" % i, "queue=%s,jobs=%d" % (q, dead[q]))
+        for i, q in enumerate(sorted(dead))]
     out["queues"] = [("registered_queues", sum(w.get("queues", 0) for w in workers))]
     out["persistence"] = fe.aof_info_fields(workers)     # disque.aof_front
     st = fe.stats
@@ -126,7 +127,7 @@ def render(fe, workers, section="default"):
     if section == "default":
         names = DEFAULT_SECTIONS
     elif section in ("all", "everything"):
-        names = DEFAULT_SECTIONS + ("commandstats", "deadletter")
+        names = DEFAULT_SECTIONS + ("commandstats",)
     elif section in data:
         names = (section,)          # includes "workerstats", never part of default/all
     else:

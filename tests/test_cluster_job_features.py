@@ -63,14 +63,15 @@ def test_dead_letter_move_reaches_every_copy_and_one_ack_removes_them(start_clus
                message="copies left after the ACK")
 
 
-def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluster):
-    c = start_cluster(3)
+@pytest.mark.parametrize("n", [3, pytest.param(5, marks=pytest.mark.long)])
+def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluster, n):
+    c = start_cluster(n)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "cdq", b"poison", 5000, "REPLICATE", 3, "RETRY", 2,
+        jid = _c.addjob(r, "cdq", b"poison", 5000, "REPLICATE", n, "RETRY", 2,
                         "MAXDELIVERIES", 2)
         assert r.execute("GETJOB", "NOHANG", "FROM", "cdq")[0][1] == jid
         assert r.execute("NACK", jid) == 1               # delivery 1, queued again
-        for i in range(3):
+        for i in range(n):
             wait_until(lambda i=i: show(c[i].port, jid)[b"nacks"] == 1, timeout=3)
         assert r.execute("GETJOB", "NOHANG", "FROM", "cdq")[0][1] == jid    # delivery 2
         # node 0 is cut off and moves its copy; nodes 1 and 2 decide alone, from the same
@@ -81,7 +82,7 @@ def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluste
             assert c[0].execute("QLEN", "cdq:dead") == 1
             wait_until(lambda: sum(qlens(c, "cdq:dead")[1:]) == 1, timeout=10,
                        message="the other side did not dead-letter its copies")
-            assert qlens(c, "cdq") == [0, 0, 0]
+            assert sum(qlens(c, "cdq")) == 0
         finally:
             c[0].execute("DEBUG", "BUS", "RESTORE")
     c.wait_mesh(timeout=15)
@@ -95,7 +96,7 @@ def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluste
         samples.append((qlens(c, "cdq:dead"), qlens(c, "cdq")))
         time.sleep(0.1)
     assert all(sum(d) == 1 and sum(q) == 0 for d, q in samples), samples
-    for i in range(3):
+    for i in range(n):
         s = show(c[i].port, jid)
         assert s is not None, "a copy was lost"
         assert s[b"queue"] == b"cdq:dead" and s[b"dead-lettered-from"] == b"cdq"
@@ -104,8 +105,8 @@ def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluste
         got = r.execute("GETJOB", "NOHANG", "FROM", "cdq:dead")
         assert got[0][1] == jid
         assert r.execute("ACKJOB", jid) == 1
-    wait_until(lambda: all(show(c[i].port, jid) is None for i in range(3)), timeout=20,
+    wait_until(lambda: all(show(c[i].port, jid) is None for i in range(n)), timeout=20,
                message="copies left after the ACK")
-    moved = sum(int(_c.parse_info(c[i].execute("INFO", "jobs"))["dead_lettered_jobs"])
-                for i in range(3))
+    moved = sum(int(_c.parse_info(c[i].execute("INFO", "deadletter"))["dead_lettered_jobs"])
+                for i in range(n))
     assert moved >= 2          # each side counted the move it made

@@ -168,7 +168,7 @@ def test_job_nacked_n_times_lands_in_the_dead_letter_queue_once(server):
         assert r.execute("NACK", jid) == 1
         assert r.execute("QLEN", q) == 0
         assert fetch(r, dead)[1] == jid
-        info = _c.parse_info(r.execute("INFO", "jobs"))
+        info = _c.parse_info(r.execute("INFO", "deadletter"))
         assert info["dead_lettered_jobs"] == "1"
         assert f"queue={q},jobs=1" in r.execute("INFO", "deadletter").decode()
         assert r.execute("ACKJOB", jid) == 1
@@ -235,3 +235,19 @@ def test_aof_restart_keeps_the_options_and_the_move(start_server):
     # another worker than its slot's, which the blocked GETJOB learns while it waits)
     got = r.execute("GETJOB", "TIMEOUT", 5000, "FROM", q + ":dead")
     assert got[0][1] == moved
+
+
+def test_aof_enqueue_once_is_no_redelivery(start_server):
+    """Regression: aof-enqueue-jobs-once queued the jobs again through the requeue rule, so a
+    never delivered MAXDELIVERIES 1 job came back in its dead-letter queue."""
+    srv = start_server(workers=1, extra_args=["--appendonly", "yes", "--appendfsync", "always",
+                                              "--aof-enqueue-jobs-once", "yes"])
+    r = srv.raw()
+    jid = addjob(r, "once", b"b", 0, "RETRY", 30, "MAXDELIVERIES", 1)
+    H.kill_node(srv)
+    H.restart(srv)
+    r = srv.raw()
+    s = show(r, jid)
+    assert s[b"queue"] == b"once" and s[b"dead-lettered-from"] is None
+    assert s[b"state"] == b"queued" and s[b"additional-deliveries"] == 0
+    assert r.execute("QLEN", "once") == 1 and r.execute("QLEN", "once:dead") == 0

@@ -37,7 +37,7 @@ import threading
 import time
 
 from disque import commands as C
-from disque._fast.job import ACTIVE, FLAG_DELIVERED, QUEUED
+from disque._fast.job import ACTIVE, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
 from disque._fast.jobid import id_slot
 from disque.workers import codec
 from disque.workers.aof import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, AofWriter, aof_path,
@@ -353,6 +353,9 @@ class Loader:
                     counters = job.nacks, job.additional_deliveries
                     if not job.qtime:
                         job.qtime = now_ms      # RETRY 0: restored too (README)
+                    # putting it back where it was is no redelivery: no counter grows and
+                    # no dead-letter move (MAXDELIVERIES, docs/job-features.md)
+                    job.flags &= ~FLAG_BCAST_QUEUED
                     if shard.enqueue(job):
                         queued += 1
                         job.nacks, job.additional_deliveries = counters

@@ -420,7 +420,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         ids = argv[1:]
         delay_ms = 0
         if len(argv) > 3 and argv[-2].lower() == b"delay":
-            delay_ms = int(argv[-1]) * 1000
+            delay_ms = (parse_int(argv[-1]) or 0) * 1000
             ids = argv[1:-2]
         count = 0
         for jid in ids:
