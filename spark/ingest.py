@@ -510,7 +510,7 @@ def start_follow(input: str, output: str, spark, progress: bool | Progress = Tru
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="disque-stats-ingest",
-        description="Ingest Disque stats logs (JSON lines, schema v1) into Parquet tables "
+        description="Ingest Disque stats logs (JSON lines, schema v1 or v2) into Parquet tables "
                     "(worker_rates, node_rates, queue_backlog, summary, queue_summary) and an HTML report.")
     p.add_argument("--input", required=True,
                    help="a directory (every *.jsonl* file under it, rotated ones included) or a glob")

@@ -57,8 +57,10 @@ def rows_of(spark, out: Path, table: str):
 
 
 def same(a, b):
+    # floats to 1e-6: sums and regressions over the same rows in another order (other files,
+    # other partitions) differ in the last bits; ts is ~1.8e9, so a least-squares slope loses more
     if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9, abs=1e-9)
+        return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-9)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -144,4 +146,4 @@ def test_incremental_tables_equal_the_full_rebuild(runs, table):
     got, want = rows_of(spark, inc, table), rows_of(spark, full, table)
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        assert same(g, w), (table, g, w)
+        assert same(g, w), (table, {k: (g[k], w[k]) for k in g if not same(g[k], w[k])}, g)
