@@ -375,7 +375,7 @@ class Shard(FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
             job = self.jobs.get(jid)
             if job is not None:
                 wait = self.repl_waits.get(jid)
-                if wait is not None:
+                if wait is not None and job.state == WAIT_REPL:
                     self.repl_failed(wait, NOREPL_REMOVED)
                 else:
                     self.forget_job(job)
