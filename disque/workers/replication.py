@@ -163,8 +163,9 @@ class ReplicationMixin:
         """Timeout, expiry, client gone, RESET or leaving: drop every copy made so far."""
         job = wait.job
         self.end_wait(wait)
-        self.send_bus(job.nodes_delivered, M.DELJOB, [job.id, 0])
-        self.delete_job(job)
+        if job.state == WAIT_REPL:      # else the cluster already queued or acked it
+            self.send_bus(job.nodes_delivered, M.DELJOB, [job.id, 0])
+            self.delete_job(job)
         if reply is not None:
             self.out.append([wait.reqid, reply])
 
@@ -181,7 +182,9 @@ class ReplicationMixin:
         now = self.now_ms
         for wait in list(self.repl_waits.values()):
             job = wait.job
-            if wait.deadline and now >= wait.deadline:
+            if job.state != WAIT_REPL or self.jobs.get(job.id) is not job:
+                self.repl_overtaken(wait, now)
+            elif wait.deadline and now >= wait.deadline:
                 self.repl_failed(wait, NOREPL_TIMEOUT)
             elif now - wait.last_add >= REPL_ADD_NODE_MS:
                 wait.last_add = now
@@ -193,6 +196,20 @@ class ReplicationMixin:
                                 if n not in job.nodes_confirmed and n != self.node_id)
                 if pending:
                     self.send_bus(pending, M.REPLJOB, serialize(job, False, self.now_s))
+
+    def repl_overtaken(self, wait, now):
+        """The job left WAIT_REPL by another road while its producer waits: deleted here
+        (FASTACK), or queued through federation (YOURJOBS), delivered and acknowledged
+        (ACKJOB, SETACK) before enough GOTJOBs came (issue 13: a partition right after the
+        ADDJOB). Nothing is replicated for it any more and the job is left to the cluster.
+        The producer gets -NOREPL: at once for a deleted job, else at its timeout as in the
+        original (right away when it has none, rather than blocking it forever)."""
+        if self.jobs.get(wait.job.id) is not wait.job:
+            self.end_wait(wait)
+            self.out.append([wait.reqid, NOREPL_REMOVED])
+        elif not wait.deadline or now >= wait.deadline:
+            self.end_wait(wait)
+            self.out.append([wait.reqid, NOREPL_TIMEOUT])
 
     def repl_leaving_cron(self):
         """Every cluster cron pass (100 ms) while LEAVING: producers still waiting for their
@@ -339,7 +356,7 @@ class ReplicationMixin:
         job = self.jobs.get(payload[0])
         if job is not None:
             wait = self.repl_waits.get(job.id)
-            if wait is not None:
+            if wait is not None and job.state == WAIT_REPL:
                 self.repl_failed(wait, NOREPL_REMOVED)
             else:
                 self.forget_job(job)

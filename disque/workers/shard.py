@@ -399,7 +399,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             job = self.jobs.get(jid)
             if job is not None:
                 wait = self.repl_waits.get(jid)
-                if wait is not None:
+                if wait is not None and job.state == WAIT_REPL:
                     self.repl_failed(wait, NOREPL_REMOVED)
                 else:
                     self.forget_job(job)
