@@ -30,8 +30,9 @@ def interest_messages_in(node):
     total = 0
     for line in node.execute("INFO", "workerstats").decode().splitlines():
         if line.startswith("worker") and ":" in line:
-            stats = json.loads(line.split(":", 1)[1])
-            total += stats["bus"]["in"].get("INTEREST", 0)
+            stats = json.loads(line.split(":", 1)[1])       # schema v2 (docs/stats-schema.md)
+            bus_in = stats.get("bi", {}) if stats.get("v", 1) >= 2 else stats["bus"]["in"]
+            total += bus_in.get("INTEREST", 0)
     return total
 
 

@@ -47,6 +47,11 @@ def test_dead_letter_counter_appears_when_a_worker_counts_it():
     assert "disque_jobs_dead_lettered" not in text
     text = prom.render(NODE, [worker(0), worker(1, dead_lettered=4)]).decode()
     assert 'disque_jobs_dead_lettered_total{node="%s",worker="1"} 4.0' % ("a" * 40) in text
+    # what the workers really report: counts by origin queue (docs/job-features.md)
+    text = prom.render(NODE, [worker(0, dead_lettered={}),
+                              worker(1, dead_lettered={"q1": 3, "q2": 1})]).decode()
+    assert 'disque_jobs_dead_lettered_total{node="%s",worker="1"} 4.0' % ("a" * 40) in text
+    assert 'disque_queue_dead_lettered_total{node="%s",queue="q1",worker="1"} 3.0' % ("a" * 40) in text
 
 
 @pytest.mark.parametrize("head, status", [

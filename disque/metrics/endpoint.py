@@ -197,7 +197,7 @@ class MetricsEndpoint:
             "rss": n["fe_rss"] + sum(w.get("rss", 0) for w in workers),
             "cpu_user": round(n["fe_cpu_user"] + sum(w.get("cpu_user", 0) for w in workers), 3),
             "cpu_sys": round(n["fe_cpu_sys"] + sum(w.get("cpu_sys", 0) for w in workers), 3),
-            **{k: sum(w.get(k, 0) for w in workers) for k, _, _ in prom.JOB_COUNTERS},
+            **{k: sum(prom.counter_value(w, k) for w in workers) for k, _, _ in prom.JOB_COUNTERS},
         }
 
     def cluster_view(self):
@@ -222,6 +222,8 @@ class MetricsEndpoint:
     @staticmethod
     def workers_view(workers):
         keys = ("pid", "ops", "jobs", "queued", "queues", "blocked", "rss", "data_bytes",
-                "cpu_user", "cpu_sys", "uptime_s") + tuple(k for k, _, _ in prom.JOB_COUNTERS)
-        return [dict({k: w.get(k, 0) for k in keys}, worker=w["index"], active=prom.active(w))
+                "cpu_user", "cpu_sys", "uptime_s")
+        return [dict({k: w.get(k, 0) for k in keys},
+                     **{k: prom.counter_value(w, k) for k, _, _ in prom.JOB_COUNTERS},
+                     worker=w["index"], active=prom.active(w))
                 for w in workers]

@@ -36,6 +36,14 @@ JOB_COUNTERS = (
     # counter appears with no change here.
     ("dead_lettered", "disque_jobs_dead_lettered", "Jobs moved to a dead-letter queue."),
 )
+
+
+def counter_value(w, key):
+    """A worker's job counter; dead_lettered comes by origin queue and counts as its sum."""
+    value = w.get(key, 0)
+    return sum(value.values()) if isinstance(value, dict) else value
+
+
 JOB_GAUGES = (
     ("jobs", "disque_jobs", "Jobs the worker holds (any state)."),
     ("queued", "disque_jobs_queued", "Jobs waiting in a queue."),
@@ -94,7 +102,16 @@ class NodeCollector:
                 continue
             fam = CounterMetricFamily(name, doc, labels=WL)
             for w in workers:
-                fam.add_metric((nid, str(w["index"])), w.get(key, 0))
+                fam.add_metric((nid, str(w["index"])), counter_value(w, key))
+            yield fam
+        if any(isinstance(w.get("dead_lettered"), dict) and w["dead_lettered"] for w in workers):
+            fam = CounterMetricFamily("disque_queue_dead_lettered",
+                                      "Jobs moved to a dead-letter queue, by origin queue.",
+                                      labels=WL + ("queue",))
+            for w in workers:
+                by_queue = w.get("dead_lettered")
+                for queue, n in sorted(by_queue.items() if isinstance(by_queue, dict) else ()):
+                    fam.add_metric((nid, str(w["index"]), queue), n)
             yield fam
         for key, name, doc in JOB_GAUGES:
             fam = GaugeMetricFamily(name, doc, labels=WL)
