@@ -21,8 +21,9 @@ def used_memory(r):
 
 @pytest.mark.server
 def test_fresh_node_is_small_and_accepts_jobs_under_3mb(start_server):
-    srv = start_server(workers=2, extra_args=("--maxmemory", "3mb"))
+    srv = start_server(workers=2)
     r = srv.raw()
+    assert r.call("CONFIG", "SET", "maxmemory", "3mb") == b"+OK\r\n"
     info = memory_info(r)
     used, rss = int(info["used_memory"]), int(info["used_memory_rss"])
     assert 0 < used < FRESH_NODE_MAX, info
