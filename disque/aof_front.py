@@ -85,11 +85,11 @@ class AofFrontMixin:
             return got
 
         for w in range(n):
-            reqid = self.new_reqid()
+            reqid = self.new_reqid(w)
             a = dict(arg or {})
             a["reqid"] = reqid
             self.pending[reqid] = make(w, reqid)
-            self.send(w, [P.CONTROL, reqid, name, a])
+            self.send_control(w, reqid, name, a)
 
     @staticmethod
     def aof_first_error(results):

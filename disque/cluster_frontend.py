@@ -154,7 +154,7 @@ class ClusterFrontendMixin:
         self.clustered = state["size"] > 1
         self.node_id = state["myid"]
         for w in range(self.nworkers):
-            self.send(w, [P.CONTROL, self.new_reqid(), "cluster", state])
+            self.send(w, [P.CONTROL, self.new_reqid(w), "cluster", state])
 
     def cluster_cron(self):
         self.cluster.cron()

@@ -211,6 +211,8 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
         self.multiget_seq = 0
         self.shutdown_cb = None
         self.unix_addr = None            # "<unixsocket>:0" once that socket listens (server.py)
+        self.controls_sent = {}          # reqid -> (name, arg) until answered (send_control)
+        self.restarts = None             # disque.worker_restart.WorkerRestarts (server.py)
         self.local = {
             b"ping": self.cmd_ping, b"hello": self.cmd_hello, b"info": self.cmd_info,
             b"time": self.cmd_time, b"echo": self.cmd_echo, b"command": self.cmd_command, b"debug": self.cmd_debug,
@@ -276,9 +278,19 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
             return got
 
         for w in range(self.nworkers):
-            reqid = self.new_reqid()
+            reqid = self.new_reqid(w)
             self.pending[reqid] = make(w)
-            self.send(w, [P.CONTROL, reqid, name, arg])
+            self.send_control(w, reqid, name, arg)
+
+    def send_control(self, w, reqid, name, arg):
+        """A control whose answer someone waits for: kept until answered, so it can be sent
+        again to the next process of a worker that dies meanwhile (disque.worker_restart)."""
+        self.controls_sent[reqid] = (name, arg)
+        self.send(w, [P.CONTROL, reqid, name, arg])
+
+    def prune_controls(self):
+        pending = self.pending
+        self.controls_sent = {r: c for r, c in self.controls_sent.items() if r in pending}
 
     # ---- dispatch -----------------------------------------------------------------------
 
@@ -330,11 +342,11 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
             elif scan.w > scan.only:
                 self.scan_finish(scan, 0)
                 return
-        reqid = self.new_reqid()
+        reqid = self.new_reqid(scan.w)
         self.pending[reqid] = lambda rep: self.scan_got(scan, rep)
         bound = self.scan_bound(scan.epoch, scan.w, 0 if scan.kind == "j" else 1)
-        self.send(scan.w, [P.CONTROL, reqid, "scan", [scan.kind, scan.low, scan.bits, bound,
-                                                      scan.count, scan.steps, scan.opts]])
+        self.send_control(scan.w, reqid, "scan", [scan.kind, scan.low, scan.bits, bound,
+                                                      scan.count, scan.steps, scan.opts])
 
     def scan_got(self, scan, rep):
         part = rep[1]
@@ -476,7 +488,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
             return
         g = Gather(client, client.slot(), len(groups))
         for n, (w, part) in enumerate(groups.items()):
-            reqid = self.new_reqid()
+            reqid = self.new_reqid(w)
             self.pending[reqid] = self.gather_part(g, n)
             self.send(w, [P.CMD, reqid, [argv[0]] + part + (tail or [])])
 
@@ -559,7 +571,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
                 self.add_queue_elsewhere(owners, queues)
         if owners is None or len(owners) == 1:
             w = 0 if owners is None else next(iter(owners))
-            reqid = self.new_reqid()
+            reqid = self.new_reqid(w)
             self.pending[reqid] = self.waited_reply(client, slot or client.slot(), w, reqid)
             if not nohang:
                 client.waiting = (reqid, w)
@@ -575,7 +587,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
         if not nohang:
             client.waiting = m
         for w, part in owners.items():
-            reqid = self.new_reqid()
+            reqid = self.new_reqid(w)
             m.reqids[reqid] = w
             m.workers.append(w)
             self.pending[reqid] = self.multiget_reply(m, reqid, w)
@@ -588,7 +600,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
     def addjob_clustered(self, client, w, argv):
         """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and
         like upstream it is blocked meanwhile (its next commands wait), unless ASYNC."""
-        reqid = self.new_reqid()
+        reqid = self.new_reqid(w)
         self.pending[reqid] = self.waited_reply(client, client.slot(), w, reqid)
         for a in argv[4:]:
             if len(a) == 5 and a.lower() == b"async":
@@ -706,6 +718,8 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
         self.cron_ticks += 1
         if self.cluster is not None and self.cron_ticks % 2 == 0:
             self.cluster_cron()         # every 100 ms (SPEC 10.5)
+        if self.cron_ticks % 20 == 0 and self.controls_sent:
+            self.prune_controls()
         now = time.monotonic()
         deadlines = self.multiget_deadlines
         expired = False

@@ -51,7 +51,7 @@ def sections(fe, workers):
         ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", getattr(cfg, "hz", 10)),
         ("executable", fe.executable), ("config_file", getattr(cfg, "config_file", None) or ""),
         ("workers", fe.nworkers),
-    ]
+    ] + (fe.restarts.info_fields() if fe.restarts is not None else [])
     out["clients"] = [
         ("connected_clients", len(fe.clients)), ("client_longest_output_list", longest_out),
         ("client_biggest_input_buf", biggest_in), ("blocked_clients", blocked),

@@ -25,7 +25,7 @@ class QueuesElsewhereMixin:
             m = client.waiting
             if isinstance(m, MultiGet):
                 if not m.done and name in m.order and w not in m.workers:
-                    reqid = self.new_reqid()
+                    reqid = self.new_reqid(w)
                     m.reqids[reqid] = w
                     m.workers.append(w)
                     self.pending[reqid] = self.multiget_reply(m, reqid, w)
@@ -47,7 +47,7 @@ class QueuesElsewhereMixin:
             return
         g = Gather(client, client.slot(), 1 + len(others))
         for n, x in enumerate([w] + others):
-            reqid = self.new_reqid()
+            reqid = self.new_reqid(x)
             self.pending[reqid] = self.gather_part(g, n)
             self.send(x, [P.CMD, reqid, argv])
 

@@ -26,6 +26,7 @@ from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.aof_front import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.workers.link import front_end_links
+from disque.worker_restart import WorkerRestarts
 
 log = logging.getLogger("disque.server")
 WORKER_START_TIMEOUT = 30.0
@@ -142,6 +143,8 @@ class Node:
         self.memory_ticks = 0
         self.metrics = None             # disque.metrics.endpoint.MetricsEndpoint with metrics-port
         self.serving = False
+        self.fe = None
+        self.restarts = WorkerRestarts(self)
 
     def worker_config(self):
         cfg = self.cfg
@@ -149,14 +152,9 @@ class Node:
 
     def start_workers(self):
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
-        conf = json.dumps(self.worker_config())
         for k in range(self.nworkers):
-            link_args, fds = links.worker_args(k)
-            cmd = [sys.executable, "-c", WORKER_BOOT, "--index", str(k),
-                   "--workers", str(self.nworkers), "--node-id", self.node_id.decode(),
-                   "--config", conf] + link_args
-            self.procs.append(subprocess.Popen(cmd, close_fds=True, pass_fds=fds))
-            links.after_spawn(k)
+            self.procs.append(None)
+            self.spawn_worker(k)
         waiting = set(range(self.nworkers))
         deadline = time.monotonic() + WORKER_START_TIMEOUT
         while waiting:
@@ -166,6 +164,16 @@ class Node:
             if time.monotonic() > deadline:
                 raise StartupError("workers did not start within %ds" % WORKER_START_TIMEOUT)
             waiting.difference_update(links.wait_ready(100))
+
+    def spawn_worker(self, k):
+        """Start the process of worker k (at start-up, or again after it died)."""
+        link_args, fds = self.links.worker_args(k)
+        node_id = self.fe.node_id if self.fe is not None else self.node_id
+        cmd = [sys.executable, "-c", WORKER_BOOT, "--index", str(k),
+               "--workers", str(self.nworkers), "--node-id", node_id.decode(),
+               "--config", json.dumps(self.worker_config())] + link_args
+        self.procs[k] = subprocess.Popen(cmd, close_fds=True, pass_fds=fds)
+        self.links.after_spawn(k)
 
     def stop_workers(self):
         for p in self.procs:
@@ -237,6 +245,8 @@ class Node:
             self.fe = fe
             if self.cluster is not None:
                 fe.cluster_attach(self.cluster)
+            fe.restarts = self.restarts
+            self.links.on_ready = self.restarts.ready
             self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
             # the AOF load (disque/aof_front.py): the sockets already listen, so clients
             # that connect now wait in the backlog and are served once the load is done;
@@ -314,8 +324,7 @@ class Node:
 
     def worker_lost(self, w):
         if not self.stopping:
-            log.error("Lost the link to worker %d: shutting the node down", w)
-            self.request_stop(1)
+            self.restarts.died(w)       # a dead worker is not a dead node
 
     def cron(self):
         ticks = self.cron_timer.drain()
@@ -331,11 +340,10 @@ class Node:
 
     def watch_workers(self):
         for k, p in enumerate(self.procs):
-            if p.poll() is not None:
-                log.error("Worker %d (pid %d) died with code %s: shutting the node down",
-                          k, p.pid, p.returncode)
-                self.request_stop(1)
-                return
+            if p.poll() is not None and k not in self.restarts.restarting:
+                self.restarts.died(k)
+                if self.stopping:
+                    return
 
 
 def main(argv=None):

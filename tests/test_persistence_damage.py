@@ -161,7 +161,8 @@ def test_appendfsync_always_stops_the_node_when_it_cannot_write(start_server):
     assert reply is None or reply.startswith(b"-"), reply
     assert H.wait_exit(srv) == 1
     # (the worker's own line cannot reach the log file: the file-size limit covers it too)
-    assert "Lost the link to worker 0: shutting the node down" in srv.log_text()
+    assert "Worker 0 (pid %d) stopped on a fatal error: shutting the node down" % worker \
+        in srv.log_text()
     H.restart(srv)
     assert H.registered_jobs(srv) == 1
     assert show(srv.raw(), first) is not None

@@ -72,7 +72,7 @@ cdef class Core:
     cdef public bint clustered        # other nodes known: ADDJOB may wait for copies
     cdef object packb
     cdef object unpackb
-    cpdef long long new_reqid(self)
+    cpdef long long new_reqid(self, int w)
     cpdef send(self, int w, list req)
     cpdef forward(self, Client client, int w, list argv)
     cpdef dispatch(self, Client client, list argv)

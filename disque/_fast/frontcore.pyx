@@ -410,9 +410,11 @@ cdef class Core:
         reply and return False to stop the command."""
         return True
 
-    cpdef long long new_reqid(self):
+    cpdef long long new_reqid(self, int w):
+        """A request id for worker w: id % nworkers == w, so the requests still waiting on a
+        worker that died can be found (disque.worker_restart)."""
         self.next_reqid += 1
-        return self.next_reqid
+        return self.next_reqid * self.nworkers + w
 
     cpdef send(self, int w, list req):
         cdef list box = <list>self.outbox[w]
@@ -438,9 +440,10 @@ cdef class Core:
 
     cpdef forward(self, Client client, int w, list argv):
         self.next_reqid += 1
+        cdef long long reqid = self.next_reqid * self.nworkers + w
         cdef Slot s = client.slot()
-        self.pending[self.next_reqid] = s
-        self.send(w, [REQ_CMD, self.next_reqid, argv])
+        self.pending[reqid] = s
+        self.send(w, [REQ_CMD, reqid, argv])
 
     cpdef dispatch(self, Client client, list argv):
         """One command, with CLIENT REPLY OFF/SKIP applied around it."""

@@ -79,6 +79,9 @@ class UnixLinks:
             self.pairs.append((a, b))
         self.readers = [FrameReader() for _ in range(nworkers)]
         self.pending_out = [bytearray() for _ in range(nworkers)]
+        self.held = [None] * nworkers   # w -> payloads kept while worker w restarts
+        self.starting = [False] * nworkers
+        self.on_ready = None            # on_ready(w): a restarted worker said READY
         self.loop = None
         self.deliver = None
         self.lost = None
@@ -132,6 +135,10 @@ class UnixLinks:
                 self.loop.remove_reader(sock.fileno())
                 self.lost(w)
                 break
+            if self.starting[w] and msgs and msgs[0] == P.READY:
+                self.starting[w] = False
+                msgs = msgs[1:]
+                self.on_ready(w)
             for msg in msgs:
                 deliver(msg)
             if n < RECV_SIZE:
@@ -139,6 +146,43 @@ class UnixLinks:
         self.flush_replies()
 
     def send(self, w, payload):
+        held = self.held[w]
+        if held is not None:
+            held.append(payload)
+            return
+        self.send_now(w, payload)
+
+    # ---- a worker that died (disque.worker_restart) ----
+
+    def hold(self, w):
+        """Keep what is sent to worker w until release(w); forget its dead socket and make
+        the pair the next process of worker w gets (worker_args)."""
+        if self.held[w] is None:
+            self.held[w] = []
+        a, b = self.pairs[w]
+        try:
+            self.loop.remove_reader(a.fileno())
+        except (ValueError, OSError):
+            pass
+        if self.pending_out[w]:
+            self.loop.remove_writer(a.fileno())
+        self.pending_out[w] = bytearray()
+        a.close()
+        b.close()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.pairs[w] = (a, b)
+        self.readers[w] = FrameReader()
+        a.setblocking(False)
+        self.starting[w] = True
+        self.loop.add_reader(a.fileno(), self.readable, w)
+
+    def release(self, w):
+        """Worker w serves again: send what waited, in order."""
+        held, self.held[w] = self.held[w], None
+        for payload in held or ():
+            self.send_now(w, payload)
+
+    def send_now(self, w, payload):
         data = frame(payload)
         out = self.pending_out[w]
         if out:
@@ -149,6 +193,8 @@ class UnixLinks:
             n = sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
+        except OSError:             # the worker died: readable() reports it
+            return
         if n < len(data):
             out += data[n:]
             self.loop.add_writer(sock.fileno(), self.writable, w)
@@ -159,6 +205,9 @@ class UnixLinks:
         try:
             n = sock.send(out)
         except (BlockingIOError, InterruptedError):
+            return
+        except OSError:             # the worker died: readable() reports it
+            self.loop.remove_writer(sock.fileno())
             return
         del out[:n]
         if not out:
@@ -187,6 +236,9 @@ class ZmqLinks:
         self.router.bind(self.endpoint)
         self.idents = [b"w%d" % w for w in range(nworkers)]
         self.deliver = None
+        self.held = [None] * nworkers
+        self.starting = [False] * nworkers
+        self.on_ready = None
 
     def worker_args(self, w):
         return ["--link", "zmq:" + self.endpoint], ()
@@ -220,11 +272,34 @@ class ZmqLinks:
             except zmq.Again:
                 break
             if len(frames) == 2:
+                if frames[1] == P.READY:
+                    w = self.idents.index(frames[0]) if frames[0] in self.idents else -1
+                    if w >= 0 and self.starting[w]:
+                        self.starting[w] = False
+                        self.on_ready(w)
+                    continue
                 deliver(frames[1])
         self.flush_replies()
 
     def send(self, w, payload):
+        held = self.held[w]
+        if held is not None:
+            held.append(payload)
+            return
         self.router.send_multipart([self.idents[w], payload])
+
+    def send_now(self, w, payload):
+        self.router.send_multipart([self.idents[w], payload])
+
+    def hold(self, w):
+        if self.held[w] is None:
+            self.held[w] = []
+        self.starting[w] = True
+
+    def release(self, w):
+        held, self.held[w] = self.held[w], None
+        for payload in held or ():
+            self.send_now(w, payload)
 
     def poll_now(self):
         # ZeroMQ's FD is edge-triggered: after sending, replies may already be waiting

@@ -47,7 +47,8 @@ log = logging.getLogger("disque.worker")
 
 # commands with the `w` flag (SPEC 2) that a worker executes: -MISCONF while writes fail
 WRITE_COMMANDS = frozenset(name for name, cmd in C.BY_BYTES.items() if "w" in cmd.flags)
-STARTED = "started"             # immediate answer to a control whose result comes later
+STARTED = "started"
+WORKER_FATAL_EXIT = 3             # disque.worker_restart: stop the node, no restart             # immediate answer to a control whose result comes later
 REWRITE_SLICE_S = 0.004         # serialization per loop turn while serving clients
 STARTUP_SLICE_S = 0.05          # ... while loading (no client is served)
 REWRITE_BACKLOG = 32            # chunks the writer thread may lag behind
@@ -436,7 +437,7 @@ class PersistenceMixin:
         if w.policy == "always":
             log.critical("Can't recover from AOF write error when the AOF fsync policy is "
                          "'always' (%s: %s). Exiting...", w.path, error)
-            raise SystemExit(1)
+            raise SystemExit(WORKER_FATAL_EXIT)     # the front-end stops the node
         if self.aof_saved_handlers is None:
             log.warning("Error writing to the AOF file %s: %s (write commands get -MISCONF "
                         "until a write works again; retried every second)", w.path, error)

@@ -1,0 +1,170 @@
+"""A dead worker is not a dead node (issue 13).
+
+When a worker process dies (a crash, the OOM killer, kill -9) the front-end:
+  1. holds every request for that worker (they wait in order in the link, see
+     `UnixLinks.hold`), and answers the ones the dead process had taken and not answered
+     with an error, each in its client's reply order (a blocked GETJOB or a waiting
+     ADDJOB included: never a hang); node-level controls it had taken are sent again to
+     the next process;
+  2. starts a new process for the same slots, tells it the cluster membership and, with
+     the AOF on, makes it load its own file (`<stem>.<port>.w<k>.aof`) and rewrite it;
+  3. releases the held requests. Without the AOF the worker starts empty: the jobs of
+     its slots that have copies on other nodes come back through the cluster's usual
+     requeue (the copies' RETRY), exactly as when a whole node restarts empty.
+
+A worker that exits with WORKER_FATAL_EXIT (an AOF write error with appendfsync always)
+still stops the node, as upstream; so does a worker dying more than MAX_RESTARTS times in
+RESTART_WINDOW_S (a crash loop). INFO server reports worker_restarts and how long the
+slots of the last restarted worker were unavailable.
+"""
+import logging
+import os
+import time
+
+import msgpack
+
+from disque.workers import protocol as P
+from disque.workers.aof import aof_path
+
+log = logging.getLogger("disque.server")
+
+WORKER_FATAL_EXIT = 3
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+LOST_REPLY = (b"-ERR worker process died while running this command (the node restarted "
+              b"it); retry\r\n")
+STARTED = "started"
+
+
+class WorkerRestarts:
+    def __init__(self, node):
+        self.node = node
+        self.count = 0
+        self.restarting = {}            # w -> monotonic time the death was noticed
+        self.last_unavailable_ms = 0
+        self.max_unavailable_ms = 0
+        self.recent = []                # monotonic times of recent deaths
+
+    def info_fields(self):
+        return [("worker_restarts", self.count),
+                ("worker_restarting", len(self.restarting)),
+                ("worker_last_restart_unavailable_ms", self.last_unavailable_ms),
+                ("worker_max_restart_unavailable_ms", self.max_unavailable_ms)]
+
+    def died(self, w):
+        """The link to worker w closed or its process is gone."""
+        node = self.node
+        if node.stopping or w in self.restarting:
+            return
+        now = time.monotonic()
+        p = node.procs[w]
+        try:
+            code = p.wait(1.0)          # the socket closes as the process exits
+        except Exception:
+            p.kill()
+            code = p.wait()
+        if code == WORKER_FATAL_EXIT:
+            log.error("Worker %d (pid %d) stopped on a fatal error: shutting the node down",
+                      w, p.pid)
+            node.request_stop(1)
+            return
+        self.recent = [t for t in self.recent if now - t < RESTART_WINDOW_S] + [now]
+        if len(self.recent) > MAX_RESTARTS:
+            log.error("Worker %d (pid %d) died (code %s), %d worker deaths in %ds: "
+                      "shutting the node down", w, p.pid, code, len(self.recent),
+                      RESTART_WINDOW_S)
+            node.request_stop(1)
+            return
+        log.error("Worker %d (pid %d) died (code %s): starting a new one for its slots",
+                  w, p.pid, code)
+        self.count += 1
+        self.restarting[w] = now
+        node.links.hold(w)
+        self.fail_in_flight(w)
+        node.spawn_worker(w)
+
+    def fail_in_flight(self, w):
+        fe = self.node.fe
+        n = fe.nworkers
+        controls = fe.controls_sent
+        for reqid in [r for r in fe.pending if r >= 0 and r % n == w]:
+            cb = fe.pending.get(reqid)
+            ctl = controls.get(reqid)
+            if ctl is not None:
+                fe.send(w, [P.CONTROL, reqid, ctl[0], ctl[1]])     # held: the next process
+                continue
+            del fe.pending[reqid]
+            try:
+                if hasattr(cb, "fill"):
+                    cb.fill(LOST_REPLY)
+                else:
+                    cb([reqid, LOST_REPLY, None])
+            except Exception:
+                log.exception("answering request %d of dead worker %d", reqid, w)
+        fe.flush_replies()
+
+    # ---- the new process ----
+
+    def ready(self, w):
+        """The new process of worker w said READY: membership, then its AOF, then serve."""
+        fe = self.node.fe
+        state = getattr(fe, "cluster_state", None)
+        if state:
+            self.control(w, "cluster", state, lambda value: None)
+        if getattr(fe, "aof_enabled", False) and fe.cfg.appendonly:
+            self.load_aof(w)
+        else:
+            self.serve(w)
+
+    def control(self, w, name, arg, done):
+        """A control to worker w now, ahead of the held requests."""
+        fe = self.node.fe
+        reqid = fe.new_reqid(w)
+        if isinstance(arg, dict):
+            arg = dict(arg, reqid=reqid)
+
+        def got(rep):
+            if rep[1] == STARTED:
+                fe.pending[reqid] = got
+                return
+            done(rep[1])
+        fe.pending[reqid] = got
+        self.node.links.send_now(w, msgpack.packb([[P.CONTROL, reqid, name, arg]]))
+
+    def load_aof(self, w):
+        cfg = self.node.fe.cfg
+        path = aof_path(cfg.dir, cfg.appendfilename, cfg.port, w)
+        files = [[w, path]] if os.path.exists(path) else []
+        t0 = time.monotonic()
+
+        def loaded(value):
+            if isinstance(value, dict) and value.get("error"):
+                self.fatal(w, "reloading its append only file: %s" % value["error"])
+                return
+            n = value.get("jobs", 0) if isinstance(value, dict) else 0
+            log.info("Worker %d reloaded %d job(s) from %s in %.3f s", w, n, path,
+                     time.monotonic() - t0)
+            self.control(w, "aof_rewrite", {"enable": True, "startup": True}, opened)
+
+        def opened(value):
+            if isinstance(value, dict) and value.get("error"):
+                self.fatal(w, "reopening its append only file: %s" % value["error"])
+                return
+            self.serve(w)
+
+        self.control(w, "aof_load", {"files": files, "enqueue_once": False,
+                                     "load_truncated": bool(cfg.aof_load_truncated)}, loaded)
+
+    def fatal(self, w, why):
+        log.error("Restarted worker %d failed %s: shutting the node down", w, why)
+        self.node.request_stop(1)
+
+    def serve(self, w):
+        started = self.restarting.pop(w, None)
+        self.node.links.release(w)
+        self.node.fe.flush()
+        if started is not None:
+            ms = int((time.monotonic() - started) * 1000)
+            self.last_unavailable_ms = ms
+            self.max_unavailable_ms = max(self.max_unavailable_ms, ms)
+            log.warning("Worker %d serves again: its slots were unavailable for %d ms", w, ms)

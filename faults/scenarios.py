@@ -1,0 +1,116 @@
+"""Fault schedules. Each runs until `until` (monotonic) and leaves the faults in place;
+the harness heals everything afterwards. `ctx` holds the nodes and a random generator."""
+import time
+
+from faults import netns
+
+PERIOD = 4.0            # seconds between two partition changes
+
+
+def _sleep_until(t, until):
+    time.sleep(max(0.0, min(t, until) - time.monotonic()))
+
+
+def partitions(make_groups):
+    def run(ctx, until):
+        n = len(ctx.nodes)
+        while time.monotonic() < until:
+            groups = make_groups(ctx.rng, n)
+            ctx.note("partition %s" % groups)
+            netns.partition(n, groups)
+            _sleep_until(time.monotonic() + PERIOD, until)
+    return run
+
+
+def halves(rng, n):
+    ids = list(range(n))
+    rng.shuffle(ids)
+    return [ids[:n // 2], ids[n // 2:]]
+
+
+def isolate_one(rng, n):
+    lone = rng.randrange(n)
+    return [[lone], [i for i in range(n) if i != lone]]
+
+
+def majority_minority(rng, n):
+    ids = list(range(n))
+    rng.shuffle(ids)
+    return [ids[:n // 2 + 1], ids[n // 2 + 1:]]
+
+
+def bridge(ctx, until):
+    """A bridge: one node sees both sides, the sides do not see each other."""
+    n = len(ctx.nodes)
+    while time.monotonic() < until:
+        ids = list(range(n))
+        ctx.rng.shuffle(ids)
+        hub, rest = ids[0], ids[1:]
+        left, right = rest[:len(rest) // 2], rest[len(rest) // 2:]
+        ctx.note("bridge %d between %s and %s" % (hub, left, right))
+        netns.cut_links(n, [(a, b) for a in left for b in right])
+        _sleep_until(time.monotonic() + PERIOD, until)
+
+
+def pauses(ctx, until):
+    """SIGSTOP every process of one node for twice the node timeout, then SIGCONT."""
+    while time.monotonic() < until:
+        node = ctx.rng.choice(ctx.nodes)
+        ctx.note("pause node %d" % node.i)
+        node.pause()
+        time.sleep(2 * ctx.node_timeout_s)
+        node.resume()
+        _sleep_until(time.monotonic() + 2.0, until)
+
+
+def kill_one(ctx, until):
+    """kill -9 of one node at a time, restarted from its files after a moment."""
+    while time.monotonic() < until:
+        node = ctx.rng.choice(ctx.nodes)
+        ctx.note("kill -9 node %d" % node.i)
+        node.kill()
+        time.sleep(2.0)
+        node.start()
+        node.wait_ready()
+        _sleep_until(time.monotonic() + 3.0, until)
+
+
+def kill_all(ctx, until):
+    """kill -9 of every node at once, all restarted from their files."""
+    while time.monotonic() < until:
+        _sleep_until(time.monotonic() + 4.0, until)
+        ctx.note("kill -9 all nodes")
+        for node in ctx.nodes:
+            node.kill()
+        time.sleep(1.0)
+        for node in ctx.nodes:
+            node.start()
+        for node in ctx.nodes:
+            node.wait_ready()
+        _sleep_until(time.monotonic() + 4.0, until)
+
+
+def kill_worker(ctx, until):
+    """kill -9 of one worker process of a random node (the node restarts it)."""
+    while time.monotonic() < until:
+        node = ctx.rng.choice(ctx.nodes)
+        if node.kill_worker(ctx.rng.randrange(8)):
+            ctx.worker_kills += 1
+            ctx.note("kill -9 a worker of node %d" % node.i)
+        _sleep_until(time.monotonic() + 3.0, until)
+
+
+# name -> (schedule, AOF mode of the nodes)
+SCENARIOS = {
+    "halves": (partitions(halves), None),
+    "isolate-one": (partitions(isolate_one), None),
+    "majority-minority": (partitions(majority_minority), None),
+    "bridge": (bridge, None),
+    "pause": (pauses, None),
+    "kill-node-everysec": (kill_one, "everysec"),
+    "kill-node-always": (kill_one, "always"),
+    "kill-all-always": (kill_all, "always"),
+    "kill-all-everysec": (kill_all, "everysec"),
+    "kill-worker": (kill_worker, None),
+    "kill-worker-aof": (kill_worker, "everysec"),
+}
