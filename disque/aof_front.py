@@ -234,6 +234,7 @@ class AofFrontMixin:
 
     def aof_loading_done(self):
         self.loading = False
+        self.info_snapshot.invalidate()     # INFO: the loaded jobs count at once
         self.aof_set_gate()
         self.flush_replies()
         if self.loading_done_cb is not None:
