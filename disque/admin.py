@@ -680,6 +680,7 @@ class AdminMixin:
         for k in self.stats:
             self.stats[k] = 0
         self.commands_processed = self.net_input_bytes = self.net_output_bytes = 0
+        self.local_commands = 0          # with commands_processed: the INFO snapshot mark
         self.calls.clear()
         self.local_usec.clear()
         self.reset_metrics()

@@ -175,20 +175,36 @@ class AofFrontMixin:
         self.aof_set_gate()
         t0 = time.monotonic()
         enqueue_once = bool(cfg.aof_enqueue_jobs_once)
+        # the usual restart: only the files of workers 0..N-1 (no set-aside files), so
+        # each worker may read just its own (a file written with another number of
+        # workers is detected and the load starts again over every file: aof_loaded)
+        own_only = (bool(files) and not enqueue_once
+                    and all(type(k) is int and k < self.nworkers for k in files))
         arg = {"files": [[k[-1] if type(k) is tuple else k, p] for k, p in files.items()],
                "enqueue_once": enqueue_once,
-               "load_truncated": bool(cfg.aof_load_truncated)}
+               "load_truncated": bool(cfg.aof_load_truncated),
+               "own_only": own_only}
         if files:
             log.info("Loading %d append only file(s) (%d bytes) into %d worker(s)%s", len(files),
                      sizes, self.nworkers, ", queues restored once (aof-enqueue-jobs-once)"
                      if enqueue_once else "")
-        self.aof_call_all("aof_load", arg,
-                          lambda results: self.aof_loaded(results, t0, bool(files), enqueue_once))
+        self.aof_call_all("aof_load", arg, lambda results: self.aof_loaded(
+            results, t0, bool(files), enqueue_once, arg))
 
-    def aof_loaded(self, results, t0, had_files, enqueue_once):
+    def aof_loaded(self, results, t0, had_files, enqueue_once, arg):
         error = self.aof_first_error(results)
         if error:
             self.aof_fatal(error)
+            return
+        if any(r.get("foreign") for r in results):
+            # a worker's file holds jobs of other workers' slots: written with another
+            # number of workers. Forget what the others loaded; every worker reads every file
+            log.info("The append only files were written by another number of workers: "
+                     "every worker reads every file")
+            arg = dict(arg, own_only=False)
+            self.control_all("flushall", None, lambda _: self.aof_call_all(
+                "aof_load", arg, lambda results: self.aof_loaded(
+                    results, t0, had_files, enqueue_once, arg)))
             return
         warnings = []
         for r in results:
@@ -234,6 +250,7 @@ class AofFrontMixin:
 
     def aof_loading_done(self):
         self.loading = False
+        self.info_snapshot.invalidate()     # INFO: the loaded jobs count at once
         self.aof_set_gate()
         self.flush_replies()
         if self.loading_done_cb is not None:

@@ -19,6 +19,7 @@ from disque.cluster_frontend import ClusterFrontendMixin
 from disque.queues_elsewhere import QueuesElsewhereMixin
 from disque import info as info_mod
 from disque import memstat
+from disque.info_snapshot import NEUTRAL_LOCAL, InfoSnapshot
 from disque._fast import resp
 from disque._fast.frontcore import Client, Core
 from disque._fast.jobid import queue_slot, valid_id
@@ -210,6 +211,8 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
         self.stats_log_pending = False
         self.multiget_seq = 0
         self.shutdown_cb = None
+        self.local_commands = 0          # commands the front-end answered itself
+        self.info_snapshot = InfoSnapshot()
         self.unix_addr = None            # "<unixsocket>:0" once that socket listens (server.py)
         self.controls_sent = {}          # reqid -> (name, arg) until answered (send_control)
         self.restarts = None             # disque.worker_restart.WorkerRestarts (server.py)
@@ -453,6 +456,9 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
         return used
 
     def local_command(self, client, name, argv):
+        self.local_commands += 1        # commands_processed minus this: sent to workers
+        if name not in NEUTRAL_LOCAL:
+            self.info_snapshot.invalidate()
         handler = self.local.get(name)
         if handler is None:
             client.reply(b"-ERR %s is not available in this version\r\n" % name.upper())
@@ -872,10 +878,17 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
             client.reply(SYNTAX_ERROR)
             return
         section = argv[1].decode(errors="replace").lower() if len(argv) == 2 else "default"
+        if section in info_mod.LIVE_SECTIONS:
+            s = client.slot()
+            self.control_all("info", None,
+                             lambda workers: s.fill(resp.bulk(info_mod.render(self, workers, section))))
+            return
+        # from the workers' last figures while they are exact (disque/info_snapshot.py)
+        mark = self.commands_processed - self.local_commands
+        workers = self.info_snapshot.fresh(mark)
+        if workers is not None:
+            client.reply(resp.bulk(info_mod.render(self, workers, section)))
+            return
         s = client.slot()
-
-        def done(workers):
-            text = info_mod.render(self, workers, section)
-            s.fill(resp.bulk(text.encode()))
-
-        self.control_all("info", None, done)
+        self.info_snapshot.wait(self, mark, lambda workers: s.fill(
+            resp.bulk(info_mod.render(self, workers, section))))

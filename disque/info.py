@@ -3,9 +3,8 @@
 Instantaneous metrics (ops/sec, input/output kbps) are sampled by the front-end cron every
 100 ms and averaged over the last 16 samples, as upstream (`disque.admin`).
 
-used_memory is what the node holds for its data and clients (the figure maxmemory is held
-against, disque.memstat and docs/memory.md); used_memory_rss is the RSS of the front-end
-and every worker.
+used_memory counts what the node holds for its data and clients (docs/memory.md); the
+whole-process figure is used_memory_rss.
 """
 import json
 import os
@@ -14,12 +13,13 @@ import time
 
 import psutil
 
-from disque import VERSION, memstat, statslog
+from disque import VERSION, statslog
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats",
                     "cpu", "workers")
 _PROC = psutil.Process()
 _RUN_ID = os.urandom(20).hex()
+_UNAME = platform.uname()
 
 
 def human(n):
@@ -31,19 +31,11 @@ def human(n):
             return "%.2f%s" % (n, unit)
 
 
-def sections(fe, workers):
-    now = time.time()
-    up = int(now - fe.started)
-    uname = platform.uname()
-    rss_total = memstat.rss() + sum(w.get("rss", 0) for w in workers)
-    used = fe.memory_used(w.get("used_memory", 0) for w in workers)
-    cpu = _PROC.cpu_times()
+def _server(fe, workers):
+    up = int(time.time() - fe.started)
+    uname = _UNAME
     cfg = fe.cfg
-    biggest_in = max((c.parser.pending for c in fe.clients.values()), default=0)
-    longest_out = max((len(c.slots) for c in fe.clients.values() if c.slots), default=0)
-    blocked = sum(w.get("blocked", 0) for w in workers) + fe.multigets_blocked
-    out = {}
-    out["server"] = [
+    return [
         ("disque_version", VERSION), ("disque_git_sha1", "00000000"), ("disque_git_dirty", 0),
         ("disque_build_id", "python"), ("os", "%s %s %s" % (uname.system, uname.release, uname.machine)),
         ("arch_bits", 64), ("multiplexing_api", fe.loop_name), ("gcc_version", "0.0.0"),
@@ -52,11 +44,31 @@ def sections(fe, workers):
         ("executable", fe.executable), ("config_file", getattr(cfg, "config_file", None) or ""),
         ("workers", fe.nworkers),
     ] + (fe.restarts.info_fields() if fe.restarts is not None else [])
-    out["clients"] = [
-        ("connected_clients", len(fe.clients)), ("client_longest_output_list", longest_out),
-        ("client_biggest_input_buf", biggest_in), ("blocked_clients", blocked),
-    ]
-    out["memory"] = [
+
+
+CLIENTS_FIELDS = ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
+                  "blocked_clients")
+
+
+def _clients_values(fe, workers):
+    biggest_in = longest_out = 0
+    for c in fe.clients.values():
+        pending = c.parser.pending
+        if pending > biggest_in:
+            biggest_in = pending
+        slots = c.slots
+        if slots and len(slots) > longest_out:
+            longest_out = len(slots)
+    blocked = fe.multigets_blocked
+    for w in workers:
+        blocked += w.get("blocked", 0)
+    return (len(fe.clients), longest_out, biggest_in, blocked)
+
+
+def _memory(fe, workers):
+    rss_total = _self_rss() + sum(w.get("rss", 0) for w in workers)
+    used = fe.memory_used(w.get("used_memory", 0) for w in workers)
+    return [
         ("used_memory", used), ("used_memory_human", human(used)),
         ("used_memory_rss", rss_total), ("used_memory_peak", fe.mem_peak),
         ("used_memory_peak_human", human(fe.mem_peak)),
@@ -64,34 +76,68 @@ def sections(fe, workers):
         ("mem_fragmentation_ratio", "%.2f" % (rss_total / used if used else 0)),
         ("mem_allocator", "libc"),
     ]
+
+
+def _deadletter(fe, workers):
+    """Jobs moved to a dead-letter queue, by the queue they came from (docs/job-features.md);
+    only INFO deadletter shows it: the upstream sections keep their exact fields."""
     dead = {}
     for w in workers:
         for q, n in w.get("dead_lettered", {}).items():
             dead[q] = dead.get(q, 0) + n
-    out["jobs"] = [("registered_jobs", sum(w.get("jobs", 0) for w in workers))]
-    # jobs moved to a dead-letter queue, by the queue they came from (docs/job-features.md);
-    # only INFO deadletter shows it: the upstream sections keep their exact fields
-    out["deadletter"] = [("dead_lettered_jobs", sum(dead.values()))] + [
-        ("dead_lettered_%d" % i, "queue=%s,jobs=%d" % (q, dead[q]))
-        for i, q in enumerate(sorted(dead))]
-    out["queues"] = [("registered_queues", sum(w.get("queues", 0) for w in workers))]
-    out["persistence"] = fe.aof_info_fields(workers)     # disque.aof_front
+    return [("dead_lettered_jobs", sum(dead.values()))] + [
+        ("dead_lettered_%d" % i, "queue=%s,jobs=%d" % (q, dead[q])) for i, q in enumerate(sorted(dead))]
+
+
+def _cluster(fe, workers):
+    """By name only (SPEC 14: no Cluster section in the default INFO): whether the bus is
+    secured (docs/security.md)."""
+    cluster = getattr(fe, "cluster", None)
+    return cluster.bus_info_fields() if cluster is not None else [("cluster_bus_secured", 0)]
+
+
+def _jobs(fe, workers):
+    return [("registered_jobs", sum(w.get("jobs", 0) for w in workers))]
+
+
+def _queues(fe, workers):
+    return [("registered_queues", sum(w.get("queues", 0) for w in workers))]
+
+
+def _persistence(fe, workers):
+    return fe.aof_info_fields(workers)     # disque.aof_front
+
+
+STATS_FIELDS = ("total_connections_received", "total_commands_processed",
+                "instantaneous_ops_per_sec", "total_net_input_bytes", "total_net_output_bytes",
+                "instantaneous_input_kbps", "instantaneous_output_kbps", "rejected_connections",
+                "latest_fork_usec")
+
+
+def _stats_values(fe, workers):
     st = fe.stats
-    out["stats"] = [
-        ("total_connections_received", st["total_connections_received"]),
-        ("total_commands_processed", fe.commands_processed),
-        ("instantaneous_ops_per_sec", int(fe.instantaneous("ops"))),
-        ("total_net_input_bytes", fe.net_input_bytes),
-        ("total_net_output_bytes", fe.net_output_bytes),
-        ("instantaneous_input_kbps", "%.2f" % (fe.instantaneous("in") / 1024)),
-        ("instantaneous_output_kbps", "%.2f" % (fe.instantaneous("out") / 1024)),
-        ("rejected_connections", st["rejected_connections"]), ("latest_fork_usec", 0),
-    ]
-    out["cpu"] = [
-        ("used_cpu_sys", "%.2f" % (cpu.system + sum(w.get("cpu_sys", 0) for w in workers))),
-        ("used_cpu_user", "%.2f" % (cpu.user + sum(w.get("cpu_user", 0) for w in workers))),
-        ("used_cpu_sys_children", "0.00"), ("used_cpu_user_children", "0.00"),
-    ]
+    return (st["total_connections_received"], fe.commands_processed,
+            int(fe.instantaneous("ops")), fe.net_input_bytes, fe.net_output_bytes,
+            "%.2f" % (fe.instantaneous("in") / 1024), "%.2f" % (fe.instantaneous("out") / 1024),
+            st["rejected_connections"], 0)
+
+
+CPU_FIELDS = ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")
+
+
+def _cpu_values(fe, workers):
+    cpu = os.times()            # this process (psutil's cpu_times reads /proc: slower)
+    hit = _cpu_sums
+    if hit[0] is not workers:
+        hit[:] = [workers, sum(w.get("cpu_sys", 0) for w in workers),
+                  sum(w.get("cpu_user", 0) for w in workers)]
+    return ("%.2f" % (cpu.system + hit[1]), "%.2f" % (cpu.user + hit[2]), "0.00", "0.00")
+
+
+_cpu_sums = [None, 0, 0]      # the workers' CPU times, summed once per snapshot
+
+
+def _workers(fe, workers):
     lines = []
     for w in workers:
         lines.append(("worker%d" % w.get("index", 0),
@@ -101,40 +147,121 @@ def sections(fe, workers):
                           w["pid"], w["jobs"], w["queues"], w["queued"], w["blocked"], w["ops"],
                           w["added"], w["delivered"], w["acked"], w["nacked"], w["requeued"],
                           w["expired"], w["rss"], w["used_memory"], w["cpu_user"], w["cpu_sys"])))
-    out["workers"] = lines
+    return lines
+
+
+def _commandstats(fe, workers):
     usec = fe.command_usec(workers)
     stats = []
     for name, calls in sorted(fe.calls.items()):
         name = name.decode()
         total = usec.get(name, 0)
         stats.append(("cmdstat_" + name, "calls=%d,usec=%d,usec_per_call=%.2f" % (calls, total, total / calls)))
-    out["commandstats"] = stats
-    # by name only (SPEC: no Cluster section in the default INFO): whether the bus is secured
-    cluster = getattr(fe, "cluster", None)
-    out["cluster"] = (cluster.bus_info_fields() if cluster is not None
-                      else [("cluster_bus_secured", 0)])
+    return stats
+
+
+def _workerstats(fe, workers):
     # schema-v2 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
+    cfg = fe.cfg
+    now = time.time()
     addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
-    out["workerstats"] = [("worker%d" % w.get("index", 0),
-                           json.dumps(statslog.line(now, fe.node_id.decode(), addr, w),
-                                      separators=(",", ":"), sort_keys=True))
-                          for w in workers]
-    return out
+    return [("worker%d" % w.get("index", 0),
+             json.dumps(statslog.line(now, fe.node_id.decode(), addr, w),
+                        separators=(",", ":"), sort_keys=True))
+            for w in workers]
+
+
+def _fields(names, values_fn):
+    """A section given by its field names and a function of its values: the builder of
+    (field, value) pairs, and the same text rendered with one format operation."""
+    template = "".join(["%s:%%s\r\n" % name for name in names])
+    return (lambda fe, workers: list(zip(names, values_fn(fe, workers))),
+            lambda fe, workers: template % values_fn(fe, workers))
+
+
+_clients, _clients_text = _fields(CLIENTS_FIELDS, _clients_values)
+_stats, _stats_text = _fields(STATS_FIELDS, _stats_values)
+_cpu, _cpu_text = _fields(CPU_FIELDS, _cpu_values)
+# sections that change with every call, rendered by one format operation each
+FAST_TEXT = {"clients": _clients_text, "stats": _stats_text, "cpu": _cpu_text}
+
+BUILDERS = {"server": _server, "clients": _clients, "memory": _memory, "jobs": _jobs,
+            "queues": _queues, "persistence": _persistence, "stats": _stats, "cpu": _cpu,
+            "workers": _workers, "commandstats": _commandstats, "workerstats": _workerstats,
+            "deadletter": _deadletter, "cluster": _cluster}
+# asked for by name, these are rendered from a live round trip to the workers
+LIVE_SECTIONS = frozenset(("workers", "workerstats"))
+TITLES = {name: "CPU" if name == "cpu" else name.capitalize() for name in BUILDERS}
+
+
+def sections(fe, workers, names=None):
+    """{section: [(field, value), ...]} for `names` (default: every section)."""
+    return {name: BUILDERS[name](fe, workers) for name in (names or BUILDERS)}
+
+
+def _self_rss():
+    """This process' RSS, read at most every RSS_MAX_AGE_S (psutil opens /proc each time)."""
+    now = time.monotonic()
+    if now - _rss_cache[0] > RSS_MAX_AGE_S:
+        _rss_cache[0] = now
+        _rss_cache[1] = _PROC.memory_info().rss
+    return _rss_cache[1]
+
+
+RSS_MAX_AGE_S = 0.1
+_rss_cache = [-1e9, 0]
+
+
+def _cache_key(name, fe, workers):
+    """What a section's text depends on beyond `workers` (the snapshot list, compared by
+    identity), or None when it must be rendered every time. CONFIG SET and the other
+    commands that change the workers' figures replace the snapshot (info_snapshot.py)."""
+    if name in _BY_SNAPSHOT:
+        return 0
+    if name == "server":
+        return int(time.time() - fe.started)        # uptime is the only field that moves
+    if name == "memory":
+        # client buffers move without a snapshot change: at most 100 ms stale, as the poll
+        return (_self_rss(), int(time.monotonic() * 10))
+    if name == "persistence" and not fe.loading:     # loading_* fields move with time
+        return fe.aof_enabled
+    return None
+
+
+_BY_SNAPSHOT = frozenset(("jobs", "queues", "workers", "workerstats"))
+
+
+_section_cache = {}     # name -> (workers list, key, text)
 
 
 def render(fe, workers, section="default"):
-    data = sections(fe, workers)
+    """The INFO text as bytes (only the sections asked for are computed). A section that
+    depends on nothing but the workers' snapshot (and a key, see _cache_key) is rendered
+    once per snapshot: INFO is cheap enough to be called on every new connection."""
     if section == "default":
         names = DEFAULT_SECTIONS
     elif section in ("all", "everything"):
         names = DEFAULT_SECTIONS + ("commandstats",)
-    elif section in data:
+    elif section in BUILDERS:
         names = (section,)          # includes "workerstats", never part of default/all
     else:
-        return ""
+        return b""
     chunks = []
+    cache = _section_cache
     for name in names:
-        body = "".join("%s:%s\r\n" % (k, v) for k, v in data[name])
-        title = "CPU" if name == "cpu" else name.capitalize()
-        chunks.append("# %s\r\n%s" % (title, body))
-    return "\r\n".join(chunks)
+        key = _cache_key(name, fe, workers)
+        if key is not None:
+            hit = cache.get(name)
+            if hit is not None and hit[0] is workers and hit[1] == key:
+                chunks.append(hit[2])
+                continue
+        fast = FAST_TEXT.get(name)
+        if fast is not None:
+            body = fast(fe, workers)
+        else:
+            body = "".join(["%s:%s\r\n" % kv for kv in BUILDERS[name](fe, workers)])
+        text = "# %s\r\n%s" % (TITLES[name], body)
+        if key is not None:
+            cache[name] = (workers, key, text)
+        chunks.append(text)
+    return "\r\n".join(chunks).encode()

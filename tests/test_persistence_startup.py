@@ -92,3 +92,25 @@ def test_seven_nodes_killed_serve_show_and_cluster_nodes_as_soon_as_ping_answers
     finally:
         for r in conns:
             r.close()
+
+
+@pytest.mark.server
+def test_each_worker_reads_its_own_file_unless_written_by_another_number_of_workers(
+        start_server):
+    """A restart with as many workers as files lets each worker read only its own file; a
+    file that holds jobs of another worker's slots (written with another --workers) is
+    detected and every worker then reads every file: no job is lost either way."""
+    srv = start_server(workers=2, extra_args=["--appendonly", "yes"])
+    r = srv.raw()
+    ids = H.add_jobs(r, _c.queue_names("own", 12), 3)
+    H.kill_node(srv)
+    H.restart(srv)                          # same number of workers: own files only
+    assert H.registered_jobs(srv) == len(ids)
+    assert "another number of workers" not in srv.log_text()
+    H.kill_node(srv)
+    H.restart(srv, workers=3)               # files 0 and 1 of 2 workers, read by 3
+    assert H.registered_jobs(srv) == len(ids)
+    assert "written by another number of workers: every worker reads every file" in srv.log_text()
+    r = srv.raw()
+    assert H.enqueue_all(r, ids) == len(ids)
+    assert set(H.fetch_all(r, _c.queue_names("own", 12), len(ids))) == set(ids)

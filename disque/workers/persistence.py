@@ -234,8 +234,15 @@ def scan_records(f, path, size):
 class Loader:
     """Reading every file of the node, in slices (a generator resumed by `step`)."""
 
-    def __init__(self, shard, files, enqueue_once, load_truncated):
+    def __init__(self, shard, files, enqueue_once, load_truncated, own_only=False):
         self.files = [(int(k), path) for k, path in files]
+        # own_only: the node restarts with the files of as many workers as it has, so each
+        # worker reads only its own file; a record of another worker's slot there means the
+        # files were written with another number of workers: stop before registering
+        # anything and answer {"foreign": True} (the front-end then loads every file)
+        self.own_only = own_only
+        if own_only:
+            self.files = [(k, path) for k, path in self.files if k == shard.index]
         self.enqueue_once = enqueue_once
         self.load_truncated = load_truncated
         self.total = 0
@@ -303,6 +310,9 @@ class Loader:
                             alive[jid] = (buf[a:b], path, start)
                         else:
                             alive.pop(jid, None)
+                    elif self.own_only:
+                        self.result = {"ok": True, "foreign": True}
+                        return
                     count += 1
                     if not count & 255:
                         self.done_bytes = base + start
@@ -474,7 +484,8 @@ class PersistenceMixin:
 
     def aof_control(self, name, arg):
         if name == "aof_load":
-            self.aof_loader = Loader(self, arg["files"], arg["enqueue_once"], arg["load_truncated"])
+            self.aof_loader = Loader(self, arg["files"], arg["enqueue_once"], arg["load_truncated"],
+                                     arg.get("own_only", False))
             self.aof_loader.reqid = arg["reqid"]
             self.aof_busy = True
             return STARTED
