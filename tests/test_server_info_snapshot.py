@@ -3,7 +3,6 @@ docs/info-latency.md): no round trip to the workers per INFO, yet a client alway
 own writes, and what workers change on their own shows within MAX_AGE_S."""
 import os
 import signal
-import socket
 import time
 
 import pytest
