@@ -744,7 +744,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
                 self.multiget_deadlines = live
 
     def stats_log_cron(self):
-        """`stats-log-file` / `stats-log-interval`: one schema-v1 line per worker per interval.
+        """`stats-log-file` / `stats-log-interval`: one schema-v2 line per worker per interval (docs/stats-schema.md).
         Both are read on every tick, so CONFIG SET turns the log on, off or elsewhere."""
         path = self.cfg.stats_log_file
         if not path:

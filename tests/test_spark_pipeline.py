@@ -444,11 +444,11 @@ def test_follow_processes_new_files(spark_session, tmp_path):
                             report_every=0)
     try:
         write_lines(inp / "a-0001.jsonl", [x for k in range(30) for x in a[k]])
-        _wait_rows(spark, out / "worker_rates", 60, 90, f)
+        _wait_rows(spark, out / "worker_rates", 60, 240, f)
         # with it, a copy of part of the first file: those samples are late (dropped, counted)
         write_lines(inp / "a-0001-copy.jsonl", [x for k in range(10) for x in a[k]])
         write_lines(inp / "a-0002.jsonl", [x for k in range(30, N) for x in a[k]] + ["{oops"])
-        _wait_rows(spark, out / "worker_rates", 120, 90, f)
+        _wait_rows(spark, out / "worker_rates", 120, 240, f)
         deadline = time.monotonic() + 60
         while f.result.late_rows < 20 and time.monotonic() < deadline:
             time.sleep(0.3)
