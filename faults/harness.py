@@ -68,7 +68,7 @@ def run_scenario(name, args, root, log):
             ["ip", "netns", "exec", netns.CLIENT, sys.executable, "-m", "faults.workload",
              "--addrs", ",".join(netns.node_addr(n.i) for n in nodes), "--out", out,
              "--max-seconds", str(args.duration + 120)],
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            cwd=N.REPO, env=N.env())
         time.sleep(2.0)                 # a fault-free start
         ctx.t0 = time.monotonic()
         schedule(ctx, ctx.t0 + args.duration)
