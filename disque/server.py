@@ -340,7 +340,7 @@ class Node:
 
     def watch_workers(self):
         for k, p in enumerate(self.procs):
-            if p.poll() is not None and k not in self.restarts.restarting:
+            if p.poll() is not None:
                 self.restarts.died(k)
                 if self.stopping:
                     return

@@ -54,10 +54,10 @@ class WorkerRestarts:
     def died(self, w):
         """The link to worker w closed or its process is gone."""
         node = self.node
-        if node.stopping or w in self.restarting:
-            return
-        now = time.monotonic()
         p = node.procs[w]
+        if node.stopping or (w in self.restarting and p.poll() is None):
+            return                      # already being replaced, the new process runs
+        now = time.monotonic()
         try:
             code = p.wait(1.0)          # the socket closes as the process exits
         except Exception:
@@ -78,7 +78,7 @@ class WorkerRestarts:
         log.error("Worker %d (pid %d) died (code %s): starting a new one for its slots",
                   w, p.pid, code)
         self.count += 1
-        self.restarting[w] = now
+        self.restarting.setdefault(w, now)     # a new process that died too: same outage
         node.links.hold(w)
         self.fail_in_flight(w)
         node.spawn_worker(w)
@@ -124,6 +124,8 @@ class WorkerRestarts:
             arg = dict(arg, reqid=reqid)
 
         def got(rep):
+            if rep[1] == LOST_REPLY:
+                return                  # this process died too: died() starts it over
             if rep[1] == STARTED:
                 fe.pending[reqid] = got
                 return

@@ -4,6 +4,7 @@ after another (faults, heal, drain, check), a results table. See docs/faults.md.
     faults/run [--long] [--nodes 5] [--workers 2] [--scenarios a,b] [--json out.json]
 """
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -20,6 +21,7 @@ from faults.scenarios import SCENARIOS
 
 SHORT_SECONDS = 12.0
 LONG_SECONDS = 120.0
+LOCK_PATH = "/tmp/dqf-harness.lock"     # one run at a time: namespace names are fixed
 
 
 class Context:
@@ -56,7 +58,9 @@ def run_scenario(name, args, root, log):
         for node in nodes:
             node.start()
         if not all(node.wait_ready() for node in nodes):
-            raise RuntimeError("a node did not start: see %s" % sdir)
+            bad = next(node for node in nodes if not node.alive() or N.cli(node.i, "PING") != "PONG")
+            tail = (bad.log_text().strip().splitlines() or ["(empty log)"])[-1]
+            raise RuntimeError("node %d did not start: %s" % (bad.i, tail[-200:]))
         if not N.join(nodes):
             raise RuntimeError("the cluster did not form")
         out = os.path.join(sdir, "record.json")
@@ -64,7 +68,7 @@ def run_scenario(name, args, root, log):
             ["ip", "netns", "exec", netns.CLIENT, sys.executable, "-m", "faults.workload",
              "--addrs", ",".join(netns.node_addr(n.i) for n in nodes), "--out", out,
              "--max-seconds", str(args.duration + 120)],
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            cwd=N.REPO, env=N.env())
         time.sleep(2.0)                 # a fault-free start
         ctx.t0 = time.monotonic()
         schedule(ctx, ctx.t0 + args.duration)
@@ -102,6 +106,11 @@ def main(argv=None):
     for name in names:
         if name not in SCENARIOS:
             sys.exit("faults/run: unknown scenario %r" % name)
+    lock = open(LOCK_PATH, "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        sys.exit("faults/run: another run holds %s (the namespaces are shared)" % LOCK_PATH)
     root = tempfile.mkdtemp(prefix="dqf-run-")
     results = []
 

@@ -11,6 +11,14 @@ import psutil
 from faults import netns
 
 PORT = 7711
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def env():
+    """This checkout first on the path of every process we start, as tests/conftest.py."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
 NODE_TIMEOUT_MS = 2000
 
 
@@ -55,7 +63,8 @@ class Node:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(["ip", "netns", "exec", netns.node_ns(self.i),
                                           sys.executable, "-m", "disque", *args],
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
+                                         env=env())
 
     def wait_ready(self, timeout=30):
         deadline = time.monotonic() + timeout

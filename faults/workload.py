@@ -35,7 +35,10 @@ class Record:
 
 def error_type(e):
     if isinstance(e, redis.ResponseError):
-        return (str(e).split() or ["ERR"])[0]
+        words = str(e).split() or ["ERR"]
+        if not words[0].isupper():          # redis-py strips "ERR ": keep a hint
+            return "ERR " + " ".join(words[:2])
+        return words[0]
     return type(e).__name__
 
 
