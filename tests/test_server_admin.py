@@ -852,7 +852,10 @@ def test_info_every_section_and_field_in_order(server, section):
     for name, fields in SPEC_FIELDS.items():
         got = _fields(secs[name])
         if name == "Server":
-            assert got == fields + ["workers"], got         # ours: the number of workers
+            # ours: the number of workers and their restarts (docs/faults.md)
+            assert got == fields + ["workers", "worker_restarts", "worker_restarting",
+                                    "worker_last_restart_unavailable_ms",
+                                    "worker_max_restart_unavailable_ms"], got
         else:
             assert got == fields, (name, got)
     assert text.endswith(b"\r\n") and not text.endswith(b"\r\n\r\n")
