@@ -25,6 +25,7 @@ from disque.bus.nodes import ConfigFileError
 from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.aof_front import worker_config as aof_worker_config
 from disque.frontend import Frontend
+from disque.listen import bind_tcp
 from disque.workers.link import front_end_links
 from disque.worker_restart import WorkerRestarts
 
@@ -59,24 +60,13 @@ def new_event_loop():
 
 def listen_sockets(cfg):
     """Bind every listening socket before starting workers, so a busy port fails fast."""
-    socks = []
     if not cfg.port:
-        return socks
-    for addr in cfg.bind or ["127.0.0.1"]:
-        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, cfg.port))
-        except OSError as e:
-            s.close()
-            for o in socks:
-                o.close()
-            raise StartupError("Creating Server TCP listening socket %s:%d: %s" % (addr, cfg.port, e.strerror))
-        s.listen(getattr(cfg, "tcp_backlog", 511))
-        s.setblocking(False)
-        socks.append(s)
-    return socks
+        return []
+    try:
+        return bind_tcp(cfg.bind or ["127.0.0.1"], cfg.port, getattr(cfg, "tcp_backlog", 511),
+                        "Server TCP listening socket")
+    except OSError as e:
+        raise StartupError(str(e))
 
 
 def metrics_listen(cfg, client_socks):

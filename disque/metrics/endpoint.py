@@ -12,12 +12,12 @@ import hmac
 import json
 import logging
 import os
-import socket
 import time
 
 import psutil
 
 from disque import VERSION
+from disque.listen import bind_tcp
 from disque.metrics import prom
 from disque.metrics.http import HttpServer
 
@@ -34,23 +34,7 @@ def json_body(obj):
 
 def listen_sockets(cfg):
     """Bind the metrics port on every `bind` address (startup fails fast when it is busy)."""
-    socks = []
-    for addr in cfg.bind or ["127.0.0.1"]:
-        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, cfg.metrics_port))
-        except OSError as e:
-            s.close()
-            for o in socks:
-                o.close()
-            raise OSError("Creating the metrics listening socket %s:%d: %s"
-                          % (addr, cfg.metrics_port, e.strerror))
-        s.listen(128)
-        s.setblocking(False)
-        socks.append(s)
-    return socks
+    return bind_tcp(cfg.bind or ["127.0.0.1"], cfg.metrics_port, 128, "the metrics listening socket")
 
 
 class Coalesced:
