@@ -64,6 +64,21 @@ def serialize_reference(job, storage, now_s):
     return U32.pack(size) + head[4:] + rest
 
 
+
+def read_strings(data, pos, end, count):
+    """`count` length-prefixed strings (u32 length + bytes) from pos; (strings, new pos)."""
+    out = []
+    for _ in range(count):
+        if pos + 4 > end:
+            raise CodecError("truncated string length")
+        n = U32.unpack_from(data, pos)[0]
+        pos += 4
+        if pos + n > end:
+            raise CodecError("string past the end of the job")
+        out.append(bytes(data[pos:pos + n]))
+        pos += n
+    return out, pos
+
 def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
     """(Job, next offset) from `data` at `offset`; CodecError on any inconsistency.
 
@@ -80,16 +95,7 @@ def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
     if end > end_of_data:
         raise CodecError("job length %d past the end of the data" % size)
     pos = offset + FIXED.size
-    fields = []
-    for _ in range(2):
-        if pos + 4 > end:
-            raise CodecError("truncated string length")
-        n = U32.unpack_from(data, pos)[0]
-        pos += 4
-        if pos + n > end:
-            raise CodecError("string past the end of the job")
-        fields.append(bytes(data[pos:pos + n]))
-        pos += n
+    fields, pos = read_strings(data, pos, end, 2)
     if pos + 4 > end:
         raise CodecError("truncated node count")
     count = U32.unpack_from(data, pos)[0]
@@ -107,16 +113,7 @@ def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
         if version != OPTIONS_VERSION:
             raise CodecError("job options version %d" % version)
         pos += OPTIONS.size
-        names = []
-        for _ in range(2):
-            if pos + 4 > end:
-                raise CodecError("truncated string length")
-            n = U32.unpack_from(data, pos)[0]
-            pos += 4
-            if pos + n > end:
-                raise CodecError("string past the end of the job")
-            names.append(bytes(data[pos:pos + n]))
-            pos += n
+        names, pos = read_strings(data, pos, end, 2)
         if pos != end:
             raise CodecError("job length does not match its content")
         ext = JobOptions(backoff, maxdel, names[0] if oflags & OPT_DEADLETTER else None,
