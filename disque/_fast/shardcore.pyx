@@ -19,11 +19,12 @@ from disque._fast.jobid import IdMaker
 
 DEF PAUSE_IN = 1
 DEF PAUSE_OUT = 2
-# bus message type and flags (disque.bus.messages)
-DEF BUS_QUEUED = 7
-DEF BUS_INCR_NACKS = 2
-DEF BUS_INCR_DELIV = 4
-DEF BUS_DEADLETTERED = 8
+from disque.bus import messages as _bus
+# bus message type and flags: disque/bus/messages.py is their one home (C ints, read at import)
+cdef int BUS_QUEUED = _bus.QUEUED
+cdef int BUS_INCR_NACKS = _bus.INCR_NACKS
+cdef int BUS_INCR_DELIV = _bus.INCR_DELIV
+cdef int BUS_DEADLETTERED = _bus.DEADLETTERED
 # worker -> front-end entry: a queue now lives on a worker that is not its slot's
 # (a dead-letter queue holding jobs of other slots), so GETJOB must look there too
 DEF QUEUE_ELSEWHERE = -2
