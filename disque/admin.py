@@ -108,12 +108,6 @@ class AdminMixin:
     # ---- state and configuration ---------------------------------------------------------
 
     def admin_init(self):
-        self.local.update({
-            b"auth": self.cmd_auth, b"hello": self.cmd_hello_handshake,
-            b"client": self.cmd_client, b"monitor": self.cmd_monitor,
-            b"slowlog": self.cmd_slowlog, b"latency": self.cmd_latency,
-            b"command": self.cmd_command,
-        })
         self.monitors = []
         self.slowlog = collections.deque()
         self.slowlog_next_id = 0

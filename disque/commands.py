@@ -9,6 +9,10 @@ loading, F fast. `route` says who executes the command:
   ids    - every job ID in argv[1:] is sent to its worker; integer replies are summed
   getjob - GETJOB's own routing and blocking logic
   all    - every worker (replies merged by the front-end)
+`front` names the front-end method that handles it (`disque.frontend.Frontend`; None when
+the Cython core forwards it by route), `worker` the worker method (`disque.workers.shard.
+Shard`; None for node-level commands). Both dispatch tables are built from these names,
+so the two halves of a command are found from here.
 """
 from dataclasses import dataclass
 
@@ -19,6 +23,8 @@ class Command:
     arity: int
     flags: str
     route: str
+    front: str | None = None
+    worker: str | None = None
 
     def arity_ok(self, argc: int) -> bool:
         return argc == self.arity if self.arity > 0 else argc >= -self.arity
@@ -32,44 +38,60 @@ class Command:
 
 
 COMMANDS = {c.name: c for c in [
-    Command("auth", 2, "rlF", "local"),
-    Command("ping", -1, "rF", "local"),
+    Command("auth", 2, "rlF", "local", "cmd_auth"),
+    Command("ping", -1, "rF", "local", "cmd_ping"),
     # not in upstream Disque: redis-cli --pipe ends its input with ECHO to know it is done
-    Command("echo", 2, "rF", "local"),
-    Command("info", -1, "rl", "local"),
-    Command("shutdown", -1, "arl", "local"),
-    Command("monitor", 1, "ar", "local"),
-    Command("debug", -2, "a", "local"),
-    Command("config", -2, "ar", "local"),
-    Command("cluster", -2, "ar", "local"),
-    Command("client", -2, "ar", "local"),
-    Command("slowlog", -2, "r", "local"),
-    Command("time", 1, "rF", "local"),
-    Command("command", 0, "rl", "local"),
-    Command("latency", -2, "arl", "local"),
-    Command("hello", -1, "rF", "local"),     # -1: HELLO <protover> [AUTH u p] [SETNAME n]
-    Command("addjob", -4, "wmF", "queue"),
-    Command("getjob", -2, "wF", "getjob"),
-    Command("ackjob", -1, "wF", "ids"),
-    Command("fastack", -1, "wF", "ids"),
-    Command("deljob", -1, "wF", "ids"),
-    Command("show", 2, "rF", "id"),
-    Command("loadjob", 2, "w", "local"),
-    Command("bgrewriteaof", 1, "ar", "local"),
-    Command("qlen", 2, "rF", "queue"),
-    Command("qpeek", 3, "r", "queue"),
-    Command("qstat", 2, "rF", "queue"),
-    Command("qscan", -1, "r", "all"),
-    Command("jscan", -1, "r", "all"),
-    Command("enqueue", -1, "mwF", "ids"),
-    Command("nack", -1, "mwF", "ids"),
-    Command("dequeue", -1, "wF", "ids"),
-    Command("working", 2, "wF", "id"),
-    Command("pause", -3, "rF", "queue"),
+    Command("echo", 2, "rF", "local", "cmd_echo"),
+    Command("info", -1, "rl", "local", "cmd_info"),
+    Command("shutdown", -1, "arl", "local", "cmd_shutdown"),
+    Command("monitor", 1, "ar", "local", "cmd_monitor"),
+    Command("debug", -2, "a", "local", "cmd_debug"),
+    Command("config", -2, "ar", "local", "cmd_config"),
+    Command("cluster", -2, "ar", "local", "cmd_cluster"),
+    Command("client", -2, "ar", "local", "cmd_client"),
+    Command("slowlog", -2, "r", "local", "cmd_slowlog"),
+    Command("time", 1, "rF", "local", "cmd_time"),
+    Command("command", 0, "rl", "local", "cmd_command"),
+    Command("latency", -2, "arl", "local", "cmd_latency"),
+    # -1: HELLO <protover> [AUTH u p] [SETNAME n]; plain HELLO is Disque's (cmd_hello)
+    Command("hello", -1, "rF", "local", "cmd_hello_handshake"),
+    Command("addjob", -4, "wmF", "queue", worker="cmd_addjob"),
+    Command("getjob", -2, "wF", "getjob", "getjob", "getjob"),
+    Command("ackjob", -1, "wF", "ids", "route_ids", "cmd_ackjob"),
+    Command("fastack", -1, "wF", "ids", "route_ids", "cmd_fastack"),
+    Command("deljob", -1, "wF", "ids", "route_ids", "cmd_deljob"),
+    Command("show", 2, "rF", "id", worker="cmd_show"),
+    Command("loadjob", 2, "w", "local", "cmd_loadjob"),
+    Command("bgrewriteaof", 1, "ar", "local", "cmd_bgrewriteaof"),
+    Command("qlen", 2, "rF", "queue", worker="cmd_qlen"),
+    Command("qpeek", 3, "r", "queue", worker="cmd_qpeek"),
+    Command("qstat", 2, "rF", "queue", worker="cmd_qstat"),
+    Command("qscan", -1, "r", "all", "all_workers_command", "scan"),
+    Command("jscan", -1, "r", "all", "all_workers_command", "scan"),
+    Command("enqueue", -1, "mwF", "ids", "route_ids", "cmd_enqueue"),
+    Command("nack", -1, "mwF", "ids", "route_ids", "cmd_nack"),
+    Command("dequeue", -1, "wF", "ids", "route_ids", "cmd_dequeue"),
+    Command("working", 2, "wF", "id", worker="cmd_working"),
+    Command("pause", -3, "rF", "queue", worker="cmd_pause"),
 ]}
+
+# routes whose commands a worker executes whole, through its `worker` handler
+WORKER_ROUTES = ("queue", "id", "ids")
 
 # The byte-string view used on the hot path: lowercased name -> Command.
 BY_BYTES = {name.encode(): cmd for name, cmd in COMMANDS.items()}
+
+
+def front_handlers(frontend):
+    """The front-end's dispatch table for node-level commands: name -> bound method."""
+    return {name: getattr(frontend, cmd.front) for name, cmd in BY_BYTES.items()
+            if cmd.route == "local"}
+
+
+def worker_handlers(shard):
+    """A worker's dispatch table for the commands it executes whole: name -> bound method."""
+    return {name: getattr(shard, cmd.worker) for name, cmd in BY_BYTES.items()
+            if cmd.route in WORKER_ROUTES}
 
 
 def command_table(renames=None):

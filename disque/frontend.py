@@ -216,15 +216,10 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
         self.unix_addr = None            # "<unixsocket>:0" once that socket listens (server.py)
         self.controls_sent = {}          # reqid -> (name, arg) until answered (send_control)
         self.restarts = None             # disque.worker_restart.WorkerRestarts (server.py)
-        self.local = {
-            b"ping": self.cmd_ping, b"hello": self.cmd_hello, b"info": self.cmd_info,
-            b"time": self.cmd_time, b"echo": self.cmd_echo, b"command": self.cmd_command, b"debug": self.cmd_debug,
-            b"shutdown": self.cmd_shutdown, b"config": self.cmd_config,
-            b"loadjob": self.cmd_loadjob, b"cluster": self.cmd_cluster,
-            b"bgrewriteaof": self.cmd_bgrewriteaof,
-        }
+        self.local = None                # node-level commands: built from disque/commands.py
         self.cron_ticks = 0
         self.admin_init()
+        self.local = C.front_handlers(self)
 
     def new_client(self):
         return Client(self)

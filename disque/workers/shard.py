@@ -9,6 +9,7 @@ import heapq
 import random
 from time import perf_counter_ns
 
+from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
                               STATE_NAMES, WAIT_REPL, Job, retry_interval_msec)
@@ -84,13 +85,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         self.command_count = collections.Counter()  # calls per command (stats log)
         self.n_deleted = 0                          # jobs removed by DELJOB / FASTACK
         self.latency = LatencyHistogram()           # service time distribution (stats log)
-        self.handlers = {
-            b"addjob": self.cmd_addjob, b"ackjob": self.cmd_ackjob, b"fastack": self.cmd_fastack,
-            b"deljob": self.cmd_deljob, b"show": self.cmd_show, b"qlen": self.cmd_qlen,
-            b"qpeek": self.cmd_qpeek, b"qstat": self.cmd_qstat, b"enqueue": self.cmd_enqueue,
-            b"nack": self.cmd_nack, b"dequeue": self.cmd_dequeue, b"working": self.cmd_working,
-            b"pause": self.cmd_pause,
-        }
+        self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py
         # memory limits (SPEC 9), from the front-end every ~100 ms: see set_memory()
         self.oom_data = NO_LIMIT         # data_bytes above which the node is over 95%
         self.mem_data_ref = 0            # data_bytes when we last reported our memory
