@@ -20,6 +20,7 @@ import re
 import resource
 import time
 
+from disque import replies as R
 from disque import VERSION
 from disque import log as dlog
 from disque._fast import resp
@@ -27,10 +28,10 @@ from disque.aof_front import AOF_DIRECTIVES
 
 log = logging.getLogger("disque.frontend")
 
-OK = b"+OK\r\n"
+OK = R.OK
 NULL_BULK = b"$-1\r\n"
-SYNTAX_ERROR = b"-ERR syntax error\r\n"
-NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"
+SYNTAX_ERROR = R.SYNTAX_ERROR
+NOT_INTEGER = R.NOT_INTEGER
 CLIENT_SYNTAX = (b"-ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
                  b"SETNAME connection-name)\r\n")
 BAD_CLIENT_NAME = b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
@@ -529,9 +530,9 @@ class AdminMixin:
         elif sub == b"pause" and argc == 3:
             ms = resp.parse_int(argv[2])
             if ms is None:
-                client.reply(b"-ERR timeout is not an integer or out of range\r\n")
+                client.reply(R.TIMEOUT_NOT_INTEGER)
             elif ms < 0:
-                client.reply(b"-ERR timeout is negative\r\n")
+                client.reply(R.TIMEOUT_NEGATIVE)
             else:
                 self.pause_clients(ms)
                 client.reply(OK)

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 
+from disque import replies as R
 from disque.workers import protocol as P
 from disque.workers.aof import aof_files, aof_stem
 from disque.workers.persistence import fsync_dir
@@ -263,8 +264,7 @@ class AofFrontMixin:
 
     def command_gate(self, client, cmd, argv):
         if self.aof_error is not None and ("w" in cmd.flags or cmd.name == "ping"):
-            client.reply(b"-MISCONF Errors writing to the AOF file: %s\r\n"
-                         % self.aof_error.encode("utf-8", "replace"))
+            client.reply(R.misconf(self.aof_error))
             return False
         if self.loading and "l" not in cmd.flags:
             client.reply(LOADING_ERROR)

@@ -15,6 +15,7 @@ the bus for partition tests.
 import ipaddress
 import logging
 
+from disque import replies as R
 from disque._fast import resp
 from disque.admin import one_line
 from disque._fast.jobid import id_slot, queue_slot
@@ -186,7 +187,7 @@ class ClusterFrontendMixin:
         elif sub == b"reset" and n in (2, 3):
             mode = argv[2].lower() if n == 3 else b"soft"
             if mode not in (b"soft", b"hard"):
-                client.reply(b"-ERR syntax error\r\n")
+                client.reply(R.SYNTAX_ERROR)
                 return
             c.reset(mode == b"hard")          # calls cluster_push (on_change)
             s = client.slot()

@@ -11,6 +11,7 @@ import os
 import time
 from socket import AF_UNIX
 
+from disque import replies as R
 from disque import commands as C
 from disque import statslog
 from disque.admin import AdminMixin, one_line
@@ -27,8 +28,8 @@ from disque.workers import protocol as P
 
 log = logging.getLogger("disque.frontend")
 
-BADID = b"-BADID Invalid Job ID format.\r\n"
-SYNTAX_ERROR = b"-ERR syntax error\r\n"
+BADID = R.BADID
+SYNTAX_ERROR = R.SYNTAX_ERROR
 NULL_ARRAY = resp.NULL_ARRAY
 parse_int = resp.parse_int
 
@@ -90,7 +91,7 @@ class Scan:
 
 
 SCAN_STATES = {b"wait-repl": 0, b"active": 1, b"queued": 2, b"acked": 3}
-NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"
+NOT_INTEGER = R.NOT_INTEGER
 ULONG_MAX = (1 << 64) - 1
 SCAN_LIMIT = 1 << 62
 SCAN_EPOCHS = 4096      # QSCAN/JSCAN cursors carry the second the scan began, mod this
@@ -349,7 +350,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
     def scan_got(self, scan, rep):
         part = rep[1]
         if type(part) is not list:
-            scan.slot.fill(b"-ERR internal error, check server logs\r\n")
+            scan.slot.fill(R.INTERNAL_ERROR)
             return
         nxt, used, found, data = part
         scan.found += found
@@ -470,7 +471,7 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
             # NACK <id> ... DELAY <seconds> (docs/job-features.md)
             delay = parse_int(argv[-1])
             if delay is None or delay < 0 or delay > 4294967295:
-                client.reply(b"-ERR DELAY time must be a non negative number\r\n")
+                client.reply(R.DELAY_NEGATIVE)
                 return
             ids = argv[1:-2]
             tail = [argv[-2], b"%d" % delay]
@@ -527,10 +528,10 @@ class Frontend(QueuesElsewhereMixin, ClusterFrontendMixin, AdminMixin, AofFrontM
             elif opt == b"timeout" and has_value:
                 timeout = parse_int(argv[i + 1])
                 if timeout is None:
-                    client.reply(b"-ERR timeout is not an integer or out of range\r\n")
+                    client.reply(R.TIMEOUT_NOT_INTEGER)
                     return
                 if timeout < 0:
-                    client.reply(b"-ERR timeout is negative\r\n")
+                    client.reply(R.TIMEOUT_NEGATIVE)
                     return
                 i += 1
             elif opt == b"count" and has_value:

@@ -55,8 +55,9 @@ COMMAND_FLAGS = {"admin": F_ADMIN, "noauth": F_NOAUTH, "hello": F_HELLO,
                  "loading": F_LOADING}
 
 cdef int REQ_CMD = 0
-cdef bytes BADID = b"-BADID Invalid Job ID format.\r\n"
-cdef bytes OK = b"+OK\r\n"
+from disque import replies as _replies
+cdef bytes BADID = _replies.BADID
+cdef bytes OK = _replies.OK
 cdef bytes NOAUTH = b"-NOAUTH Authentication required.\r\n"
 cdef bytes NULL3 = b"_\r\n"
 

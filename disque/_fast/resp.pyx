@@ -274,7 +274,7 @@ cdef class RequestParser:
 
 # ---- reply encoding -------------------------------------------------------------------
 
-OK = b"+OK\r\n"
+from disque.replies import OK    # the fixed replies live in disque/replies.py
 NULL_BULK = b"$-1\r\n"
 NULL_ARRAY = b"*-1\r\n"
 EMPTY_ARRAY = b"*0\r\n"

@@ -29,7 +29,11 @@ cdef int BUS_DEADLETTERED = _bus.DEADLETTERED
 # (a dead-letter queue holding jobs of other slots), so GETJOB must look there too
 DEF QUEUE_ELSEWHERE = -2
 
-cdef bytes SYNTAX_ERROR = b"-ERR syntax error\r\n"
+from disque import replies as _replies
+cdef bytes SYNTAX_ERROR = _replies.SYNTAX_ERROR
+cdef bytes DELAY_NEGATIVE = _replies.DELAY_NEGATIVE
+cdef bytes TIMEOUT_NOT_INTEGER = _replies.TIMEOUT_NOT_INTEGER
+cdef bytes TIMEOUT_NEGATIVE = _replies.TIMEOUT_NEGATIVE
 
 # Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
 # fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
@@ -354,7 +358,7 @@ cdef class ShardCore:
             elif opt == b"delay" and has_value:
                 v = parse_int(argv[i + 1])
                 if v is None or v < 0 or v > 4294967295:
-                    return b"-ERR DELAY time must be a non negative number\r\n"
+                    return DELAY_NEGATIVE
                 delay = v
                 i += 1
             elif opt == b"retry" and has_value:
@@ -399,9 +403,9 @@ cdef class ShardCore:
             i += 1
         v = parse_int(argv[3])
         if v is None:
-            return b"-ERR timeout is not an integer or out of range\r\n"
+            return TIMEOUT_NOT_INTEGER
         if v < 0:
-            return b"-ERR timeout is negative\r\n"
+            return TIMEOUT_NEGATIVE
         if replicate < 0:
             replicate = 3 if self.cluster_size > 3 else self.cluster_size
         if replicate > 1 and retry == 0:

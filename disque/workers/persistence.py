@@ -36,6 +36,7 @@ import queue
 import threading
 import time
 
+from disque import replies as R
 from disque import commands as C
 from disque._fast.job import ACTIVE, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
 from disque._fast.jobid import id_slot
@@ -65,7 +66,7 @@ def loadjob_record(job):
 
 
 def misconf_reply(error):
-    return b"-MISCONF Errors writing to the AOF file: %s\r\n" % error.encode("utf-8", "replace")
+    return R.misconf(error)
 
 
 def fsync_dir(path):

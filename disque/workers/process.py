@@ -15,6 +15,7 @@ import time
 import msgpack
 import psutil
 
+from disque import replies as R
 from disque import log as dlog
 from disque import memstat
 from disque._fast.clock import PeriodicTimer
@@ -96,7 +97,7 @@ class Worker:
                         out.append([req[1], reply])
                 except Exception:
                     log.exception("command failed: %r", req[2][:3])
-                    out.append([req[1], b"-ERR internal error, check server logs\r\n"])
+                    out.append([req[1], R.INTERNAL_ERROR])
             elif kind == P.GETJOB:
                 _, reqid, client, count, nohang, withcounters, timeout_ms, proxy, queues = req
                 reply, ids = shard.getjob(reqid, client, count, nohang, withcounters,

@@ -9,6 +9,7 @@ import heapq
 import random
 from time import perf_counter_ns
 
+from disque import replies as R
 from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
@@ -24,8 +25,8 @@ from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, Replicatio
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
-SYNTAX_ERROR = b"-ERR syntax error\r\n"
-NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"
+SYNTAX_ERROR = R.SYNTAX_ERROR
+NOT_INTEGER = R.NOT_INTEGER
 
 PAUSE_IN = 1
 PAUSE_OUT = 2

@@ -1,0 +1,19 @@
+"""Fixed replies, in one place (the original's shared objects): RESP bytes ready to write.
+
+Error texts are the contract of docs/spec.md (section numbers below); a reply used by more
+than one part of the server lives here rather than as a second literal.
+"""
+
+OK = b"+OK\r\n"
+SYNTAX_ERROR = b"-ERR syntax error\r\n"                                        # SPEC 1.3
+NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"              # SPEC 1.3
+BADID = b"-BADID Invalid Job ID format.\r\n"                                  # SPEC 5
+TIMEOUT_NOT_INTEGER = b"-ERR timeout is not an integer or out of range\r\n"   # SPEC 3.1, 3.2
+TIMEOUT_NEGATIVE = b"-ERR timeout is negative\r\n"                            # SPEC 3.1, 3.2
+DELAY_NEGATIVE = b"-ERR DELAY time must be a non negative number\r\n"         # SPEC 3.1
+INTERNAL_ERROR = b"-ERR internal error, check server logs\r\n"
+
+
+def misconf(error):
+    """-MISCONF after a failed AOF write (SPEC 1.3 step 6, 12)."""
+    return b"-MISCONF Errors writing to the AOF file: %s\r\n" % error.encode("utf-8", "replace")
