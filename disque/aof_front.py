@@ -1,4 +1,4 @@
-"""The front-end's side of persistence (SPEC 12, 14; README "Persistence").
+"""The front-end's side of persistence (SPEC 12, 14; docs/persistence.md).
 
 `AofFrontMixin` is mixed into `disque.frontend.Frontend`. The workers own their files
 (disque/workers/persistence.py); the front-end orchestrates what concerns all of them:

@@ -1,6 +1,6 @@
 """Configuration: the directive table, the config file / command line parser, CONFIG GET/SET/REWRITE.
 
-Everything the server can be configured with is described once, in ``DIRECTIVES`` (SPEC.md section
+Everything the server can be configured with is described once, in ``DIRECTIVES`` (SPEC section
 13 plus our own ``workers``, ``stats-log-file``, ``stats-log-interval``, ``metrics-port`` and
 ``metrics-auth``). Each row says how the arguments are parsed and validated, the default, whether
 CONFIG GET / CONFIG SET may touch it and whether CONFIG REWRITE writes it; the row order is the

@@ -7,7 +7,7 @@ Both carry the same messages (disque.workers.protocol). Measured on this 2-core 
 ping-pong costs 105 us and ~90 us of CPU over ZeroMQ (its I/O threads add two thread
 hand-offs per side) against 29 us and ~22 us over a socketpair; for clients that send one
 command at a time that difference is most of a command's cost, so ``unix`` is the default
-(``worker-link zmq`` selects ZeroMQ). The README's design section has the figures.
+(``worker-link zmq`` selects ZeroMQ). docs/design.md has the figures.
 """
 import select
 import socket

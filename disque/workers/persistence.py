@@ -1,4 +1,4 @@
-"""A worker's append-only file (SPEC 12, README "Persistence").
+"""A worker's append-only file (SPEC 12, docs/persistence.md).
 
 Every worker k of the node on `port` owns one file, `<dir>/<stem>.<port>.w<k>.aof` (stem:
 `appendfilename` without `.aof`), holding LOADJOB / DELJOB records (disque.workers.aof).
@@ -27,7 +27,7 @@ Every worker k of the node on `port` owns one file, `<dir>/<stem>.<port>.w<k>.ao
   in slices, keeps the records of the jobs whose slot it owns now, replays LOADJOB/DELJOB
   per file and registers the survivors. Jobs come back
   active, or queued once with `aof-enqueue-jobs-once` (RETRY 0 jobs too: a deliberate
-  difference from upstream, see README). The front-end runs the load in two phases
+  difference from upstream, see docs/differences.md). The front-end runs the load in two phases
   (disque/aof_front.py): every worker loads, then every worker rewrites its own file.
 """
 import logging
@@ -364,7 +364,7 @@ class Loader:
                 if was_queued:
                     counters = job.nacks, job.additional_deliveries
                     if not job.qtime:
-                        job.qtime = now_ms      # RETRY 0: restored too (README)
+                        job.qtime = now_ms      # RETRY 0: restored too (docs/differences.md)
                     # putting it back where it was is no redelivery: no counter grows and
                     # no dead-letter move (MAXDELIVERIES, docs/job-features.md)
                     job.flags &= ~FLAG_BCAST_QUEUED
