@@ -86,7 +86,7 @@ def test_cli_getjob_show_ackjob_qlen(server):
     expected = [
         r' 1\) "id"', rf' 2\) "{re.escape(job_id)}"', r' 3\) "queue"', rf' 4\) "{queue}"',
         r' 5\) "state"', r' 6\) "queued"', r' 7\) "repl"', r' 8\) \(integer\) 1',
-        r' 9\) "ttl"', r'10\) \(integer\) 8640[0-9]', r'11\) "ctime"', r'12\) \(integer\) \d{19}',
+        r' 9\) "ttl"', r'10\) \(integer\) (8639[0-9]|86400)', r'11\) "ctime"', r'12\) \(integer\) \d{19}',
         r'13\) "delay"', r'14\) \(integer\) 0', r'15\) "retry"', r'16\) \(integer\) 300',
         r'17\) "nacks"', r'18\) \(integer\) 0', r'19\) "additional-deliveries"',
         r'20\) \(integer\) 0', r'21\) "nodes-delivered"', rf'22\) 1\) "{node_id}"',
