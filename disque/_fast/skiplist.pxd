@@ -14,6 +14,7 @@ cdef class JobQueue:
     cdef unsigned long long rng
 
     cdef int random_level(self)
+    cdef SkipNode *find_predecessors(self, Job job, SkipNode **update)
     cdef void unlink(self, SkipNode *x, SkipNode **update)
     cpdef bint push(self, Job job)
     cpdef Job pop(self)

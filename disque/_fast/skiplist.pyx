@@ -57,17 +57,24 @@ cdef class JobQueue:
                 return lvl
             lvl += 1
 
-    cpdef bint push(self, Job job):
-        """Link `job` at its ordered position; False if it is already linked."""
-        if job.in_queue:
-            return False
-        cdef SkipNode *update[MAX_LEVEL]
+    cdef SkipNode *find_predecessors(self, Job job, SkipNode **update):
+        """The last node before `job`'s position on each level goes to update[level];
+        returns the level-0 predecessor (what push links after and remove looks past)."""
         cdef SkipNode *x = self.header
         cdef int i
         for i in range(self.level - 1, -1, -1):
             while x.forward[i] != NULL and job_cmp(<Job>x.forward[i].job, job) < 0:
                 x = x.forward[i]
             update[i] = x
+        return x
+
+    cpdef bint push(self, Job job):
+        """Link `job` at its ordered position; False if it is already linked."""
+        if job.in_queue:
+            return False
+        cdef SkipNode *update[MAX_LEVEL]
+        cdef SkipNode *x = self.find_predecessors(job, update)
+        cdef int i
         cdef int lvl = self.random_level()
         if lvl > self.level:
             for i in range(self.level, lvl):
@@ -129,12 +136,8 @@ cdef class JobQueue:
         if not job.in_queue:
             return False
         cdef SkipNode *update[MAX_LEVEL]
-        cdef SkipNode *x = self.header
+        cdef SkipNode *x = self.find_predecessors(job, update)
         cdef int i
-        for i in range(self.level - 1, -1, -1):
-            while x.forward[i] != NULL and job_cmp(<Job>x.forward[i].job, job) < 0:
-                x = x.forward[i]
-            update[i] = x
         x = x.forward[0]
         if x == NULL or <void*>x.job != <void*>job:
             return False
