@@ -66,11 +66,40 @@ def frame(payload):
 
 # ---- front-end side -------------------------------------------------------------------
 
-class UnixLinks:
+class HeldSends:
+    """What both front-end link kinds share: while worker w restarts, what is sent to it is
+    kept (in order) and sent once it serves again (disque.worker_restart)."""
+
+    def __init__(self, nworkers):
+        self.held = [None] * nworkers   # w -> payloads kept while worker w restarts
+        self.starting = [False] * nworkers
+        self.on_ready = None            # on_ready(w): a restarted worker said READY
+
+    def send(self, w, payload):
+        held = self.held[w]
+        if held is not None:
+            held.append(payload)
+            return
+        self.send_now(w, payload)
+
+    def start_holding(self, w):
+        if self.held[w] is None:
+            self.held[w] = []
+        self.starting[w] = True
+
+    def release(self, w):
+        """Worker w serves again: send what waited, in order."""
+        held, self.held[w] = self.held[w], None
+        for payload in held or ():
+            self.send_now(w, payload)
+
+
+class UnixLinks(HeldSends):
     """Front-end ends of the socketpairs, driven by the asyncio loop."""
     kind = "unix"
 
     def __init__(self, nworkers):
+        super().__init__(nworkers)
         self.pairs = []
         for _ in range(nworkers):
             # default buffer sizes on purpose: 4 MiB buffers measured ~45 us slower per
@@ -79,9 +108,6 @@ class UnixLinks:
             self.pairs.append((a, b))
         self.readers = [FrameReader() for _ in range(nworkers)]
         self.pending_out = [bytearray() for _ in range(nworkers)]
-        self.held = [None] * nworkers   # w -> payloads kept while worker w restarts
-        self.starting = [False] * nworkers
-        self.on_ready = None            # on_ready(w): a restarted worker said READY
         self.loop = None
         self.deliver = None
         self.lost = None
@@ -145,20 +171,12 @@ class UnixLinks:
                 break           # drained: the loop calls again when more arrives
         self.flush_replies()
 
-    def send(self, w, payload):
-        held = self.held[w]
-        if held is not None:
-            held.append(payload)
-            return
-        self.send_now(w, payload)
-
     # ---- a worker that died (disque.worker_restart) ----
 
     def hold(self, w):
         """Keep what is sent to worker w until release(w); forget its dead socket and make
         the pair the next process of worker w gets (worker_args)."""
-        if self.held[w] is None:
-            self.held[w] = []
+        self.start_holding(w)
         a, b = self.pairs[w]
         try:
             self.loop.remove_reader(a.fileno())
@@ -173,14 +191,7 @@ class UnixLinks:
         self.pairs[w] = (a, b)
         self.readers[w] = FrameReader()
         a.setblocking(False)
-        self.starting[w] = True
         self.loop.add_reader(a.fileno(), self.readable, w)
-
-    def release(self, w):
-        """Worker w serves again: send what waited, in order."""
-        held, self.held[w] = self.held[w], None
-        for payload in held or ():
-            self.send_now(w, payload)
 
     def send_now(self, w, payload):
         data = frame(payload)
@@ -222,11 +233,12 @@ class UnixLinks:
             b.close()
 
 
-class ZmqLinks:
+class ZmqLinks(HeldSends):
     """Front-end ROUTER; each worker connects a DEALER with identity b"w<k>"."""
     kind = "zmq"
 
     def __init__(self, nworkers, ipc_dir):
+        super().__init__(nworkers)
         self.ctx = zmq.Context(1)
         self.endpoint = "ipc://%s/workers" % ipc_dir
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -236,9 +248,6 @@ class ZmqLinks:
         self.router.bind(self.endpoint)
         self.idents = [b"w%d" % w for w in range(nworkers)]
         self.deliver = None
-        self.held = [None] * nworkers
-        self.starting = [False] * nworkers
-        self.on_ready = None
 
     def worker_args(self, w):
         return ["--link", "zmq:" + self.endpoint], ()
@@ -281,25 +290,11 @@ class ZmqLinks:
                 deliver(frames[1])
         self.flush_replies()
 
-    def send(self, w, payload):
-        held = self.held[w]
-        if held is not None:
-            held.append(payload)
-            return
-        self.router.send_multipart([self.idents[w], payload])
-
     def send_now(self, w, payload):
         self.router.send_multipart([self.idents[w], payload])
 
     def hold(self, w):
-        if self.held[w] is None:
-            self.held[w] = []
-        self.starting[w] = True
-
-    def release(self, w):
-        held, self.held[w] = self.held[w], None
-        for payload in held or ():
-            self.send_now(w, payload)
+        self.start_holding(w)
 
     def poll_now(self):
         # ZeroMQ's FD is edge-triggered: after sending, replies may already be waiting
@@ -318,6 +313,20 @@ def front_end_links(kind, nworkers, ipc_dir):
 
 # ---- worker side ----------------------------------------------------------------------
 
+def poll_waiter(poller, link):
+    """wait(block) -> (link readable, timer fired) over a poller watching exactly the link and
+    the timer fd; `link` is what the poller reports for the link (an fd or a ZeroMQ socket)."""
+    def wait(block=True):
+        link_ready = timer = False
+        for what, _ in poller.poll(None if block else 0):
+            if what is link or what == link:
+                link_ready = True
+            else:
+                timer = True
+        return link_ready, timer
+    return wait
+
+
 class WorkerUnixLink:
     def __init__(self, fd):
         self.sock = socket.socket(fileno=fd)
@@ -331,16 +340,7 @@ class WorkerUnixLink:
         link_fd = self.sock.fileno()
         poller.register(link_fd, select.POLLIN)
         poller.register(timer_fd, select.POLLIN)
-
-        def wait(block=True):
-            link = timer = False
-            for fd, _ in poller.poll(None if block else 0):
-                if fd == link_fd:
-                    link = True
-                else:
-                    timer = True
-            return link, timer
-        return wait
+        return poll_waiter(poller, link_fd)
 
     def recv_all(self):
         """Every complete message available now (never blocks)."""
@@ -375,20 +375,11 @@ class WorkerZmqLink:
         self.closed = False
 
     def waiter(self, timer_fd):
+        """As WorkerUnixLink.waiter, over a ZeroMQ poller (it reports the socket itself)."""
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(timer_fd, zmq.POLLIN)
-        sock = self.sock
-
-        def wait(block=True):
-            link = timer = False
-            for what, _ in poller.poll(None if block else 0):
-                if what is sock:
-                    link = True
-                else:
-                    timer = True
-            return link, timer
-        return wait
+        return poll_waiter(poller, self.sock)
 
     def recv_all(self):
         out = []
