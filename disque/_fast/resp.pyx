@@ -43,6 +43,11 @@ cdef inline bint is_space(unsigned char c) noexcept:
     return c == b' ' or c == b'\n' or c == b'\r' or c == b'\t' or c == b'\v' or c == b'\f'
 
 
+cdef inline bint closes_argument(const unsigned char *p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """A closing quote at p[i] must be followed by a space or the end of the line."""
+    return i + 1 >= n or is_space(p[i + 1])
+
+
 cpdef list split_args(bytes line):
     """sdssplitargs(): shell-like splitting; None on unbalanced quotes."""
     cdef const unsigned char *p = line
@@ -82,8 +87,7 @@ cpdef list split_args(bytes line):
                         c = b'\a'
                     cur.append(c)
                 elif c == b'"':
-                    # a closing quote must be followed by a space or the end
-                    if i + 1 < n and not is_space(p[i + 1]):
+                    if not closes_argument(p, i, n):
                         return None
                     i += 1
                     break
@@ -97,7 +101,7 @@ cpdef list split_args(bytes line):
                     i += 1
                     cur.append(b"'")
                 elif c == b"'":
-                    if i + 1 < n and not is_space(p[i + 1]):
+                    if not closes_argument(p, i, n):
                         return None
                     i += 1
                     break
