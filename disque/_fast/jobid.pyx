@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Job IDs (SPEC 5) and queue slots (ARCHITECTURE "Who owns what").
+"""Job IDs (SPEC 5) and queue slots (docs/design.md, "Slots").
 
 ID layout: D-<node8>-<24 chars>-<ttl4>. The first two characters of the 24-char part
 encode the queue slot (2 x 6 bits = 4096 slots), so any ID routes to its owning worker
