@@ -1,6 +1,7 @@
-"""Messages between the front-end and its workers (over one ZeroMQ ROUTER/DEALER pair).
+"""Messages between the front-end and its workers, whichever transport carries them
+(disque.workers.link: a socketpair by default, or ZeroMQ with `worker-link zmq`).
 
-Every ZeroMQ message carries a msgpack list of requests (front-end -> worker) or replies
+Every link message carries a msgpack list of requests (front-end -> worker) or replies
 (worker -> front-end): everything that arrived in one event-loop tick travels together.
 
 Requests:
