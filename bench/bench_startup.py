@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from disque._fast.job import QUEUED, Job  # noqa: E402
 from disque._fast.jobid import queue_slot  # noqa: E402
-from disque.workers import codec  # noqa: E402
-from disque.workers.aof import LOADJOB, record  # noqa: E402
+from disque.contracts import job_codec as codec  # noqa: E402
+from disque.contracts.aof_format import LOADJOB, record  # noqa: E402
 
 NODE = b"0badc0de" + b"0" * 32
 QUEUES = [b"startup-q%d" % i for i in range(16)]

@@ -22,9 +22,9 @@ import sys
 import time
 
 from disque import replies as R
-from disque.workers import protocol as P
-from disque.workers.aof import aof_files, aof_stem
-from disque.workers.persistence import fsync_dir
+from disque.contracts import worker_link as P
+from disque.contracts.aof_format import aof_files, aof_stem
+from disque.contracts.aof_format import fsync_dir
 
 log = logging.getLogger("disque.frontend")
 

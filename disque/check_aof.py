@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from disque.workers.aof import AofCorrupt, AofTruncated, read_records
+from disque.contracts.aof_format import AofCorrupt, AofTruncated, read_records
 
 
 def check(path):

@@ -19,8 +19,8 @@ from disque import replies as R
 from disque._fast import resp
 from disque.admin import one_line
 from disque._fast.jobid import id_slot, queue_slot
-from disque.bus import messages as M
-from disque.workers import protocol as P
+from disque.contracts import bus_messages as M
+from disque.contracts import worker_link as P
 
 log = logging.getLogger("disque.cluster")
 

@@ -24,7 +24,7 @@ from disque.info_snapshot import NEUTRAL_LOCAL, InfoSnapshot
 from disque._fast import resp
 from disque._fast.frontcore import Client, Core
 from disque._fast.jobid import queue_slot, valid_id
-from disque.workers import protocol as P
+from disque.contracts import worker_link as P
 
 log = logging.getLogger("disque.frontend")
 

@@ -6,7 +6,7 @@ entry, reqid -2, in its reply batch); from then on GETJOB FROM that queue asks t
 too (blocked GETJOBs included) and QLEN sums their lengths.
 """
 from disque._fast.jobid import queue_slot
-from disque.workers import protocol as P
+from disque.contracts import worker_link as P
 
 
 class QueuesElsewhereMixin:

@@ -23,8 +23,8 @@ import time
 
 import msgpack
 
-from disque.workers import protocol as P
-from disque.workers.aof import aof_path
+from disque.contracts import worker_link as P
+from disque.contracts.aof_format import aof_path
 
 log = logging.getLogger("disque.server")
 

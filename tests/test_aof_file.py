@@ -6,8 +6,9 @@ import sys
 import pytest
 
 from disque import check_aof
-from disque.workers.aof import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, AofWriter, read_records,
-                                record, should_auto_rewrite, write_snapshot)
+from disque.contracts.aof_format import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, read_records,
+                                         record)
+from disque.workers.aof import AofWriter, should_auto_rewrite, write_snapshot
 
 
 def write(path, *records):

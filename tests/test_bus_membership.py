@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import lease_port, wait_until
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 from disque.bus.cluster import Cluster
 from disque.bus.nodes import ConfigFileError, NodesFile
 

@@ -9,7 +9,7 @@ import zmq
 
 import conftest as _c
 from conftest import RawConn, parse_info, show, wait_until
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 from disque.bus.secret import derive_keypair
 
 pytestmark = pytest.mark.cluster
@@ -107,7 +107,7 @@ def test_nodes_with_another_secret_or_none_stay_out(start_cluster, start_server)
 
 def forged_frames(sender_id, victim_jid, forged_jid):
     """A DELJOB of a real job and a REPLJOB of an invented one, in the bus format
-    (disque/bus/messages.py), as if sent by node `sender_id`."""
+    (disque/contracts/bus_messages.py), as if sent by node `sender_id`."""
     queue, body = b"forged", b"injected"
     rest = struct.pack("<I", len(queue)) + queue + struct.pack("<I", len(body)) + body \
         + struct.pack("<I", 1) + sender_id.encode()

@@ -2,7 +2,7 @@
 moves: what a node whose consumers wait tells the others, and what a node told keeps."""
 import pytest
 
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 from disque.workers.shard import Shard
 
 pytestmark = pytest.mark.unit

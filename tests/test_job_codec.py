@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from disque._fast.job import ACTIVE, ACKED, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED, Job
 from disque._fast.jobid import IdMaker
-from disque.workers.codec import CodecError, deserialize, serialize
+from disque.contracts.job_codec import CodecError, deserialize, serialize
 
 NODE = b"1390f0c1db03983a890d28e5c35b0544f8e0cc42"
 OTHER = b"45c02adc6d545b0738cf0d3e93dadbfc6f803fb3"
@@ -91,8 +91,8 @@ def test_length_mismatch_is_rejected():
 @given(job_st, st.booleans(), st.integers(0, 2 ** 31), st.integers(-250, 249))
 def test_c_codec_matches_the_python_reference(d, storage, now_s, jitter):
     """disque._fast.codec (what the server runs) gives the bytes and the jobs of the readable
-    Python definition in disque.workers.codec."""
-    from disque.workers.codec import deserialize_reference, serialize_reference
+    Python definition in disque.contracts.job_codec."""
+    from disque.contracts.job_codec import deserialize_reference, serialize_reference
     job = make(d, now_s)
     data = serialize(job, storage, now_s)
     assert data == serialize_reference(job, storage, now_s)

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from disque._fast.job import Job, JobOptions, retry_interval
 from disque._fast.jobid import IdMaker
-from disque.workers import codec
+from disque.contracts import job_codec as codec
 
 pytestmark = pytest.mark.unit
 

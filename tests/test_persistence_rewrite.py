@@ -7,8 +7,8 @@ import time
 
 import aof_helpers as H
 import conftest as _c
-from disque.workers import codec
-from disque.workers.aof import LOADJOB, record
+from disque.contracts import job_codec as codec
+from disque.contracts.aof_format import LOADJOB, record
 from disque._fast.job import Job, QUEUED
 
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY

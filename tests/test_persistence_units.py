@@ -8,10 +8,10 @@ from hypothesis import given, settings, strategies as st
 
 from disque._fast.job import ACTIVE, FLAG_DELIVERED, QUEUED, Job
 from disque._fast.jobid import IdMaker, id_slot
-from disque.workers import codec
+from disque.contracts import job_codec as codec
 from disque.workers import persistence
-from disque.workers.aof import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, aof_files, aof_path,
-                                aof_stem, read_records, record)
+from disque.contracts.aof_format import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, aof_files,
+                                         aof_path, aof_stem, read_records, record)
 from disque.workers.persistence import Loader, loadjob_record, scan_records
 from disque.workers.shard import Shard
 

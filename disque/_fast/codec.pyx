@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The serialized job of SPEC 11 in C: the same bytes as disque.workers.codec (the readable
+"""The serialized job of SPEC 11 in C: the same bytes as disque.contracts.job_codec (the readable
 reference, which tests/test_job_codec.py holds this module against).
 
 Profiled under ADDJOB REPLICATE 3: the Python codec was half of a replica worker's busy
@@ -64,7 +64,7 @@ def serialize(Job job, bint storage, long long now_s):
     cdef JobOptions ext = job.ext
     cdef bytes dl = b"", origin = b""
     if ext is not None:
-        # the options block (see disque.workers.codec): only jobs that have options
+        # the options block (see disque.contracts.job_codec): only jobs that have options
         if ext.deadletter is not None:
             dl = ext.deadletter
         if ext.origin is not None:
@@ -129,7 +129,7 @@ def serialize(Job job, bint storage, long long now_s):
 def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long long now_ms,
                 long long jitter=0):
     """(Job, next offset) from `data` (bytes) at `offset`; CodecError on any inconsistency.
-    See disque.workers.codec.deserialize for the rules."""
+    See disque.contracts.job_codec.deserialize for the rules."""
     cdef bytes buf = data if type(data) is bytes else bytes(data)
     cdef const uint8_t *b = <const uint8_t *>PyBytes_AS_STRING(buf)
     cdef Py_ssize_t end_of_data = len(buf)

@@ -19,8 +19,8 @@ from disque._fast.jobid import IdMaker
 
 DEF PAUSE_IN = 1
 DEF PAUSE_OUT = 2
-from disque.bus import messages as _bus
-# bus message type and flags: disque/bus/messages.py is their one home (C ints, read at import)
+from disque.contracts import bus_messages as _bus
+# bus message type and flags: disque/contracts/bus_messages.py is their one home (C ints, read at import)
 cdef int BUS_QUEUED = _bus.QUEUED
 cdef int BUS_INCR_NACKS = _bus.INCR_NACKS
 cdef int BUS_INCR_DELIV = _bus.INCR_DELIV

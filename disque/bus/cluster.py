@@ -9,7 +9,7 @@ import random
 
 import zmq
 
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 from disque.bus.nodes import Node, NodesFile, now_ms, random_id
 from disque.bus.transport import Transport
 

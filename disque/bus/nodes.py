@@ -10,7 +10,7 @@ import fcntl
 import os
 import time
 
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 
 FLAG_ORDER = ((M.MYSELF, "myself"), (M.PFAIL, "fail?"), (M.FAIL_FLAG, "fail"),
               (M.HANDSHAKE, "handshake"), (M.NOADDR, "noaddr"), (M.LEAVING, "leaving"))

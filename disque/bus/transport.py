@@ -17,7 +17,7 @@ import zmq
 from disque.bus.guard import BusGuard
 
 RECONNECT_IVL_MS = 100
-JOBS_TYPE_BYTE = b"\x10"    # msgpack [16, ...]: a JOBS frame (disque.bus.messages.JOBS)
+JOBS_TYPE_BYTE = b"\x10"    # msgpack [16, ...]: a JOBS frame (disque.contracts.bus_messages.JOBS)
 RECONNECT_IVL_MAX_MS = 1000
 
 

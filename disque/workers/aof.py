@@ -1,7 +1,4 @@
-"""Append-only file of one worker (SPEC 12): LOADJOB / DELJOB records in RESP form.
-
-    *2\r\n$7\r\nLOADJOB\r\n$<n>\r\n<serialized job, storage form>\r\n
-    *2\r\n$6\r\nDELJOB\r\n$40\r\n<job id>\r\n
+"""The writer of one worker's append-only file (SPEC 12; the format: disque.contracts.aof_format).
 
 Writes are buffered during a batch and written before the batch's replies leave the
 worker, so a reply never announces a job the file does not hold. `appendfsync always`
@@ -10,121 +7,10 @@ at most once a second; `no` leaves it to the kernel. A failed write puts the wri
 error state (the worker then answers write commands with -MISCONF) until a write works.
 """
 import os
-import re
 import threading
 import time
 
-LOADJOB = b"LOADJOB"
-DELJOB = b"DELJOB"
-
-
-def record(cmd, arg):
-    return b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(cmd), cmd, len(arg), arg)
-
-
-def aof_stem(appendfilename):
-    """`disque.aof` -> `disque`; a name without the .aof suffix is used whole."""
-    return appendfilename[:-4] if appendfilename.endswith(".aof") and len(appendfilename) > 4 \
-        else appendfilename
-
-
-def aof_path(directory, appendfilename, port, k):
-    """The file of worker k of the node on `port`: <dir>/<stem>.<port>.w<k>.aof, so the
-    workers of several nodes can share one `dir`."""
-    return os.path.join(directory, "%s.%d.w%d.aof" % (aof_stem(appendfilename), port, k))
-
-
-def aof_files(directory, appendfilename, port, old=False):
-    """{k: path} of every worker file of the node on `port` found in `directory`; with
-    old=True, {(generation, k): path} of the files set aside by a start-up that was
-    rewriting them (`<stem>.<port>.old<g>.w<k>.aof`, see disque/aof_front.py)."""
-    stem = re.escape(aof_stem(appendfilename))
-    if old:
-        pattern = re.compile(r"^%s\.%d\.old(\d{1,6})\.w(\d{1,6})\.aof$" % (stem, port))
-    else:
-        pattern = re.compile(r"^%s\.%d\.w(\d{1,6})\.aof$" % (stem, port))
-    found = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return found
-    for name in names:
-        m = pattern.match(name)
-        if m:
-            key = (int(m.group(1)), int(m.group(2))) if old else int(m.group(1))
-            found[key] = os.path.join(directory, name)
-    return dict(sorted(found.items()))
-
-
-class AofCorrupt(Exception):
-    """Bad data in the middle of the file: the node must not start from it."""
-
-    def __init__(self, path, offset, reason):
-        super().__init__("Bad file format reading the append only file %s at byte offset %d: %s"
-                         % (path, offset, reason))
-        self.path = path
-        self.offset = offset
-        self.reason = reason
-
-
-class AofTruncated(Exception):
-    """The file ends inside a record (a crash while writing)."""
-
-    def __init__(self, path, valid_up_to, size):
-        super().__init__("The append only file %s is truncated: %d bytes after the last "
-                         "complete record at offset %d" % (path, size - valid_up_to, valid_up_to))
-        self.path = path
-        self.valid_up_to = valid_up_to
-        self.size = size
-
-
-def _parse_line(data, pos, prefix, path):
-    end = data.find(b"\r\n", pos)
-    if end < 0:
-        return None, pos
-    if data[pos:pos + 1] != prefix:
-        raise AofCorrupt(path, pos, "expected %r, got %r" % (prefix.decode(), data[pos:pos + 1]))
-    try:
-        value = int(data[pos + 1:end])
-    except ValueError:
-        raise AofCorrupt(path, pos, "bad length %r" % data[pos + 1:end][:20])
-    if value < 0:
-        raise AofCorrupt(path, pos, "negative length")
-    return value, end + 2
-
-
-def read_records(path, data=None):
-    """Yield (command, argument, offset_after) for every complete record.
-
-    Raises AofCorrupt on malformed data and AofTruncated when the file ends inside a
-    record (after yielding everything before it)."""
-    if data is None:
-        with open(path, "rb") as f:
-            data = f.read()
-    pos = 0
-    size = len(data)
-    while pos < size:
-        start = pos
-        argc, pos = _parse_line(data, pos, b"*", path)
-        if argc is None:
-            raise AofTruncated(path, start, size)
-        if argc != 2:
-            raise AofCorrupt(path, start, "expected 2 arguments, got %d" % argc)
-        args = []
-        for _ in range(2):
-            n, pos = _parse_line(data, pos, b"$", path)
-            if n is None:
-                raise AofTruncated(path, start, size)
-            if pos + n + 2 > size:
-                raise AofTruncated(path, start, size)
-            if data[pos + n:pos + n + 2] != b"\r\n":
-                raise AofCorrupt(path, pos + n, "bulk not terminated by CRLF")
-            args.append(data[pos:pos + n])
-            pos += n + 2
-        cmd = args[0].upper()
-        if cmd not in (LOADJOB, DELJOB):
-            raise AofCorrupt(path, start, "unknown command %r" % args[0][:20])
-        yield cmd, args[1], pos
+from disque.contracts.aof_format import record
 
 
 class AofWriter:

@@ -19,8 +19,8 @@ interest, as upstream.
 """
 import math
 
-from disque.bus import messages as M
-from disque.workers.codec import deserialize, serialize
+from disque.contracts import bus_messages as M
+from disque.contracts.job_codec import deserialize, serialize
 from disque._fast.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED
 
 PAUSE_OUT = 2

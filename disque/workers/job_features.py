@@ -18,7 +18,7 @@ here are the parts around it:
 from disque._fast import resp
 from disque._fast.job import (FLAG_BCAST_QUEUED, FLAG_DELIVERED, FLAG_BCAST_WILLQUEUE,
                               FLAG_NACK_PENDING, QUEUED, retry_interval)
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 
 
 def counters_aux(job):

@@ -3,7 +3,7 @@
 * ``zmq``  - a ZeroMQ ROUTER in the front-end, one DEALER per worker, over ipc://.
 * ``unix`` - one Unix socketpair per worker, frames of <u32 length><payload>.
 
-Both carry the same messages (disque.workers.protocol). Measured on this 2-core VM, one
+Both carry the same messages (disque.contracts.worker_link). Measured on this 2-core VM, one
 ping-pong costs 105 us and ~90 us of CPU over ZeroMQ (its I/O threads add two thread
 hand-offs per side) against 29 us and ~22 us over a socketpair; for clients that send one
 command at a time that difference is most of a command's cost, so ``unix`` is the default
@@ -11,57 +11,11 @@ command at a time that difference is most of a command's cost, so ``unix`` is th
 """
 import select
 import socket
-import struct
 
 import zmq
 
-from disque.workers import protocol as P
-
-HEADER = struct.Struct("<I")
-
-
-RECV_SIZE = 256 * 1024
-
-
-class FrameReader:
-    """Splits a byte stream into <u32 length><payload> frames.
-
-    Reads land in one preallocated buffer (`recv_from`): allocating a fresh large bytes
-    object per read made glibc mmap/munmap it every time, which cost more than the rest
-    of a command.
-    """
-
-    def __init__(self):
-        self.buf = bytearray()
-        self.chunk = bytearray(RECV_SIZE)
-        self.view = memoryview(self.chunk)
-
-    def recv_from(self, sock, flags=0):
-        """One recv into the preallocated buffer; returns (frames, nbytes)."""
-        n = sock.recv_into(self.view, RECV_SIZE, flags)
-        if not n:
-            return [], 0
-        return self.feed(self.view[:n]), n
-
-    def feed(self, data):
-        self.buf += data
-        out = []
-        buf = self.buf
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            size = HEADER.unpack_from(buf, pos)[0]
-            if n - pos - 4 < size:
-                break
-            out.append(bytes(buf[pos + 4:pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        return out
-
-
-def frame(payload):
-    return HEADER.pack(len(payload)) + payload
+from disque.contracts import worker_link as P
+from disque.contracts.worker_link import RECV_SIZE, FrameReader, frame
 
 
 # ---- front-end side -------------------------------------------------------------------

@@ -40,9 +40,11 @@ from disque import replies as R
 from disque import commands as C
 from disque._fast.job import ACTIVE, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
 from disque._fast.jobid import id_slot
-from disque.workers import codec
-from disque.workers.aof import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, AofWriter, aof_path,
-                                read_records, record, should_auto_rewrite, write_snapshot)
+from disque.contracts import job_codec as codec
+from disque.contracts.aof_format import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, aof_path,
+                                         read_records, record)
+from disque.workers.aof import AofWriter, should_auto_rewrite, write_snapshot
+from disque.contracts.aof_format import fsync_dir
 
 log = logging.getLogger("disque.worker")
 
@@ -68,18 +70,6 @@ def loadjob_record(job):
 def misconf_reply(error):
     return R.misconf(error)
 
-
-def fsync_dir(path):
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class Rewrite:

@@ -19,7 +19,7 @@ from disque import replies as R
 from disque import log as dlog
 from disque import memstat
 from disque._fast.clock import PeriodicTimer
-from disque.workers import protocol as P
+from disque.contracts import worker_link as P
 from disque.workers.link import worker_link
 from disque.workers.queue_report import queue_report
 from disque.workers.shard import Shard

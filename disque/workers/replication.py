@@ -18,8 +18,8 @@ from disque._fast import resp
 from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
                               QUEUED, WAIT_REPL, retry_interval_msec)
-from disque.bus import messages as M
-from disque.workers.codec import CodecError, deserialize, serialize
+from disque.contracts import bus_messages as M
+from disque.contracts.job_codec import CodecError, deserialize, serialize
 from disque.workers.job_features import counters_aux
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies

@@ -17,7 +17,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERE
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job, expire_ms
-from disque.bus import messages as M
+from disque.contracts import bus_messages as M
 from disque.workers.federation import FederationMixin
 from disque.workers.job_features import JobFeaturesMixin
 from disque.workers.persistence import PersistenceMixin

@@ -24,7 +24,11 @@ Requests:
         cluster (membership for Shard.set_cluster);
         memory (every ~100 ms: [level, excess, noeviction] in, memory figures and scan-log
         sequence numbers out, Shard.set_memory / Shard.memory_report)
+
+Framing on the socketpair link: <u32 little-endian length><payload> (ZeroMQ frames its own).
 """
+import struct
+
 CMD = 0
 GETJOB = 1
 UNBLOCK = 2
@@ -34,3 +38,52 @@ BUS = 5
 BUS_REQID = -1     # worker -> front-end entry [BUS_REQID, [(dests, type, flags, payload)...]]
 
 READY = b"READY"   # first message of a worker: it is connected and loaded
+
+
+# ---- framing (socketpair link) ----
+
+HEADER = struct.Struct("<I")
+
+
+RECV_SIZE = 256 * 1024
+
+
+class FrameReader:
+    """Splits a byte stream into <u32 length><payload> frames.
+
+    Reads land in one preallocated buffer (`recv_from`): allocating a fresh large bytes
+    object per read made glibc mmap/munmap it every time, which cost more than the rest
+    of a command.
+    """
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.chunk = bytearray(RECV_SIZE)
+        self.view = memoryview(self.chunk)
+
+    def recv_from(self, sock, flags=0):
+        """One recv into the preallocated buffer; returns (frames, nbytes)."""
+        n = sock.recv_into(self.view, RECV_SIZE, flags)
+        if not n:
+            return [], 0
+        return self.feed(self.view[:n]), n
+
+    def feed(self, data):
+        self.buf += data
+        out = []
+        buf = self.buf
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            size = HEADER.unpack_from(buf, pos)[0]
+            if n - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4:pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return out
+
+
+def frame(payload):
+    return HEADER.pack(len(payload)) + payload

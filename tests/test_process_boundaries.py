@@ -1,0 +1,106 @@
+"""The processes meet only through their contracts (docs/design.md, "Contracts between processes").
+
+A worker (disque/workers/) never imports front-end or bus code, and the front-end never
+imports a worker's internals: what both sides must agree on lives in disque/contracts/
+(link messages and framing, bus message types, the job codec, the AOF format). The one
+exception is the link transport itself, disque/workers/link.py, whose two ends (front-end
+and worker side) are one concern kept in one file.
+"""
+import ast
+import pathlib
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "disque"
+
+# what a worker process may import from the project
+WORKER_ALLOWED = ("disque.workers", "disque.contracts", "disque._fast", "disque.commands",
+                  "disque.replies", "disque.log", "disque.config", "disque.memstat",
+                  "disque.stats_collect", "disque.statslog")
+# the front-end may use the link transport, nothing else of the workers
+FRONT_ALLOWED_FROM_WORKERS = ("disque.workers.link",)
+
+
+def module_name(path):
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_imports(path):
+    """Every disque.* module `path` imports (absolute or relative), at any depth."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
+        else module_name(path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("disque"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.startswith("disque"):
+                found.add(mod)
+                # `from disque.workers import protocol` imports disque.workers.protocol
+                found.update(f"{mod}.{a.name}" for a in node.names)
+    return found
+
+
+def sources(under):
+    return sorted(p for p in under.rglob("*.py") if p.is_file())
+
+
+def imports_module(imported, prefix):
+    return imported == prefix or imported.startswith(prefix + ".")
+
+
+def is_real_module(name):
+    if name == "disque":
+        return False            # `from disque import x`: x itself is checked
+    rel = pathlib.Path(*name.split("."))
+    return (ROOT / rel).with_suffix(".py").is_file() or (ROOT / rel / "__init__.py").is_file() \
+        or any((ROOT / rel.parent).glob(rel.name + ".*.so")) or (ROOT / rel).with_suffix(".pyx").is_file()
+
+
+def test_the_import_scan_sees_imports():
+    found = project_imports(PACKAGE / "workers" / "link.py")
+    assert "disque.contracts.worker_link" in found
+
+
+def test_workers_import_only_contracts_and_shared_pieces():
+    wrong = []
+    for path in sources(PACKAGE / "workers"):
+        for name in project_imports(path):
+            if not is_real_module(name):
+                continue            # a name imported from a module, not a module
+            if not any(imports_module(name, ok) for ok in WORKER_ALLOWED):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_front_end_does_not_import_worker_internals():
+    wrong = []
+    for path in sources(PACKAGE):
+        if (PACKAGE / "workers") in path.parents:
+            continue
+        for name in project_imports(path):
+            if imports_module(name, "disque.workers") and name != "disque.workers" \
+                    and is_real_module(name) \
+                    and not any(imports_module(name, ok) for ok in FRONT_ALLOWED_FROM_WORKERS):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_cython_cores_read_bus_numbers_from_the_contract():
+    for pyx in ("shardcore.pyx", "frontcore.pyx"):
+        text = (PACKAGE / "_fast" / pyx).read_text()
+        assert "disque.bus.messages" not in text and "from disque.bus import" not in text, pyx
