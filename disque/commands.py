@@ -9,10 +9,11 @@ loading, F fast. `route` says who executes the command:
   ids    - every job ID in argv[1:] is sent to its worker; integer replies are summed
   getjob - GETJOB's own routing and blocking logic
   all    - every worker (replies merged by the front-end)
-`front` names the front-end method that handles it (`disque.frontend.Frontend`; None when
-the Cython core forwards it by route), `worker` the worker method (`disque.workers.shard.
-Shard`; None for node-level commands). Both dispatch tables are built from these names,
-so the two halves of a command are found from here.
+`front` names the front-end handler as "part.method" (a part of `disque.frontend.Frontend`,
+listed in its PARTS; None when the Cython core forwards the command by route alone),
+`worker` the worker method (`disque.workers.shard.Shard`, or "part.method" of one of its
+parts; None for node-level commands). Both dispatch tables are built from these names,
+so the two halves of a command are found from one line here.
 """
 from dataclasses import dataclass
 
@@ -38,39 +39,39 @@ class Command:
 
 
 COMMANDS = {c.name: c for c in [
-    Command("auth", 2, "rlF", "local", "cmd_auth"),
-    Command("ping", -1, "rF", "local", "cmd_ping"),
+    Command("auth", 2, "rlF", "local", "auth.cmd_auth"),
+    Command("ping", -1, "rF", "local", "node_commands.cmd_ping"),
     # not in upstream Disque: redis-cli --pipe ends its input with ECHO to know it is done
-    Command("echo", 2, "rF", "local", "cmd_echo"),
-    Command("info", -1, "rl", "local", "cmd_info"),
-    Command("shutdown", -1, "arl", "local", "cmd_shutdown"),
-    Command("monitor", 1, "ar", "local", "cmd_monitor"),
-    Command("debug", -2, "a", "local", "cmd_debug"),
-    Command("config", -2, "ar", "local", "cmd_config"),
-    Command("cluster", -2, "ar", "local", "cmd_cluster"),
-    Command("client", -2, "ar", "local", "cmd_client"),
-    Command("slowlog", -2, "r", "local", "cmd_slowlog"),
-    Command("time", 1, "rF", "local", "cmd_time"),
-    Command("command", 0, "rl", "local", "cmd_command"),
-    Command("latency", -2, "arl", "local", "cmd_latency"),
+    Command("echo", 2, "rF", "local", "node_commands.cmd_echo"),
+    Command("info", -1, "rl", "local", "node_commands.cmd_info"),
+    Command("shutdown", -1, "arl", "local", "node_commands.cmd_shutdown"),
+    Command("monitor", 1, "ar", "local", "monitoring.cmd_monitor"),
+    Command("debug", -2, "a", "local", "node_commands.cmd_debug"),
+    Command("config", -2, "ar", "local", "node_commands.cmd_config"),
+    Command("cluster", -2, "ar", "local", "relay.cmd_cluster"),
+    Command("client", -2, "ar", "local", "connections.cmd_client"),
+    Command("slowlog", -2, "r", "local", "monitoring.cmd_slowlog"),
+    Command("time", 1, "rF", "local", "node_commands.cmd_time"),
+    Command("command", 0, "rl", "local", "command_info.cmd_command"),
+    Command("latency", -2, "arl", "local", "monitoring.cmd_latency"),
     # -1: HELLO <protover> [AUTH u p] [SETNAME n]; plain HELLO is Disque's (cmd_hello)
-    Command("hello", -1, "rF", "local", "cmd_hello_handshake"),
+    Command("hello", -1, "rF", "local", "auth.cmd_hello_handshake"),
     Command("addjob", -4, "wmF", "queue", worker="cmd_addjob"),
-    Command("getjob", -2, "wF", "getjob", "getjob", "getjob"),
-    Command("ackjob", -1, "wF", "ids", "route_ids", "cmd_ackjob"),
-    Command("fastack", -1, "wF", "ids", "route_ids", "cmd_fastack"),
-    Command("deljob", -1, "wF", "ids", "route_ids", "cmd_deljob"),
+    Command("getjob", -2, "wF", "getjob", "getjobs.getjob", "getjob"),
+    Command("ackjob", -1, "wF", "ids", "routing.route_ids", "cmd_ackjob"),
+    Command("fastack", -1, "wF", "ids", "routing.route_ids", "cmd_fastack"),
+    Command("deljob", -1, "wF", "ids", "routing.route_ids", "cmd_deljob"),
     Command("show", 2, "rF", "id", worker="cmd_show"),
-    Command("loadjob", 2, "w", "local", "cmd_loadjob"),
-    Command("bgrewriteaof", 1, "ar", "local", "cmd_bgrewriteaof"),
+    Command("loadjob", 2, "w", "local", "node_commands.cmd_loadjob"),
+    Command("bgrewriteaof", 1, "ar", "local", "persistence.cmd_bgrewriteaof"),
     Command("qlen", 2, "rF", "queue", worker="cmd_qlen"),
     Command("qpeek", 3, "r", "queue", worker="cmd_qpeek"),
     Command("qstat", 2, "rF", "queue", worker="cmd_qstat"),
-    Command("qscan", -1, "r", "all", "all_workers_command", "scan"),
-    Command("jscan", -1, "r", "all", "all_workers_command", "scan"),
-    Command("enqueue", -1, "mwF", "ids", "route_ids", "cmd_enqueue"),
-    Command("nack", -1, "mwF", "ids", "route_ids", "cmd_nack"),
-    Command("dequeue", -1, "wF", "ids", "route_ids", "cmd_dequeue"),
+    Command("qscan", -1, "r", "all", "scans.all_workers_command", "scan"),
+    Command("jscan", -1, "r", "all", "scans.all_workers_command", "scan"),
+    Command("enqueue", -1, "mwF", "ids", "routing.route_ids", "cmd_enqueue"),
+    Command("nack", -1, "mwF", "ids", "routing.route_ids", "cmd_nack"),
+    Command("dequeue", -1, "wF", "ids", "routing.route_ids", "cmd_dequeue"),
     Command("working", 2, "wF", "id", worker="cmd_working"),
     Command("pause", -3, "rF", "queue", worker="cmd_pause"),
 ]}
@@ -82,15 +83,23 @@ WORKER_ROUTES = ("queue", "id", "ids")
 BY_BYTES = {name.encode(): cmd for name, cmd in COMMANDS.items()}
 
 
+def resolve(owner, handler):
+    """The bound method a handler name means: "method" on `owner`, or "part.method" on
+    the part `owner.part`. Resolved once, when a dispatch table is built."""
+    for name in handler.split("."):
+        owner = getattr(owner, name)
+    return owner
+
+
 def front_handlers(frontend):
     """The front-end's dispatch table for node-level commands: name -> bound method."""
-    return {name: getattr(frontend, cmd.front) for name, cmd in BY_BYTES.items()
+    return {name: resolve(frontend, cmd.front) for name, cmd in BY_BYTES.items()
             if cmd.route == "local"}
 
 
 def worker_handlers(shard):
     """A worker's dispatch table for the commands it executes whole: name -> bound method."""
-    return {name: getattr(shard, cmd.worker) for name, cmd in BY_BYTES.items()
+    return {name: resolve(shard, cmd.worker) for name, cmd in BY_BYTES.items()
             if cmd.route in WORKER_ROUTES}
 
 

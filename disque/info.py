@@ -1,7 +1,7 @@
 """INFO (SPEC 14): node totals from the front-end and every worker, plus a per-worker section.
 
 Instantaneous metrics (ops/sec, input/output kbps) are sampled by the front-end cron every
-100 ms and averaged over the last 16 samples, as upstream (`disque.admin`).
+100 ms and averaged over the last 16 samples, as upstream (`disque.frontend.stats`).
 
 used_memory counts what the node holds for its data and clients (docs/memory.md); the
 whole-process figure is used_memory_rss.
@@ -59,7 +59,7 @@ def _clients_values(fe, workers):
         slots = c.slots
         if slots and len(slots) > longest_out:
             longest_out = len(slots)
-    blocked = fe.multigets_blocked
+    blocked = fe.getjobs.blocked_count
     for w in workers:
         blocked += w.get("blocked", 0)
     return (len(fe.clients), longest_out, biggest_in, blocked)
@@ -67,11 +67,11 @@ def _clients_values(fe, workers):
 
 def _memory(fe, workers):
     rss_total = _self_rss() + sum(w.get("rss", 0) for w in workers)
-    used = fe.memory_used(w.get("used_memory", 0) for w in workers)
+    used = fe.memory.used_now(w.get("used_memory", 0) for w in workers)
     return [
         ("used_memory", used), ("used_memory_human", human(used)),
-        ("used_memory_rss", rss_total), ("used_memory_peak", fe.mem_peak),
-        ("used_memory_peak_human", human(fe.mem_peak)),
+        ("used_memory_rss", rss_total), ("used_memory_peak", fe.memory.peak),
+        ("used_memory_peak_human", human(fe.memory.peak)),
         # upstream's definition, rss / used: here mostly the interpreters' fixed footprint
         ("mem_fragmentation_ratio", "%.2f" % (rss_total / used if used else 0)),
         ("mem_allocator", "libc"),
@@ -92,7 +92,7 @@ def _deadletter(fe, workers):
 def _cluster(fe, workers):
     """By name only (SPEC 14: no Cluster section in the default INFO): whether the bus is
     secured (docs/security.md)."""
-    cluster = getattr(fe, "cluster", None)
+    cluster = fe.relay.cluster
     return cluster.bus_info_fields() if cluster is not None else [("cluster_bus_secured", 0)]
 
 
@@ -105,7 +105,7 @@ def _queues(fe, workers):
 
 
 def _persistence(fe, workers):
-    return fe.aof_info_fields(workers)     # disque.aof_front
+    return fe.persistence.info_fields(workers)
 
 
 STATS_FIELDS = ("total_connections_received", "total_commands_processed",
@@ -115,10 +115,10 @@ STATS_FIELDS = ("total_connections_received", "total_commands_processed",
 
 
 def _stats_values(fe, workers):
-    st = fe.stats
+    st = fe.connections.counters
     return (st["total_connections_received"], fe.commands_processed,
-            int(fe.instantaneous("ops")), fe.net_input_bytes, fe.net_output_bytes,
-            "%.2f" % (fe.instantaneous("in") / 1024), "%.2f" % (fe.instantaneous("out") / 1024),
+            int(fe.stats.instantaneous("ops")), fe.net_input_bytes, fe.net_output_bytes,
+            "%.2f" % (fe.stats.instantaneous("in") / 1024), "%.2f" % (fe.stats.instantaneous("out") / 1024),
             st["rejected_connections"], 0)
 
 
@@ -151,7 +151,7 @@ def _workers(fe, workers):
 
 
 def _commandstats(fe, workers):
-    usec = fe.command_usec(workers)
+    usec = fe.stats.command_usec(workers)
     stats = []
     for name, calls in sorted(fe.calls.items()):
         name = name.decode()
@@ -223,8 +223,8 @@ def _cache_key(name, fe, workers):
     if name == "memory":
         # client buffers move without a snapshot change: at most 100 ms stale, as the poll
         return (_self_rss(), int(time.monotonic() * 10))
-    if name == "persistence" and not fe.loading:     # loading_* fields move with time
-        return fe.aof_enabled
+    if name == "persistence" and not fe.persistence.loading:     # loading_* fields move with time
+        return fe.persistence.aof_enabled
     return None
 
 

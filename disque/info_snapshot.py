@@ -7,7 +7,7 @@ is still exact as far as the front-end can know:
 
 * no command was sent to a worker since the snapshot was asked for (`mark`: the number of
   commands the front-end dispatched minus those it answered itself, see
-  Frontend.local_command), and no front-end command that changes the workers' state ran
+  Dispatch.local_command in disque/frontend/dispatch.py), and no front-end command that changes the workers' state ran
   (DEBUG FLUSHALL, CONFIG SET, CLUSTER ..., BGREWRITEAOF: `invalidate`);
 * it is at most MAX_AGE_S old: what the workers change on their own (timers: requeue,
   expiry, delays; copies and acks from other nodes) shows within that bound.

@@ -17,3 +17,9 @@ INTERNAL_ERROR = b"-ERR internal error, check server logs\r\n"
 def misconf(error):
     """-MISCONF after a failed AOF write (SPEC 1.3 step 6, 12)."""
     return b"-MISCONF Errors writing to the AOF file: %s\r\n" % error.encode("utf-8", "replace")
+
+
+def one_line(text):
+    """Client input echoed in an error: CR/LF become spaces, as upstream's
+    addReplyErrorFormat does, so a client cannot break (or forge) the reply stream."""
+    return text.replace(b"\r", b" ").replace(b"\n", b" ")

@@ -23,7 +23,7 @@ from disque._fast.clock import PeriodicTimer
 from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
 from disque.bus.nodes import ConfigFileError
 from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
-from disque.aof_front import worker_config as aof_worker_config
+from disque.frontend.persistence_phases import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.listen import bind_tcp
 from disque.workers.link import front_end_links
@@ -234,14 +234,14 @@ class Node:
             fe.shutdown_cb = self.request_stop
             self.fe = fe
             if self.cluster is not None:
-                fe.cluster_attach(self.cluster)
+                fe.relay.attach(self.cluster)
             fe.restarts = self.restarts
             self.links.on_ready = self.restarts.ready
             self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
-            # the AOF load (disque/aof_front.py): the sockets already listen, so clients
+            # the AOF load (disque/frontend/persistence_phases.py): the sockets already listen, so clients
             # that connect now wait in the backlog and are served once the load is done;
             # a load longer than LOADING_HOLD_S serves them earlier, with -LOADING
-            error = fe.aof_startup()
+            error = fe.persistence.startup()
             if error:
                 raise StartupError(error)
             if metrics_socks:
@@ -252,8 +252,8 @@ class Node:
                          cfg.metrics_port)
             servers = []
             self.serve_cb = lambda: self.serve(loop, socks, unix_sock, servers)
-            if fe.loading:
-                fe.loading_done_cb = self.serve_cb
+            if fe.persistence.loading:
+                fe.persistence.loading_done_cb = self.serve_cb
                 loop.call_later(LOADING_HOLD_S, self.serve_cb)
             else:
                 self.serve_cb()
@@ -294,7 +294,7 @@ class Node:
                     lambda t: t.cancelled() or t.exception() or servers.append(t.result()))
             else:
                 servers.append(loop.run_until_complete(c))
-        if fe.loading:
+        if fe.persistence.loading:
             log.info("The append only files are still loading: serving clients with -LOADING")
         if unix_sock is not None:
             log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
@@ -323,7 +323,7 @@ class Node:
         self.fe.cron()
         if self.memory_ticks >= MEMORY_TICKS:
             self.memory_ticks = 0
-            self.fe.memory_cron()
+            self.fe.memory.cron()
         if self.cron_ticks >= WATCH_TICKS:
             self.cron_ticks = 0
             self.watch_workers()

@@ -108,10 +108,10 @@ class WorkerRestarts:
     def ready(self, w):
         """The new process of worker w said READY: membership, then its AOF, then serve."""
         fe = self.node.fe
-        state = getattr(fe, "cluster_state", None)
+        state = fe.relay.state
         if state:
             self.control(w, "cluster", state, lambda value: None)
-        if getattr(fe, "aof_enabled", False) and fe.cfg.appendonly:
+        if fe.persistence.aof_enabled and fe.cfg.appendonly:
             self.load_aof(w)
         else:
             self.serve(w)

@@ -3,22 +3,41 @@ front-end and worker dispatch tables are built from it, so each name must exist.
 import pytest
 
 from disque import commands
-from disque.frontend import Frontend
+from disque.frontend.node import PARTS
 from disque.workers.shard import Shard
 
 pytestmark = pytest.mark.unit
+
+
+def front_handler(name):
+    """The function a front-end handler name ("part.method") names, from the part's class."""
+    part, _, method = name.partition(".")
+    return getattr(PARTS.get(part), method, None) if method else None
+
+
+def worker_handler(name):
+    owner = Shard
+    for attr in name.split("."):
+        owner = getattr(owner, attr, None)
+    return owner
 
 
 @pytest.mark.parametrize("name", sorted(commands.COMMANDS))
 def test_every_command_names_handlers_that_exist(name):
     cmd = commands.COMMANDS[name]
     if cmd.route == "local":
-        assert cmd.front and callable(getattr(Frontend, cmd.front, None)), cmd
+        assert cmd.front and callable(front_handler(cmd.front)), cmd
         assert cmd.worker is None, cmd
     else:
-        assert cmd.worker and callable(getattr(Shard, cmd.worker, None)), cmd
+        assert cmd.worker and callable(worker_handler(cmd.worker)), cmd
     if cmd.front is not None:
-        assert callable(getattr(Frontend, cmd.front, None)), cmd
+        assert callable(front_handler(cmd.front)), cmd
+
+
+def test_a_wrong_handler_name_is_caught():
+    assert front_handler("auth.no_such_method") is None
+    assert front_handler("no_such_part.cmd_auth") is None
+    assert worker_handler("no_such_method") is None
 
 
 def test_the_worker_table_is_built_from_the_command_table():

@@ -72,6 +72,26 @@ cdef class Core:
     cdef public bint clustered        # other nodes known: ADDJOB may wait for copies
     cdef object packb
     cdef object unpackb
+    # Hooks: what the core calls on the Python parts, bound once by the composition root
+    # (disque/frontend/node.py, CORE_HOOKS). A C field holding the bound method: no
+    # attribute lookup per call, and a hook the root forgot to bind is None (tested).
+    cdef public object client_connected     # (client) a connection was accepted
+    cdef public object client_gone          # (client) a connection was lost
+    cdef public object client_overflow      # (client) its query buffer passed 1 GiB
+    cdef public object check_output_buffer  # (client) after a write, while `obuf_limited`
+    cdef public object command_gate         # (client, cmd, argv) -> bool, while `gate` is set
+    cdef public object unknown_command      # (client, argv)
+    cdef public object arity_error          # (client, cmd)
+    cdef public object local_command        # (client, name, argv) route `local`
+    cdef public object feed_monitors        # (client, argv) while `nmonitors`
+    cdef public object slowlog_push         # (client, argv, duration_us)
+    cdef public object getjob               # (client, argv) route `getjob`
+    cdef public object addjob_clustered     # (client, worker, argv) ADDJOB on a cluster node
+    cdef public object route_ids            # (client, argv) route `ids`
+    cdef public object qlen_spread          # (client, argv) QLEN while `queues_spread`
+    cdef public object queue_elsewhere      # (queue, worker) a worker's QUEUE_ELSEWHERE entry
+    cdef public object all_workers_command  # (client, name, argv) route `all`
+    cdef public object bus_from_worker      # (entries) a worker's cluster bus messages
     cpdef long long new_reqid(self, int w)
     cpdef send(self, int w, list req)
     cpdef forward(self, Client client, int w, list argv)

@@ -1,8 +1,9 @@
 # cython: language_level=3
 """The front-end's per-command hot loop: client I/O, parsing, routing, batching, replies.
 
-`Core` is subclassed by the Python `disque.frontend.Frontend`, which keeps everything
-that is not on the hot path (GETJOB blocking, node commands, INFO) readable. Here:
+`Core` is subclassed by the Python `disque.frontend.Frontend`, whose parts keep everything
+that is not on the hot path (GETJOB blocking, node commands, INFO) readable; the core
+reaches them only through the hooks declared in frontcore.pxd. Here:
   * `Client` is the asyncio protocol of one connection; it parses input and keeps a FIFO
     of reply `Slot`s so pipelined replies from different workers stay in request order;
   * `Core.dispatch` applies the SPEC 1.3 checks and routes queue/ID commands;
@@ -395,21 +396,6 @@ cdef class Core:
                 flags |= F_HELLO
             table[name] = (ROUTE_CODES[cmd.route], cmd.arity, cmd, real, flags, name != real)
         self.table = table
-
-    # hooks the Python subclass provides
-    def client_connected(self, client):
-        raise NotImplementedError
-
-    def client_gone(self, client):
-        raise NotImplementedError
-
-    def client_overflow(self, client):
-        client.transport.abort()
-
-    def command_gate(self, client, cmd, argv):
-        """SPEC 1.3 steps 5-7 (OOM, MISCONF, LOADING), called only while `gate` is set:
-        reply and return False to stop the command."""
-        return True
 
     cpdef long long new_reqid(self, int w):
         """A request id for worker w: id % nworkers == w, so the requests still waiting on a

@@ -52,6 +52,11 @@ cdef class ShardCore:
     cdef public int index, nworkers      # this worker and how many the node has
     cdef public list prefix_waiters      # consumers blocked in GETJOB FROM-PREFIX
     cdef public dict dead_lettered       # origin queue -> jobs moved to its dead-letter queue
+    cdef public list out                 # entries for the front-end's next batch (replies, offers)
+    # Hooks: what the core calls on the Python parts, bound once by disque.workers.shard.Shard
+    # (SHARD_HOOKS there); a C field holding the bound method, None until bound (tested).
+    cdef public object aof_loadjob       # (job) a job to log as LOADJOB, if the AOF is on
+    cdef public object queue_created     # (queue) a new queue (GETJOB FROM-PREFIX waiters)
 
     cpdef long long rand_err(self)
     cpdef Queue get_queue(self, bytes name, bint create=*)

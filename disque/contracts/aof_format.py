@@ -36,7 +36,7 @@ def aof_path(directory, appendfilename, port, k):
 def aof_files(directory, appendfilename, port, old=False):
     """{k: path} of every worker file of the node on `port` found in `directory`; with
     old=True, {(generation, k): path} of the files set aside by a start-up that was
-    rewriting them (`<stem>.<port>.old<g>.w<k>.aof`, see disque/aof_front.py)."""
+    rewriting them (`<stem>.<port>.old<g>.w<k>.aof`, see disque/frontend/persistence_phases.py)."""
     stem = re.escape(aof_stem(appendfilename))
     if old:
         pattern = re.compile(r"^%s\.%d\.old(\d{1,6})\.w(\d{1,6})\.aof$" % (stem, port))

@@ -112,7 +112,7 @@ def decode(data, peer_ip=""):
     elif mtype == FAIL and not (isinstance(payload, str) and len(payload) == 40):
         return None
     elif mtype == JOBS:
-        # each entry is checked where it is routed (disque.cluster_frontend); here only
+        # each entry is checked where it is routed (disque.frontend.cluster_relay); here only
         # the shape, so one bad entry costs that entry, not the whole frame
         if not isinstance(payload, list):
             return None

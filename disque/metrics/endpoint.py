@@ -156,11 +156,11 @@ class MetricsEndpoint:
         fe = self.fe
         mem = _PROC.memory_info()
         cpu = _PROC.cpu_times()
-        cluster = getattr(fe, "cluster", None)
+        cluster = fe.relay.cluster
         return {
             "id": fe.node_id.decode(), "addr": self.addr(), "uptime_s": time.time() - fe.started,
             "clients": len(fe.clients), "commands": fe.commands_processed,
-            "connections": fe.stats["total_connections_received"],
+            "connections": fe.connections.counters["total_connections_received"],
             "net_in": fe.net_input_bytes, "net_out": fe.net_output_bytes, "fe_rss": mem.rss,
             "fe_cpu_user": cpu.user, "fe_cpu_sys": cpu.system,
             "cluster_known": len(cluster.nodes) if cluster is not None else 1,
@@ -173,7 +173,7 @@ class MetricsEndpoint:
             "id": n["id"], "addr": n["addr"], "version": VERSION, "ts": time.time(),
             "uptime_s": round(n["uptime_s"], 3), "workers": len(workers),
             "clients": n["clients"], "commands_processed": n["commands"],
-            "loading": bool(getattr(self.fe, "loading", False)),
+            "loading": bool(self.fe.persistence.loading),
             "jobs": sum(w.get("jobs", 0) for w in workers),
             "queued": sum(w.get("queued", 0) for w in workers),
             "queues": sum(w.get("queues", 0) for w in workers),
@@ -185,7 +185,7 @@ class MetricsEndpoint:
         }
 
     def cluster_view(self):
-        cluster = getattr(self.fe, "cluster", None)
+        cluster = self.fe.relay.cluster
         if cluster is None:
             return {"size": 1, "nodes": []}
         me = cluster.myself

@@ -98,8 +98,9 @@ class JobFeaturesMixin:
 
     # ---- GETJOB FROM-PREFIX ------------------------------------------------------------------
 
-    def queue_created(self, q):
-        """ShardCore.get_queue made a queue while FROM-PREFIX consumers wait."""
+    def offer_new_queue(self, q):
+        """The shard's `queue_created` hook: ShardCore.get_queue made a queue while
+        FROM-PREFIX consumers wait."""
         for b in self.prefix_waiters:
             if not b.done and q.name.startswith(b.prefix):
                 b.queues.append(q)

@@ -28,7 +28,7 @@ Every worker k of the node on `port` owns one file, `<dir>/<stem>.<port>.w<k>.ao
   per file and registers the survivors. Jobs come back
   active, or queued once with `aof-enqueue-jobs-once` (RETRY 0 jobs too: a deliberate
   difference from upstream, see docs/differences.md). The front-end runs the load in two phases
-  (disque/aof_front.py): every worker loads, then every worker rewrites its own file.
+  (disque/frontend/persistence_phases.py): every worker loads, then every worker rewrites its own file.
 """
 import logging
 import os
@@ -386,7 +386,8 @@ class PersistenceMixin:
 
     # ---- hooks of the shard ----------------------------------------------------------
 
-    def aof_loadjob(self, job):
+    def write_loadjob(self, job):
+        """The shard's `aof_loadjob` hook: log a LOADJOB record of `job`."""
         rec = loadjob_record(job)
         w = self.aof_writer
         if w is not None:

@@ -71,6 +71,13 @@ class Blocked:
         self.prefix = None          # GETJOB FROM-PREFIX: queues created later join `queues`
 
 
+# the hooks the Cython core calls (declared in shardcore.pxd): hook -> method
+SHARD_HOOKS = {
+    "aof_loadjob": "write_loadjob",
+    "queue_created": "offer_new_queue",
+}
+
+
 class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
     def __init__(self, index, nworkers, node_id, config=None):
         super().__init__(node_id)
@@ -92,6 +99,8 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         self.mem_data_ref = 0            # data_bytes when we last reported our memory
         self.mem_noeviction = False
         self.cluster_init()
+        for hook, method in SHARD_HOOKS.items():
+            setattr(self, hook, getattr(self, method))
 
     # ---- requests from the front-end ----------------------------------------------
 

@@ -1,7 +1,7 @@
 """The front-end's side of persistence (SPEC 12, 14; docs/persistence.md).
 
-`AofFrontMixin` is mixed into `disque.frontend.Frontend`. The workers own their files
-(disque/workers/persistence.py); the front-end orchestrates what concerns all of them:
+The workers own their files (disque/workers/persistence.py: the worker halves of the
+"aof_*" controls below); the front-end orchestrates what concerns all of them:
 
 * start-up load in two phases, while clients get -LOADING: every worker reads every
   file of the node and keeps the jobs of its slots; then (appendonly yes) the files are
@@ -47,25 +47,34 @@ def worker_config(cfg):
     return {name: cfg.get(name) for name in WORKER_DIRECTIVES}
 
 
-class AofFrontMixin:
-    loading = False
-    loading_start_time = 0
-    loading_total_bytes = 0
-    aof_enabled = False         # appendonly as the workers were last told
-    aof_error = None            # a worker's last write error (MISCONF)
-    aof_status_by_worker = None
-    aof_rewrites_running = 0    # node-wide rewrites the front-end started and still waits for
-    aof_initial_running = 0     # ... of them, those that turn the AOF on (CONFIG SET appendonly)
-    aof_shutting_down = False
-    loading_done_cb = None
+class PersistencePhases:
+    """Needs from the node (`fe`): cfg, nworkers, loop, pending, new_reqid, send_control,
+    control_all, flush_replies, gate (set here), shutdown_cb, info_snapshot and
+    `fe.connections` (SHUTDOWN REWRITE-AOF holds every client). Offers: startup,
+    command_gate (a hook of the Cython core), worker_reports (the memory poll),
+    cmd_bgrewriteaof, config_changed, shutdown, info_fields, and the state below."""
+
+    def __init__(self, fe, cfg):
+        self.fe = fe
+        self.cfg = cfg
+        self.loading = False
+        self.loading_start_time = 0
+        self.loading_total_bytes = 0
+        self.aof_enabled = False         # appendonly as the workers were last told
+        self.aof_error = None            # a worker's last write error (MISCONF)
+        self.aof_status_by_worker = None
+        self.aof_rewrites_running = 0    # node-wide rewrites started and still waited for
+        self.aof_initial_running = 0     # ... of them, those that turn the AOF on
+        self.aof_shutting_down = False
+        self.loading_done_cb = None      # server.py: serve clients once loaded
 
     # ---- calls to every worker -----------------------------------------------------------
 
-    def aof_call_all(self, name, arg, done):
+    def call_all(self, name, arg, done):
         """Control `name` on every worker with arg["reqid"] set; done(results) once every
         worker gave its final answer (a worker answers "started" first when the work goes
         on in the background, then the result with the same reqid)."""
-        n = self.nworkers
+        n = self.fe.nworkers
         results = [None] * n
         left = [n]
 
@@ -73,7 +82,7 @@ class AofFrontMixin:
             def got(rep):
                 value = rep[1]
                 if value == STARTED:
-                    self.pending[reqid] = got
+                    self.fe.pending[reqid] = got
                     return
                 if type(value) is not dict:
                     value = {"ok": bool(value)}
@@ -86,42 +95,42 @@ class AofFrontMixin:
             return got
 
         for w in range(n):
-            reqid = self.new_reqid(w)
+            reqid = self.fe.new_reqid(w)
             a = dict(arg or {})
             a["reqid"] = reqid
-            self.pending[reqid] = make(w, reqid)
-            self.send_control(w, reqid, name, a)
+            self.fe.pending[reqid] = make(w, reqid)
+            self.fe.send_control(w, reqid, name, a)
 
     @staticmethod
-    def aof_first_error(results):
+    def first_error(results):
         for r in results:
             if not r.get("ok"):
                 return r.get("error") or "unknown error"
         return None
 
-    def aof_fatal(self, message):
+    def fatal(self, message):
         """A failed load: the node exits with code 1. (The stop is a little later: the loop
         may still be inside server.py's run_until_complete(create_server).)"""
         log.error("Fatal: %s", message)
         print("disque-server: %s" % message, file=sys.stderr, flush=True)
-        if self.shutdown_cb:
-            self.loop.call_later(0.1, self.shutdown_cb, 1)
+        if self.fe.shutdown_cb:
+            self.fe.loop.call_later(0.1, self.fe.shutdown_cb, 1)
 
-    def aof_files_now(self, old=False):
+    def files_now(self, old=False):
         cfg = self.cfg
         return aof_files(cfg.dir, cfg.appendfilename, cfg.port, old)
 
-    def aof_set_aside(self):
+    def set_aside(self):
         """Before the start-up rewrite: rename every worker file to
         <stem>.<port>.old<g>.w<k>.aof. With another number of workers, a new file holds jobs
         of several old ones, so an old file may only go once every new file is complete;
         a crash in between leaves old and new files, and the next start loads them all
         (a job in two files is loaded once). Returns an error message or None."""
         cfg = self.cfg
-        gen = 1 + max([g for g, _ in self.aof_files_now(old=True)] or [0])
+        gen = 1 + max([g for g, _ in self.files_now(old=True)] or [0])
         stem = aof_stem(cfg.appendfilename)
         try:
-            for k, path in self.aof_files_now().items():
+            for k, path in self.files_now().items():
                 aside = "%s.%d.old%d.w%d.aof" % (stem, cfg.port, gen, k)
                 os.rename(path, os.path.join(cfg.dir, aside))
             fsync_dir(cfg.dir)
@@ -129,38 +138,38 @@ class AofFrontMixin:
             return "Can't rename the append only files in %s: %s" % (cfg.dir, e.strerror or e)
         return None
 
-    def aof_delete_old_files(self):
-        for path in self.aof_files_now(old=True).values():
+    def delete_old_files(self):
+        for path in self.files_now(old=True).values():
             try:
                 os.unlink(path)
             except OSError as e:
                 log.warning("Cannot remove %s: %s", path, e.strerror)
         fsync_dir(self.cfg.dir)
 
-    def aof_delete_extra_files(self):
+    def delete_extra_files(self):
         """After every worker wrote its own file: files of workers this node no longer
         has (a start with fewer --workers) would resurrect their jobs at the next start."""
-        for k, path in self.aof_files_now().items():
-            if k >= self.nworkers:
+        for k, path in self.files_now().items():
+            if k >= self.fe.nworkers:
                 try:
                     os.unlink(path)
                     log.info("Removed %s: its jobs now live in the files of %d worker(s)",
-                             path, self.nworkers)
+                             path, self.fe.nworkers)
                 except OSError as e:
                     log.warning("Cannot remove %s: %s", path, e.strerror)
 
     # ---- start-up (SPEC 12 "Load at startup") ---------------------------------------------
 
-    def aof_startup(self):
+    def startup(self):
         """Called once the workers run and before the first client is served. Returns
         an error message when the node must not start."""
         cfg = self.cfg
-        self.aof_status_by_worker = [[None, False, "off"] for _ in range(self.nworkers)]
+        self.aof_status_by_worker = [[None, False, "off"] for _ in range(self.fe.nworkers)]
         if not cfg.appendonly and not cfg.aof_enqueue_jobs_once:
             return
-        files = self.aof_files_now()
+        files = self.files_now()
         # files set aside by a start-up that crashed while rewriting (see aof_set_aside)
-        files.update({("old", g, k): path for (g, k), path in self.aof_files_now(old=True).items()})
+        files.update({("old", g, k): path for (g, k), path in self.files_now(old=True).items()})
         if not files and not cfg.appendonly:
             return ("aof-enqueue-jobs-once is yes but there is no append only file to load: "
                     "no %s.%d.w<k>.aof in %s" % (aof_stem(cfg.appendfilename), cfg.port, cfg.dir))
@@ -173,29 +182,29 @@ class AofFrontMixin:
             except OSError:
                 pass
         self.loading_total_bytes = sizes
-        self.aof_set_gate()
+        self.set_gate()
         t0 = time.monotonic()
         enqueue_once = bool(cfg.aof_enqueue_jobs_once)
         # the usual restart: only the files of workers 0..N-1 (no set-aside files), so
         # each worker may read just its own (a file written with another number of
         # workers is detected and the load starts again over every file: aof_loaded)
         own_only = (bool(files) and not enqueue_once
-                    and all(type(k) is int and k < self.nworkers for k in files))
+                    and all(type(k) is int and k < self.fe.nworkers for k in files))
         arg = {"files": [[k[-1] if type(k) is tuple else k, p] for k, p in files.items()],
                "enqueue_once": enqueue_once,
                "load_truncated": bool(cfg.aof_load_truncated),
                "own_only": own_only}
         if files:
             log.info("Loading %d append only file(s) (%d bytes) into %d worker(s)%s", len(files),
-                     sizes, self.nworkers, ", queues restored once (aof-enqueue-jobs-once)"
+                     sizes, self.fe.nworkers, ", queues restored once (aof-enqueue-jobs-once)"
                      if enqueue_once else "")
-        self.aof_call_all("aof_load", arg, lambda results: self.aof_loaded(
+        self.call_all("aof_load", arg, lambda results: self.loaded(
             results, t0, bool(files), enqueue_once, arg))
 
-    def aof_loaded(self, results, t0, had_files, enqueue_once, arg):
-        error = self.aof_first_error(results)
+    def loaded(self, results, t0, had_files, enqueue_once, arg):
+        error = self.first_error(results)
         if error:
-            self.aof_fatal(error)
+            self.fatal(error)
             return
         if any(r.get("foreign") for r in results):
             # a worker's file holds jobs of other workers' slots: written with another
@@ -203,8 +212,8 @@ class AofFrontMixin:
             log.info("The append only files were written by another number of workers: "
                      "every worker reads every file")
             arg = dict(arg, own_only=False)
-            self.control_all("flushall", None, lambda _: self.aof_call_all(
-                "aof_load", arg, lambda results: self.aof_loaded(
+            self.fe.control_all("flushall", None, lambda _: self.call_all(
+                "aof_load", arg, lambda results: self.loaded(
                     results, t0, had_files, enqueue_once, arg)))
             return
         warnings = []
@@ -231,36 +240,36 @@ class AofFrontMixin:
                     log.warning("Cannot turn aof-enqueue-jobs-once off in the config file: %s",
                                 getattr(e, "message", None) or e)
         if not cfg.appendonly:
-            self.aof_loading_done()
+            self.loading_done()
             return
         self.aof_enabled = True
-        error = self.aof_set_aside()
+        error = self.set_aside()
         if error:
-            self.aof_fatal(error)
+            self.fatal(error)
             return
-        self.aof_call_all("aof_rewrite", {"enable": True, "startup": True}, self.aof_opened)
+        self.call_all("aof_rewrite", {"enable": True, "startup": True}, self.opened)
 
-    def aof_opened(self, results):
-        error = self.aof_first_error(results)
+    def opened(self, results):
+        error = self.first_error(results)
         if error:
-            self.aof_fatal("Can't open the append-only file: %s" % error)
+            self.fatal("Can't open the append-only file: %s" % error)
             return
-        self.aof_delete_old_files()         # every new file is complete and fsynced
-        self.aof_delete_extra_files()
-        self.aof_loading_done()
+        self.delete_old_files()         # every new file is complete and fsynced
+        self.delete_extra_files()
+        self.loading_done()
 
-    def aof_loading_done(self):
+    def loading_done(self):
         self.loading = False
-        self.info_snapshot.invalidate()     # INFO: the loaded jobs count at once
-        self.aof_set_gate()
-        self.flush_replies()
+        self.fe.info_snapshot.invalidate()     # INFO: the loaded jobs count at once
+        self.set_gate()
+        self.fe.flush_replies()
         if self.loading_done_cb is not None:
             self.loading_done_cb()          # server.py: serve clients now if not yet
 
     # ---- the gate (SPEC 1.3 steps 6 and 7) ------------------------------------------------
 
-    def aof_set_gate(self):
-        self.gate = self.loading or self.aof_error is not None
+    def set_gate(self):
+        self.fe.gate = self.loading or self.aof_error is not None
 
     def command_gate(self, client, cmd, argv):
         if self.aof_error is not None and ("w" in cmd.flags or cmd.name == "ping"):
@@ -271,7 +280,7 @@ class AofFrontMixin:
             return False
         return True
 
-    def aof_reports(self, reports):
+    def worker_reports(self, reports):
         """The AOF part of the workers' memory reports (every ~100 ms)."""
         status = self.aof_status_by_worker
         if status is None:
@@ -293,21 +302,21 @@ class AofFrontMixin:
             else:
                 log.warning("AOF write error solved: accepting write commands again")
             self.aof_error = error
-            self.aof_set_gate()
+            self.set_gate()
 
     # ---- BGREWRITEAOF, CONFIG SET, SHUTDOWN ---------------------------------------------------
 
-    def aof_rewriting(self):
+    def rewriting(self):
         return self.aof_rewrites_running > 0 or any(s[1] for s in self.aof_status_by_worker or ())
 
     def cmd_bgrewriteaof(self, client, argv):
-        if self.aof_rewriting():
+        if self.rewriting():
             client.reply(REWRITE_BUSY)
             return
-        self.aof_start_node_rewrite(False)
+        self.start_node_rewrite(False)
         client.reply(REWRITE_STARTED)
 
-    def aof_start_node_rewrite(self, enable):
+    def start_node_rewrite(self, enable):
         self.aof_rewrites_running += 1
         self.aof_initial_running += enable
         for s in self.aof_status_by_worker or ():
@@ -319,19 +328,19 @@ class AofFrontMixin:
             self.aof_initial_running -= enable
             for s in self.aof_status_by_worker or ():
                 s[1] = False        # every worker just said it finished
-            error = self.aof_first_error(results)
+            error = self.first_error(results)
             if error:
                 log.warning("Background AOF rewrite%s failed: %s",
                             " (turning the AOF on)" if enable else "", error)
                 return
-            self.aof_delete_extra_files()
+            self.delete_extra_files()
             log.info("Background AOF rewrite of %d worker file(s) terminated with success "
-                     "in %.3f seconds", self.nworkers, time.monotonic() - t0)
+                     "in %.3f seconds", self.fe.nworkers, time.monotonic() - t0)
 
-        self.aof_call_all("aof_rewrite", {"enable": enable}, done)
+        self.call_all("aof_rewrite", {"enable": enable}, done)
 
-    def aof_config_changed(self, name):
-        """CONFIG SET of an AOF directive (called from AdminMixin.config_changed)."""
+    def config_changed(self, name):
+        """CONFIG SET of an AOF directive (from NodeCommands.config_changed)."""
         cfg = self.cfg
         if name == "appendonly":
             if cfg.appendonly and not self.aof_enabled:
@@ -341,17 +350,17 @@ class AofFrontMixin:
                     return ENABLE_FAILED
                 self.aof_enabled = True
                 log.info("AOF turned on by CONFIG SET: rewriting every worker's file")
-                self.aof_start_node_rewrite(True)
+                self.start_node_rewrite(True)
             elif not cfg.appendonly and self.aof_enabled:
                 self.aof_enabled = False
                 log.info("AOF turned off by CONFIG SET")
-                self.control_all("aof_disable", None, lambda results: None)
+                self.fe.control_all("aof_disable", None, lambda results: None)
             return None
         if name in WORKER_DIRECTIVES:
-            self.control_all("aof_config", {name: cfg.get(name)}, lambda results: None)
+            self.fe.control_all("aof_config", {name: cfg.get(name)}, lambda results: None)
         return None
 
-    def aof_shutdown(self, client, rewrite):
+    def shutdown(self, client, rewrite):
         """SHUTDOWN [REWRITE-AOF]. True when this took over: refused, or a synchronous
         rewrite first."""
         if self.loading:
@@ -371,37 +380,31 @@ class AofFrontMixin:
         self.aof_shutting_down = True
         # nothing may change the jobs between the rewrite and the exit: hold every client
         # (as CLIENT PAUSE does) until the node stops, or until the rewrite failed
-        old_until = self.pause_until
-        if self.pause_handle is not None:
-            self.pause_handle.cancel()
-            self.pause_handle = None
-        self.pause_until = time.monotonic() + 365 * 86400.0
-        self.paused = True
+        old_until = self.fe.connections.hold_all()
         slot = client.slot()
         t0 = time.monotonic()
         log.info("Rewriting the append only files before exiting (SHUTDOWN REWRITE-AOF)")
 
         def done(results):
-            error = self.aof_first_error(results)
+            error = self.first_error(results)
             if error is None:
-                self.aof_delete_extra_files()
+                self.delete_extra_files()
                 log.info("Append only files rewritten in %.3f seconds (%d jobs)",
                          time.monotonic() - t0, sum(r.get("jobs", 0) for r in results))
-                if self.shutdown_cb:
-                    self.shutdown_cb()
+                if self.fe.shutdown_cb:
+                    self.fe.shutdown_cb()
                 return
             log.warning("Error trying to shutdown: the AOF rewrite failed: %s", error)
             self.aof_shutting_down = False
             slot.fill(SHUTDOWN_FAILED)
-            self.pause_until = old_until
-            self.end_pause()
+            self.fe.connections.end_pause(restore_until=old_until)
 
-        self.control_all("aof_rewrite_sync", None, done)
+        self.fe.control_all("aof_rewrite_sync", None, done)
         return True
 
     # ---- INFO persistence (SPEC 14) ------------------------------------------------------------
 
-    def aof_info_fields(self, workers):
+    def info_fields(self, workers):
         infos = [w.get("aof") or {} for w in workers]
         states = [i.get("state", "off") for i in infos]
         if "wait-rewrite" in states:

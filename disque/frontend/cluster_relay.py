@@ -1,6 +1,7 @@
 """The front-end's side of the cluster: it owns the bus (disque.bus.Cluster) and is the
-relay between the bus and the workers (ARCHITECTURE: "a bus message about a job is routed
-to the worker that owns the job").
+relay between the bus and the workers (docs/design.md: a bus message about a job is routed
+to the worker that owns the job). The workers' halves of the job messages are in
+disque/workers/replication.py and disque/workers/federation.py.
 
   bus -> worker: a job message goes to the worker owning the slot of its job ID (or of the
       queue for NEEDJOBS / INTEREST / PAUSE), batched per worker per read.
@@ -16,8 +17,8 @@ import ipaddress
 import logging
 
 from disque import replies as R
+from disque.replies import one_line
 from disque._fast import resp
-from disque.admin import one_line
 from disque._fast.jobid import id_slot, queue_slot
 from disque.contracts import bus_messages as M
 from disque.contracts import worker_link as P
@@ -28,24 +29,32 @@ WRONG_CLUSTER = b"-ERR Wrong CLUSTER subcommand or number of arguments\r\n"
 BY_QUEUE = (M.NEEDJOBS, M.PAUSE, M.INTEREST)
 
 
-class ClusterFrontendMixin:
-    cluster = None
-    cluster_state = None
+class ClusterRelay:
+    """Needs from the node (`fe`): nworkers, loop, send, new_reqid, control_all, clustered
+    and node_id (set here from the membership), `fe.memory.level` and
+    `fe.persistence.aof_enabled` (whether a copy is accepted). Offers: attach, cron,
+    bus_from_worker (a hook of the Cython core), cmd_cluster, hello_reply, debug_bus;
+    `cluster` is the bus (None on a node started without one)."""
 
-    def cluster_attach(self, cluster):
-        self.cluster = cluster
-        cluster.on_job_message = self.bus_job_message
-        cluster.on_change = self.cluster_push
+    def __init__(self, fe):
+        self.fe = fe
+        self.cluster = None
+        self.state = None            # the membership last pushed to the workers
         self.bus_inbox = {}          # worker -> [[sender, type, flags, payload], ...]
         self.bus_outbox = {}         # node id -> [[type, flags, payload], ...]
         self.bus_ids = {}            # node id -> the same as bytes (workers' form)
         self.bus_flush_scheduled = False
-        self.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
+
+    def attach(self, cluster):
+        self.cluster = cluster
+        cluster.on_job_message = self.bus_job_message
+        cluster.on_change = self.push
+        self.fe.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
         guard = cluster.transport.guard
         for fd in guard.fds():
-            self.loop.add_reader(fd, guard.on_readable)
+            self.fe.loop.add_reader(fd, guard.on_readable)
         guard.on_readable()         # a ZeroMQ FD only signals news: take what came before
-        self.cluster_push()
+        self.push()
 
     def bus_readable(self):
         more = self.cluster.on_readable()
@@ -53,16 +62,16 @@ class ClusterFrontendMixin:
         if inbox:
             self.bus_inbox = {}
             for w, msgs in inbox.items():
-                self.send(w, [P.BUS, msgs])
+                self.fe.send(w, [P.BUS, msgs])
         if more:
             # ZeroMQ signals edges: what is left after the read limit needs another pass
-            self.loop.call_soon(self.bus_readable)
+            self.fe.loop.call_soon(self.bus_readable)
 
     def bus_job_message(self, sender, mtype, mflags, payload):
         """A job message from a known node: queue it for the worker that owns it."""
         try:
             if mtype in BY_QUEUE:
-                w = queue_slot(payload[0]) % self.nworkers
+                w = queue_slot(payload[0]) % self.fe.nworkers
             else:
                 if mtype == M.REPLJOB:
                     jid = payload[4:44]
@@ -71,7 +80,7 @@ class ClusterFrontendMixin:
                 else:
                     jid = payload[0]
                 slot = id_slot(jid) if type(jid) is bytes and len(jid) == 40 else -1
-                w = (slot if slot >= 0 else 0) % self.nworkers
+                w = (slot if slot >= 0 else 0) % self.fe.nworkers
         except (TypeError, IndexError, ValueError):
             return                      # malformed: dropped like any bad bus frame
         if mtype == M.REPLJOB:
@@ -91,9 +100,9 @@ class ClusterFrontendMixin:
         gone anyway: this saves the worker -> front-end hop on every copy, the largest cost
         of synchronous replication (measured). With an AOF the worker answers after its
         LOADJOB record is written. Returns the flags to forward (None: refused)."""
-        if self.mem_level > 0 or self.cluster.myself.flags & M.LEAVING:
+        if self.fe.memory.level > 0 or self.cluster.myself.flags & M.LEAVING:
             return None
-        if self.aof_enabled:
+        if self.fe.persistence.aof_enabled:
             return mflags
         if not mflags & M.NOREPLY:
             self.bus_queue(sender.id, [M.GOTJOB, 0, [jid, 0]])
@@ -122,7 +131,7 @@ class ClusterFrontendMixin:
         self.bus_outbox.setdefault(node_id, []).append(msg)
         if not self.bus_flush_scheduled:
             self.bus_flush_scheduled = True
-            self.loop.call_soon(self.bus_flush)
+            self.fe.loop.call_soon(self.bus_flush)
 
     def bus_flush(self):
         """End of a loop iteration: what every worker sent this iteration, one frame per node."""
@@ -138,7 +147,7 @@ class ClusterFrontendMixin:
 
     # ---- membership pushed to workers ---------------------------------------------------
 
-    def cluster_push(self):
+    def push(self):
         """Tell the workers what they need of the membership, when it changed."""
         c = self.cluster
         me = c.myself
@@ -149,17 +158,17 @@ class ClusterFrontendMixin:
             "known": sorted(n.id.encode() for n in c.nodes.values() if not n.has(M.HANDSHAKE)),
             "leaving": bool(me.flags & M.LEAVING),
         }
-        if state == self.cluster_state:
+        if state == self.state:
             return
-        self.cluster_state = state
-        self.clustered = state["size"] > 1
-        self.node_id = state["myid"]
-        for w in range(self.nworkers):
-            self.send(w, [P.CONTROL, self.new_reqid(w), "cluster", state])
+        self.state = state
+        self.fe.clustered = state["size"] > 1
+        self.fe.node_id = state["myid"]
+        for w in range(self.fe.nworkers):
+            self.fe.send(w, [P.CONTROL, self.fe.new_reqid(w), "cluster", state])
 
-    def cluster_cron(self):
+    def cron(self):
         self.cluster.cron()
-        self.cluster_push()             # reachability changes with time (PFAIL, links)
+        self.push()             # reachability changes with time (PFAIL, links)
 
     # ---- CLUSTER (SPEC 4.2) ---------------------------------------------------------------
 
@@ -168,7 +177,7 @@ class ClusterFrontendMixin:
         sub = argv[1].lower()
         n = len(argv)
         if sub == b"meet" and n == 4:
-            self.cluster_meet(client, argv[2], argv[3])
+            self.meet(client, argv[2], argv[3])
         elif sub == b"nodes" and n == 2:
             client.reply(resp.bulk(c.nodes_text().encode()))
         elif sub == b"myid" and n == 2:
@@ -183,7 +192,7 @@ class ClusterFrontendMixin:
                 client.reply(b"-ERR error saving the cluster node config: %s\r\n"
                              % (e.strerror or str(e)).encode())
         elif sub == b"forget" and n == 3:
-            self.cluster_forget(client, argv[2])
+            self.forget(client, argv[2])
         elif sub == b"reset" and n in (2, 3):
             mode = argv[2].lower() if n == 3 else b"soft"
             if mode not in (b"soft", b"hard"):
@@ -191,7 +200,7 @@ class ClusterFrontendMixin:
                 return
             c.reset(mode == b"hard")          # calls cluster_push (on_change)
             s = client.slot()
-            self.control_all("flushall", None, lambda res: s.fill(resp.OK))
+            self.fe.control_all("flushall", None, lambda res: s.fill(resp.OK))
         elif sub == b"leaving" and n == 2:
             client.reply(b"+yes\r\n" if c.myself.has(M.LEAVING) else b"+no\r\n")
         elif sub == b"leaving" and n == 3:
@@ -200,12 +209,12 @@ class ClusterFrontendMixin:
                 client.reply(b"-ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'\r\n")
                 return
             c.set_leaving(arg == b"yes")
-            self.cluster_push()
+            self.push()
             client.reply(resp.OK)
         else:
             client.reply(WRONG_CLUSTER)
 
-    def cluster_meet(self, client, ip_arg, port_arg):
+    def meet(self, client, ip_arg, port_arg):
         port = resp.parse_int(port_arg)
         if port is None:
             client.reply(b"-ERR Invalid TCP port specified: %s\r\n" % one_line(port_arg))
@@ -223,7 +232,7 @@ class ClusterFrontendMixin:
         self.cluster.meet(ip, port)
         client.reply(resp.OK)
 
-    def cluster_forget(self, client, node_arg):
+    def forget(self, client, node_arg):
         c = self.cluster
         node_id = node_arg.decode(errors="replace")
         if len(node_arg) != 40:
@@ -235,7 +244,7 @@ class ClusterFrontendMixin:
         else:
             c.forget(node_id)
             c.save()
-            self.cluster_push()
+            self.push()
             client.reply(resp.OK)
 
     def hello_reply(self):

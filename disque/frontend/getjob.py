@@ -1,0 +1,320 @@
+"""GETJOB's front-end half (SPEC 3.2; docs/design.md, "Blocking GETJOB across workers"),
+and the waiting of a producer whose ADDJOB waits for copies on other nodes.
+
+The worker half is `Shard.getjob` (disque/workers/shard.py): it fetches, or registers the
+client as a waiter (proxy=True when the front-end merges several workers' answers).
+
+When every queue of a GETJOB lives in one worker, that worker blocks and serves the client
+directly (`waited_reply`). Otherwise every involved worker first tries to fetch and, with
+nothing to give, registers the client as a proxy waiter; the first job offered wins, any
+other offer or extra job is returned to its worker (RETURN), and each worker acknowledges
+the front-end's UNBLOCK as the last word about that request, so a job is never given twice
+or lost, even when the client times out or disconnects at the same moment.
+"""
+import heapq
+import time
+
+from disque import replies as R
+from disque._fast import resp
+from disque._fast.jobid import queue_slot
+from disque.contracts import worker_link as P
+
+NULL_ARRAY = resp.NULL_ARRAY
+parse_int = resp.parse_int
+COUNT_ERROR = b"-ERR COUNT must be a number greater than zero\r\n"
+
+
+class MultiGet:
+    """A GETJOB whose queues live in several workers.
+
+    Every involved worker first tries to fetch and, when it has nothing, registers the
+    client as a proxy waiter. The first job offered wins; later offers are returned to
+    their worker, so no job is given twice or lost.
+    """
+    __slots__ = ("client", "slot", "count", "nohang", "reqids", "order", "answered",
+                 "jobs", "done", "blocked", "timer", "workers", "unblocked", "error",
+                 "withcounters")
+
+    def __init__(self, client, slot, count, nohang, order):
+        self.client = client
+        self.slot = slot
+        self.count = count
+        self.nohang = nohang
+        self.order = order          # queue name -> position in the GETJOB arguments
+        self.reqids = {}            # reqid -> worker index
+        self.answered = set()
+        self.unblocked = set()      # reqids whose worker was told to drop its waiter
+        self.jobs = []              # (position, encoded, id, worker)
+        self.done = False
+        self.blocked = False
+        self.timer = None
+        self.workers = []
+        self.error = None           # -LEAVING from a worker, given when no job comes
+        self.withcounters = False
+
+
+def queue_of_encoded(enc):
+    """The queue of an encoded job reply: "*3\\r\\n$<len>\\r\\n<queue>\\r\\n..." (or *7...)."""
+    start = enc.index(b"\r\n", 4) + 2
+    n = int(enc[5:start - 2])
+    return enc[start:start + n]
+
+
+class Getjobs:
+    """GETJOB and waiting producers on the front-end side.
+
+    Needs from the node (`fe`): nworkers, new_reqid, pending, send, cur_t0, flush_replies,
+    and `fe.routing.add_queue_elsewhere` (queues held off their slot's worker).
+    Offers: getjob (the core's GETJOB route), addjob_clustered (the core's ADDJOB route on
+    a cluster node), waited_reply, multiget_reply, cancel_wait (a client that vanished),
+    expire (cron), and the state QUEUE_ELSEWHERE re-issues GETJOBs from."""
+
+    def __init__(self, fe):
+        self.fe = fe
+        self.blocked_count = 0          # cross-worker GETJOBs blocked now (INFO blocked_clients)
+        self.blocked_on_one = {}        # reqid -> (argv, queues) of GETJOBs blocked on one worker
+        self.restarts = set()           # ... of those, the ones queue_elsewhere takes back
+        self.deadlines = []             # heap of (monotonic deadline, seq, MultiGet)
+        self.seq = 0
+
+    def getjob(self, client, argv, slot=None):
+        fe = self.fe
+        nohang = False
+        withcounters = False
+        timeout = 0
+        count = 1
+        queues = None
+        prefix = None
+        i, argc = 1, len(argv)
+        while i < argc:
+            opt = argv[i].lower()
+            has_value = i + 1 < argc
+            if opt == b"nohang":
+                nohang = True
+            elif opt == b"withcounters":
+                withcounters = True
+            elif opt == b"timeout" and has_value:
+                timeout = parse_int(argv[i + 1])
+                if timeout is None:
+                    client.reply(R.TIMEOUT_NOT_INTEGER)
+                    return
+                if timeout < 0:
+                    client.reply(R.TIMEOUT_NEGATIVE)
+                    return
+                i += 1
+            elif opt == b"count" and has_value:
+                count = parse_int(argv[i + 1])
+                if count is None or count <= 0:
+                    client.reply(COUNT_ERROR)
+                    return
+                i += 1
+            elif opt == b"from" and has_value:
+                queues = argv[i + 1:]
+                break
+            elif opt == b"from-prefix" and i + 2 == argc:
+                # every queue whose name starts with the prefix, now and later, on every
+                # worker (docs/job-features.md): the workers get the prefix as `queues`
+                prefix = argv[i + 1]
+                break
+            else:
+                client.reply(R.SYNTAX_ERROR)
+                return
+            i += 1
+        if not queues and prefix is None:
+            client.reply(R.SYNTAX_ERROR)
+            return
+        if not nohang:
+            fe.cur_t0 = 0       # SLOWLOG: a GETJOB that may block is timed in the front-end only
+        n = fe.nworkers
+        if n == 1:
+            owners = None
+            if prefix is not None:
+                queues = prefix
+        elif prefix is not None:
+            owners = {w: prefix for w in range(n)}
+            queues = ()
+        else:
+            owners = {}
+            for q in queues:
+                owners.setdefault(queue_slot(q) % n, []).append(q)
+            if fe.routing.queues_elsewhere:
+                fe.routing.add_queue_elsewhere(owners, queues)
+        if owners is None or len(owners) == 1:
+            w = 0 if owners is None else next(iter(owners))
+            reqid = fe.new_reqid(w)
+            fe.pending[reqid] = self.waited_reply(client, slot or client.slot(), w, reqid)
+            if not nohang:
+                client.waiting = (reqid, w)
+                if prefix is None:
+                    self.blocked_on_one[reqid] = (argv, queues)
+            fe.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, timeout, False,
+                        queues])
+            return
+        order = {}
+        for pos, q in enumerate(queues):
+            order.setdefault(q, pos)
+        m = MultiGet(client, slot or client.slot(), count, nohang, order)
+        m.withcounters = withcounters
+        if not nohang:
+            client.waiting = m
+        for w, part in owners.items():
+            self.ask(m, w, part, timeout=0)
+        if timeout and not nohang:
+            m.timer = time.monotonic() + timeout / 1000.0
+            self.seq += 1
+            heapq.heappush(self.deadlines, (m.timer, self.seq, m))
+
+    def ask(self, m, w, queues, timeout=0):
+        """One worker's share of a cross-worker GETJOB (proxy: its jobs come back here)."""
+        fe = self.fe
+        reqid = fe.new_reqid(w)
+        m.reqids[reqid] = w
+        m.workers.append(w)
+        fe.pending[reqid] = self.multiget_reply(m, reqid, w)
+        fe.send(w, [P.GETJOB, reqid, m.client.id, m.count, m.nohang, m.withcounters, timeout,
+                    True, queues])
+
+    def addjob_clustered(self, client, w, argv):
+        """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and
+        like upstream it is blocked meanwhile (its next commands wait), unless ASYNC.
+        The worker half is `Shard.cmd_addjob` (replication: disque/workers/replication.py)."""
+        fe = self.fe
+        reqid = fe.new_reqid(w)
+        fe.pending[reqid] = self.waited_reply(client, client.slot(), w, reqid)
+        for a in argv[4:]:
+            if len(a) == 5 and a.lower() == b"async":
+                break
+        else:
+            client.waiting = (reqid, w)
+        fe.send(w, [P.CMD, reqid, argv])
+
+    def waited_reply(self, client, slot, w, reqid):
+        """The reply callback of a command the client waits on (a blocking GETJOB, an ADDJOB
+        waiting for copies): fill its slot, then let the client's next commands run."""
+        fe = self.fe
+
+        def got(rep):
+            if self.blocked_on_one:
+                blocked = self.blocked_on_one.pop(reqid, None)
+                if blocked is not None and reqid in self.restarts:
+                    self.restarts.discard(reqid)
+                    if not client.closed and rep[1] == NULL_ARRAY:
+                        client.waiting = None       # taken back by queue_elsewhere: again
+                        self.getjob(client, blocked[0], slot)
+                        return
+            if client.closed:
+                if len(rep) > 2 and rep[2]:
+                    fe.send(w, [P.RETURN, rep[2]])    # the consumer vanished: not delivered
+                return
+            slot.fill(rep[1])
+            waiting = client.waiting
+            # only the end of the command the client waits on lets its next commands run
+            # (a NOHANG GETJOB pipelined before a blocking one must not)
+            if type(waiting) is tuple and waiting[0] == reqid:
+                client.resume()
+        return got
+
+    def multiget_reply(self, m, reqid, w):
+        fe = self.fe
+
+        def got(rep):
+            jobs, ids = rep[1], rep[2]
+            if jobs == 0:
+                return              # the worker's last word after an UNBLOCK
+            if m.done:
+                # too late for this client: give the jobs back and wait for the UNBLOCK ack
+                if ids:
+                    fe.send(w, [P.RETURN, ids])
+                if reqid in m.unblocked:
+                    fe.pending[reqid] = got
+                return
+            if jobs is None:
+                # the worker dropped its waiters (DEBUG FLUSHALL): the client gets a null reply
+                self.finish(m)
+                return
+            if type(jobs) is bytes:
+                # -LEAVING: this node no longer lets consumers wait (SPEC 8.7)
+                m.error = jobs
+                m.answered.add(reqid)
+                if len(m.answered) == len(m.reqids) or m.blocked:
+                    self.finish(m)
+                return
+            # a worker sweeps its queues one job per queue per round: (round, position)
+            # is the place each job would have in one sweep over all the queues
+            rounds = {}
+            for enc, jid in zip(jobs, ids or ()):
+                pos = m.order.get(queue_of_encoded(enc), 0)
+                rnd = rounds.get(pos, 0)
+                rounds[pos] = rnd + 1
+                m.jobs.append(((rnd, pos), enc, jid, w))
+            if reqid not in m.answered:
+                m.answered.add(reqid)
+                if not jobs and not m.nohang:
+                    fe.pending[reqid] = got     # the worker holds a waiter: an offer may follow
+            if len(m.answered) < len(m.reqids):
+                return
+            if m.jobs or m.nohang:
+                self.finish(m)
+            elif not m.blocked:
+                m.blocked = True
+                self.blocked_count += 1
+        return got
+
+    def finish(self, m):
+        fe = self.fe
+        m.done = True
+        if m.blocked:
+            self.blocked_count -= 1
+        for reqid, w in m.reqids.items():
+            if reqid in fe.pending:
+                # this worker may still hold a waiter: drop it; its ack (and any offer
+                # already on the way, which is returned) still reaches `got`
+                m.unblocked.add(reqid)
+                fe.send(w, [P.UNBLOCK, m.client.id, reqid])
+        client = m.client
+        jobs = sorted(m.jobs, key=lambda j: j[0])
+        limit = m.count if not m.blocked else 1
+        give, back = jobs[:limit], jobs[limit:]
+        if client.closed:
+            back = jobs
+            give = []
+        for _, _, jid, w in back:
+            fe.send(w, [P.RETURN, [jid]])
+        if not client.closed:
+            if give:
+                m.slot.fill(b"*%d\r\n" % len(give) + b"".join(j[1] for j in give))
+            else:
+                m.slot.fill(m.error or NULL_ARRAY)
+            if client.waiting is m:
+                client.resume()
+
+    def cancel_wait(self, client):
+        """The client vanished while blocked: forget it everywhere; late jobs go back."""
+        w = client.waiting
+        client.waiting = None
+        if isinstance(w, MultiGet):
+            if not w.done:
+                self.finish(w)
+        else:
+            # the worker answers the UNBLOCK with a null reply, or a job already on its
+            # way reaches waited_reply, which sees the closed client and returns it
+            self.fe.send(w[1], [P.UNBLOCK, client.id, w[0]])
+
+    def expire(self):
+        """Cron: time out cross-worker GETJOBs (a single-worker one times out in its worker)."""
+        now = time.monotonic()
+        deadlines = self.deadlines
+        expired = False
+        while deadlines and deadlines[0][0] <= now:
+            m = heapq.heappop(deadlines)[2]
+            if not m.done:
+                self.finish(m)
+                expired = True
+        if expired:
+            self.fe.flush_replies()
+        if len(deadlines) > 1024:
+            # GETJOBs that ended early leave their entry behind: drop them in bulk
+            live = [e for e in deadlines if not e[2].done]
+            if len(live) * 2 < len(deadlines):
+                heapq.heapify(live)
+                self.deadlines = live

@@ -1,0 +1,75 @@
+"""The node's memory level (SPEC 9; docs/memory.md): used_memory and the maxmemory levels.
+
+Every ~100 ms the front-end tells every worker the last level and collects their memory
+use (`Shard.set_memory` / `Shard.memory_report` on the worker side, a "memory" control).
+used_memory is the workers' shares (their jobs, queues and AOF buffers) plus what the
+front-end holds for its clients, not the interpreters' fixed footprint.
+"""
+import logging
+import time
+
+from disque import memstat
+
+log = logging.getLogger("disque.frontend")
+
+
+class Memory:
+    """Needs from the node (`fe`): cfg, clients, control_all, `fe.scans.mark` and
+    `fe.persistence.worker_reports` (the same poll carries their figures).
+    Offers: cron, used_now, and the figures level / used / peak / excess."""
+
+    def __init__(self, fe):
+        self.fe = fe
+        self.level = 0          # 0: <= 75% of maxmemory, 1: > 75%, 2: > 95%
+        self.used = 0           # bytes, last measured: every worker's data + our clients
+        self.peak = 0           # the largest `used` seen (INFO used_memory_peak)
+        self.excess = None      # used - 95% of maxmemory; None: not measured yet / no limit
+        self.polling = False
+
+    def cron(self):
+        """Every ~100 ms (Node.cron): push the last level to the workers and collect their
+        memory use; `measured` computes the new level."""
+        if self.polling:
+            return
+        self.polling = True
+        fe = self.fe
+        noeviction = fe.cfg.maxmemory_policy == "noeviction"
+        second = int(time.time())
+        fe.control_all("memory", [self.level, self.excess, noeviction],
+                       lambda reports: self.measured(reports, second))
+
+    def measured(self, reports, second):
+        fe = self.fe
+        self.polling = False
+        fe.scans.mark(second, reports)
+        fe.persistence.worker_reports(reports)   # AOF write errors (MISCONF), rewrites running
+        used = self.used_now(r[0] if type(r) is list else 0 for r in reports)
+        maxmemory = fe.cfg.maxmemory          # read every time: CONFIG SET maxmemory
+        if maxmemory <= 0:
+            level, excess = 0, None           # CONFIG SET maxmemory 0: no limit
+        else:
+            unit = maxmemory // 100           # upstream's integer math
+            level = 2 if used > unit * 95 else 1 if used > unit * 75 else 0
+            excess = used - unit * 95
+        changed = level != self.level
+        self.used, self.level, self.excess = used, level, excess
+        if changed:
+            log.info("Memory level %d: used %d bytes, maxmemory %d", level, used, maxmemory)
+            self.cron()                       # tell the workers now, not at the next tick
+
+    def used_now(self, worker_shares):
+        """used_memory (docs/memory.md): the workers' shares plus what this process holds
+        for its clients."""
+        used = memstat.client_bytes(self.fe.clients.values()) + sum(worker_shares)
+        if used > self.peak:
+            self.peak = used
+        return used
+
+    def maxmemory_changed(self):
+        """CONFIG SET maxmemory: warn when already above it, and apply the level now."""
+        cfg = self.fe.cfg
+        if cfg.maxmemory and cfg.maxmemory < self.used:
+            log.warning("WARNING: the new maxmemory value set via CONFIG SET is smaller than "
+                        "the current memory usage. This will result in jobs eviction and/or "
+                        "inability to accept new jobs depending on the maxmemory-policy.")
+        self.cron()

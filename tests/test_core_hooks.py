@@ -1,0 +1,87 @@
+"""Every hook a Cython core calls on the Python layer is declared in its .pxd and bound
+(docs/design.md, "Front-end parts" and "Shard parts").
+
+The cores call the parts through C fields declared `cdef public object` in their .pxd;
+the composition root binds each one once. A call to `self.<name>(...)` in a .pyx that is
+neither defined in the .pyx nor declared in the .pxd fails here, and so does a declared
+hook the root leaves unbound.
+"""
+import asyncio
+import pathlib
+import re
+
+import pytest
+
+from disque import config as config_mod
+from disque.frontend.node import CORE_HOOKS, PARTS, Frontend
+
+pytestmark = pytest.mark.unit
+
+FAST = pathlib.Path(__file__).resolve().parent.parent / "disque" / "_fast"
+
+
+def undefined_self_calls(stem):
+    pyx = (FAST / f"{stem}.pyx").read_text()
+    defined = set(re.findall(r"^\s*(?:c?p?def)\s+(?:[\w\*\[\]]+\s+)*?(\w+)\s*\(", pyx, re.M))
+    calls = set(re.findall(r"self\.(\w+)\(", pyx)) | set(re.findall(r"\bfe\.(\w+)\(", pyx))
+    return calls - defined
+
+
+def declared_hooks(stem):
+    pxd = (FAST / f"{stem}.pxd").read_text()
+    # a hook is declared with its arguments as the comment: `cdef public object x  # (a, b)`
+    return set(re.findall(r"cdef public object (\w+)\s+# \(", pxd))
+
+
+def declared_names(stem):
+    pxd = (FAST / f"{stem}.pxd").read_text()
+    return set(re.findall(r"\b(\w+)\b", pxd))
+
+
+def test_the_scan_finds_the_front_end_hooks():
+    assert {"getjob", "route_ids", "client_connected"} <= undefined_self_calls("frontcore")
+
+
+@pytest.mark.parametrize("stem", ["frontcore", "shardcore"])
+def test_every_python_hook_the_core_calls_is_declared(stem):
+    missing = {name for name in undefined_self_calls(stem) if name not in declared_names(stem)}
+    assert not missing, f"{stem}.pyx calls undeclared {sorted(missing)}: declare them in {stem}.pxd"
+
+
+def test_the_front_end_binds_every_declared_hook_to_a_part():
+    hooks = declared_hooks("frontcore")
+    assert set(CORE_HOOKS) == hooks
+    for hook, handler in CORE_HOOKS.items():
+        part, method = handler.split(".")
+        assert callable(getattr(PARTS[part], method, None)), handler
+
+
+def test_a_built_front_end_has_every_hook_bound(tmp_path):
+    cfg = config_mod.parse_command_line(["--dir", str(tmp_path), "--port", "7711"])
+    loop = asyncio.new_event_loop()
+    try:
+        fe = Frontend(cfg, b"a" * 40, links=None, nworkers=2, loop=loop)
+        for hook, handler in CORE_HOOKS.items():
+            bound = getattr(fe, hook)
+            part, method = handler.split(".")
+            assert bound is not None, hook
+            assert bound.__self__ is getattr(fe, part) and bound.__name__ == method, hook
+    finally:
+        loop.close()
+
+
+def test_no_part_shadows_a_name_of_the_core():
+    """A part stored under a name the Cython core already uses (a cpdef method such as
+    `dispatch`, a field) would silently replace it."""
+    from disque._fast.frontcore import Core
+    core_names = set(dir(Core))
+    assert not core_names & set(PARTS)
+
+
+def test_the_shard_binds_every_declared_hook():
+    from disque.workers.shard import SHARD_HOOKS, Shard
+    assert set(SHARD_HOOKS) == declared_hooks("shardcore")
+    shard = Shard(0, 1, b"a" * 40, {})
+    for hook, method in SHARD_HOOKS.items():
+        bound = getattr(shard, hook)
+        assert bound is not None and bound.__name__ == method, hook
