@@ -82,6 +82,8 @@ def test_the_shard_binds_every_declared_hook():
     from disque.workers.shard import SHARD_HOOKS, Shard
     assert set(SHARD_HOOKS) == declared_hooks("shardcore")
     shard = Shard(0, 1, b"a" * 40, {})
-    for hook, method in SHARD_HOOKS.items():
+    for hook, handler in SHARD_HOOKS.items():
+        part, method = handler.split(".")
         bound = getattr(shard, hook)
-        assert bound is not None and bound.__name__ == method, hook
+        assert bound is not None, hook
+        assert bound.__self__ is getattr(shard, part) and bound.__name__ == method, hook

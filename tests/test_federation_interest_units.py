@@ -14,7 +14,7 @@ T0 = 1_000_000_000_000
 
 def clustered_shard():
     s = Shard(0, 1, ME)
-    s.set_cluster({"myid": ME, "size": 2, "reachable": [OTHER], "known": [OTHER],
+    s.replication.set_cluster({"myid": ME, "size": 2, "reachable": [OTHER], "known": [OTHER],
                    "leaving": False})
     move(s, T0)
     return s
@@ -54,13 +54,13 @@ def test_disconnect_and_served_consumers_cancel_the_interest():
     s = clustered_shard()
     block(s, 1, 0)
     sent(s, M.INTEREST)
-    s.unblock_client(1, 1)                          # the front-end: client gone
+    s.consumers.unblock_client(1, 1)                          # the front-end: client gone
     assert sent(s, M.INTEREST) == [[b"q", 0]]
     move(s, T0 + 100)
     block(s, 2, 0)
     assert sent(s, M.INTEREST) == [[b"q", 1]]
     s.execute(3, [b"addjob", b"q", b"body", b"0", b"REPLICATE", b"1"])
-    s.serve_ready()                                 # served by a local job
+    s.consumers.serve_ready()                                 # served by a local job
     assert sent(s, M.INTEREST) == [[b"q", 0]]
 
 
@@ -71,36 +71,36 @@ def test_one_of_two_consumers_leaving_lowers_the_credit_soon():
     block(s, 2, 0)                                  # rate-limited: told when allowed
     assert sent(s, M.INTEREST) == [[b"q", 1]]
     move(s, T0 + 60)
-    s.tell_interest_due()
+    s.federation.tell_interest_due()
     assert sent(s, M.INTEREST) == [[b"q", 2]]
-    s.unblock_client(1, 1)
+    s.consumers.unblock_client(1, 1)
     assert sent(s, M.INTEREST) == []                # one still waits: no cancel
     move(s, T0 + 120)
-    s.tell_interest_due()
+    s.federation.tell_interest_due()
     assert sent(s, M.INTEREST) == [[b"q", 1]]
 
 
 def test_a_told_node_pushes_only_while_the_interest_lasts():
     s = clustered_shard()
-    s.on_bus([[OTHER, M.INTEREST, 0, [b"q", 1]]])
+    s.replication.on_bus([[OTHER, M.INTEREST, 0, [b"q", 1]]])
     assert OTHER in s.queues[b"q"].remote
-    s.on_bus([[OTHER, M.INTEREST, 0, [b"q", 0]]])
+    s.replication.on_bus([[OTHER, M.INTEREST, 0, [b"q", 0]]])
     assert s.queues[b"q"].remote is None
     s.execute(1, [b"addjob", b"q", b"body", b"0", b"REPLICATE", b"1"])
-    s.serve_ready()
+    s.consumers.serve_ready()
     assert sent(s, M.YOURJOBS) == [] and len(s.queues[b"q"].jobs) == 1
-    s.on_bus([[OTHER, M.INTEREST, 0, [b"q", 1]]])  # a consumer waits there again
+    s.replication.on_bus([[OTHER, M.INTEREST, 0, [b"q", 1]]])  # a consumer waits there again
     assert len(sent(s, M.YOURJOBS)) == 1 and len(s.queues[b"q"].jobs) == 0
 
 
 def test_needjobs_pulls_but_leaves_no_interest():
     s = clustered_shard()
-    s.on_bus([[OTHER, M.NEEDJOBS, 0, [b"q", 5]]])
+    s.replication.on_bus([[OTHER, M.NEEDJOBS, 0, [b"q", 5]]])
     assert b"q" not in s.queues                     # nothing kept for a pull
     s.execute(1, [b"addjob", b"q", b"body", b"0", b"REPLICATE", b"1"])
-    s.serve_ready()
+    s.consumers.serve_ready()
     assert sent(s, M.YOURJOBS) == []
-    s.on_bus([[OTHER, M.NEEDJOBS, 0, [b"q", 5]]])
+    s.replication.on_bus([[OTHER, M.NEEDJOBS, 0, [b"q", 5]]])
     assert len(sent(s, M.YOURJOBS)) == 1
     assert s.queues[b"q"].remote is None
 
@@ -108,5 +108,5 @@ def test_needjobs_pulls_but_leaves_no_interest():
 @pytest.mark.parametrize("payload", [[1, 1], [b"q", "x"], [b"q"], [], None, [b"q", 1.5]])
 def test_malformed_interest_is_dropped(payload):
     s = clustered_shard()
-    s.on_bus([[OTHER, M.INTEREST, 0, payload], [OTHER, M.NEEDJOBS, 0, payload]])
+    s.replication.on_bus([[OTHER, M.INTEREST, 0, payload], [OTHER, M.NEEDJOBS, 0, payload]])
     assert not s.queues

@@ -9,10 +9,11 @@ from hypothesis import given, settings, strategies as st
 from disque._fast.job import ACTIVE, FLAG_DELIVERED, QUEUED, Job
 from disque._fast.jobid import IdMaker, id_slot
 from disque.contracts import job_codec as codec
-from disque.workers import persistence
+from disque.workers import aof_load
 from disque.contracts.aof_format import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, aof_files,
                                          aof_path, aof_stem, read_records, record)
-from disque.workers.persistence import Loader, loadjob_record, scan_records
+from disque.contracts.aof_format import loadjob_record
+from disque.workers.aof_load import Loader, scan_records
 from disque.workers.shard import Shard
 
 NODE = b"1390f0c1db03983a890d28e5c35b0544f8e0cc42"
@@ -174,9 +175,9 @@ def test_fast_scanner_agrees_with_the_reference_parser(tmp_path_factory, records
     path = str(tmp_path_factory.mktemp("scan") / "x.aof")
     with open(path, "wb") as f:
         f.write(data)
-    old = persistence.READ_CHUNK
-    persistence.READ_CHUNK = chunk                      # records across chunk boundaries
+    old = aof_load.READ_CHUNK
+    aof_load.READ_CHUNK = chunk                      # records across chunk boundaries
     try:
         assert scanned(path, data) == reference(path, data)
     finally:
-        persistence.READ_CHUNK = old
+        aof_load.READ_CHUNK = old

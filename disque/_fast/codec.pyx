@@ -9,7 +9,7 @@ from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
-from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
+from disque._fast.job cimport (Job, JobOptions, mark_active, restore_state, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, retry_interval_ms)
 
 DEF FIXED = 72          # through additional-deliveries
@@ -179,7 +179,10 @@ def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long lon
                        PyBytes_FromStringAndSize(c + qpos, qlen),
                        PyBytes_FromStringAndSize(c + bpos, blen))
     cdef unsigned char flags = h[45]
-    job.state = (h[44] & 15) if storage else JOB_ACTIVE
+    if storage:
+        restore_state(job, h[44] & 15)
+    else:
+        mark_active(job)
     job.gc_retry = 0
     job.flags = flags if storage else flags & ~JOB_FLAG_DELIVERED
     job.repl = get16(h + 46)

@@ -50,3 +50,11 @@ cdef long long retry_interval_ms(Job job) noexcept
 cdef bint dead_letter_due(Job job) noexcept
 
 cdef int job_cmp(Job a, Job b)
+
+# The job state machine: these are the only writers of Job.state (docs/design.md, "The job
+# state machine"; tests/test_job_states.py checks that nothing else assigns it).
+cpdef void mark_wait_repl(Job job) noexcept
+cpdef void mark_active(Job job) noexcept
+cpdef void mark_queued(Job job) noexcept
+cpdef void mark_acked(Job job) noexcept
+cpdef void restore_state(Job job, unsigned char state) noexcept

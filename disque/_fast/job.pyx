@@ -103,3 +103,31 @@ def is_dead_letter_due(Job job):
 
 def compare(Job a, Job b):
     return job_cmp(a, b)
+
+
+# ---- the job state machine: the only writers of Job.state ------------------------------
+
+cpdef void mark_wait_repl(Job job) noexcept:
+    """A new job waits for its copies on other nodes (ADDJOB, synchronous replication)."""
+    job.state = JOB_WAIT_REPL
+
+
+cpdef void mark_active(Job job) noexcept:
+    """Held, not queued: delivered, dequeued, a copy from another node, a new job with a
+    DELAY, or one whose copies are confirmed."""
+    job.state = JOB_ACTIVE
+
+
+cpdef void mark_queued(Job job) noexcept:
+    """In its queue, ready for a consumer (ShardCore.enqueue, a job given back)."""
+    job.state = JOB_QUEUED
+
+
+cpdef void mark_acked(Job job) noexcept:
+    """Acknowledged (ACKJOB, SETACK, a dummy ACK): waiting for its garbage collection."""
+    job.state = JOB_ACKED
+
+
+cpdef void restore_state(Job job, unsigned char state) noexcept:
+    """The state a decoded job had when it was written (the AOF's storage form)."""
+    job.state = state

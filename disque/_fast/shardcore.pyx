@@ -11,7 +11,7 @@ from collections import deque
 
 from libc.stdlib cimport realloc, free
 
-from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_QUEUED, JOB_FLAG_BCAST_QUEUED,
+from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED, JOB_FLAG_BCAST_QUEUED,
                                JOB_FLAG_BCAST_WILLQUEUE, JOB_FLAG_DELIVERED,
                                JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
 from disque._fast.resp import parse_int
@@ -274,7 +274,7 @@ cdef class ShardCore:
         else:
             job.flags |= JOB_FLAG_BCAST_QUEUED
         cdef Queue q = self.get_queue(job.queue, True)
-        job.state = JOB_QUEUED
+        mark_queued(job)
         if job.retry:
             job.flags |= JOB_FLAG_BCAST_WILLQUEUE
             job.qtime = self.now_ms + retry_interval_ms(job) + self.rand_err()
@@ -314,7 +314,7 @@ cdef class ShardCore:
         cdef Queue q = self.queues.get(job.queue)
         if q is not None:
             q.jobs.remove(job)
-        job.state = JOB_ACTIVE
+        mark_active(job)
         return True
 
     cpdef delete_job(self, Job job):
@@ -330,7 +330,7 @@ cdef class ShardCore:
         cdef Job job = q.jobs.pop()
         if job is None:
             return None
-        job.state = JOB_ACTIVE
+        mark_active(job)
         job.flags |= JOB_FLAG_DELIVERED
         q.atime = self.now_s
         q.jobs_out += 1
@@ -454,7 +454,7 @@ cdef class ShardCore:
         job.repl = replicate
         job.nodes_delivered = self.self_nodes
         job.qtime = now + delay * 1000 if delay else now + retry * 1000
-        job.state = JOB_ACTIVE
+        mark_active(job)
         if backoff or maxdeliveries:
             job.ext = JobOptions(backoff, maxdeliveries,
                                  (deadletter if deadletter is not None else qname + b":dead")

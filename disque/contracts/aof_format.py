@@ -13,12 +13,21 @@ error state (the worker then answers write commands with -MISCONF) until a write
 import os
 import re
 
+from disque.contracts import job_codec as codec
+
 LOADJOB = b"LOADJOB"
 DELJOB = b"DELJOB"
 
 
 def record(cmd, arg):
     return b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(cmd), cmd, len(arg), arg)
+
+
+def loadjob_record(job):
+    """The LOADJOB record of a job, storage form (SPEC 11, 12). The codec is C
+    (disque._fast.codec behind disque.contracts.job_codec)."""
+    payload = codec.serialize(job, True, 0)
+    return b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n" % (len(payload), payload)
 
 
 def aof_stem(appendfilename):

@@ -21,8 +21,8 @@ import struct
 
 from disque._fast.codec import CodecError, deserialize, serialize   # noqa: F401 (the API)
 
-from disque._fast.job import (ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobOptions,
-                              retry_interval_msec)
+from disque._fast.job import (FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobOptions,
+                              mark_active, restore_state, retry_interval_msec)
 
 FIXED = struct.Struct("<I40sBBHIQIIHH")      # through additional-deliveries: 72 bytes
 U32 = struct.Struct("<I")
@@ -121,7 +121,10 @@ def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
     queue, body = fields
     job = Job(bytes(jid), queue, body)
     job.ext = ext
-    job.state = state_byte & 15 if storage else ACTIVE
+    if storage:
+        restore_state(job, state_byte & 15)
+    else:
+        mark_active(job)
     job.gc_retry = 0
     job.flags = flags if storage else flags & ~FLAG_DELIVERED
     job.repl = repl

@@ -21,7 +21,7 @@ Requests:
                                           [BUS_REQID, [(dest ids or None, type, flags, payload)]]
   [CONTROL, reqid, name, arg]             node-level operation; reply [reqid, value]
         names: info, flushall, shutdown, ping; scan (a QSCAN/JSCAN share, Shard.scan);
-        cluster (membership for Shard.set_cluster);
+        cluster (membership for Replication.set_cluster);
         memory (every ~100 ms: [level, excess, noeviction] in, memory figures and scan-log
         sequence numbers out, Shard.set_memory / Shard.memory_report)
 

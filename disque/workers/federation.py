@@ -63,15 +63,22 @@ class FedState:
         self.cur_count += 1
 
 
-class FederationMixin:
+class Federation:
+    """Needs from the shard: the ShardCore (queues, jobs, bus_out, now_ms), `interest_due`,
+    and `shard.replication.send_bus`. Offers: needjobs, waiters_left, push_remote,
+    tell_interest_due, federation_cron, and the NEEDJOBS / INTEREST / YOURJOBS handlers."""
+
+    def __init__(self, shard):
+        self.shard = shard
+
     def import_rate(self, q):
-        return q.fed.import_rate(self.now_ms) if q.fed is not None else 0
+        return q.fed.import_rate(self.shard.now_ms) if q.fed is not None else 0
 
     def needjobs(self, q, reached_zero=False):
         """Ask other nodes for jobs of `q` (SPEC 8.4); tell them how many consumers wait."""
-        if self.leaving or self.cluster_size < 2:
+        if self.shard.leaving or self.shard.cluster_size < 2:
             return
-        now = self.now_ms
+        now = self.shard.now_ms
         fed = q.fed
         if fed is None:
             if reached_zero:
@@ -89,9 +96,9 @@ class FederationMixin:
             if now - fed.last_interest > delay:
                 fed.last_interest = now
                 fed.advertised = waiting
-                self.send_bus(None, M.INTEREST, [q.name, waiting])
+                self.shard.replication.send_bus(None, M.INTEREST, [q.name, waiting])
             elif waiting != fed.advertised:
-                self.interest_due.add(q)        # told when the rate limit allows
+                self.shard.interest_due.add(q)        # told when the rate limit allows
         else:
             # nobody blocked (GETJOB NOHANG, or a fetch emptied the queue): upstream's
             # back-off, 2 s doubling up to 30 s, reset when a new responder shows up
@@ -99,14 +106,14 @@ class FederationMixin:
             if now - fed.last_bcast > delay:
                 fed.last_bcast = now
                 fed.bcast_attempt += 1
-                self.send_bus(None, M.NEEDJOBS, [q.name, 1])
+                self.shard.replication.send_bus(None, M.NEEDJOBS, [q.name, 1])
         if responders:
             delay = min(ADHOC_BASE_MS << min(fed.adhoc_attempt, 10), ADHOC_MAX_MS)
             if reached_zero or now - fed.last_adhoc > delay:
                 fed.last_adhoc = now
                 fed.adhoc_attempt += 1
                 to_fetch = min(max(rate // len(responders), FETCH_MIN), FETCH_MAX)
-                self.send_bus(tuple(responders), M.NEEDJOBS, [q.name, to_fetch])
+                self.shard.replication.send_bus(tuple(responders), M.NEEDJOBS, [q.name, to_fetch])
 
     def waiters_left(self, q):
         """Consumers stopped waiting on `q` (timeout, disconnect, served): once none is left,
@@ -116,17 +123,17 @@ class FederationMixin:
             return
         if not q.blocked:
             fed.advertised = 0
-            self.send_bus(None, M.INTEREST, [q.name, 0])
+            self.shard.replication.send_bus(None, M.INTEREST, [q.name, 0])
         elif len(q.blocked) < fed.advertised:
-            self.interest_due.add(q)            # fewer waiting: lower the credit soon
+            self.shard.interest_due.add(q)            # fewer waiting: lower the credit soon
 
     def tell_interest_due(self):
         """Each loop: INTEREST for queues whose waiters changed while rate-limited."""
-        due = self.interest_due
-        now = self.now_ms
+        due = self.shard.interest_due
+        now = self.shard.now_ms
         for q in list(due):
             fed = q.fed
-            if fed is None or len(q.blocked) == fed.advertised or self.leaving:
+            if fed is None or len(q.blocked) == fed.advertised or self.shard.leaving:
                 due.discard(q)
             elif now - fed.last_interest > NEW_WAITER_MS:
                 due.discard(q)
@@ -137,10 +144,10 @@ class FederationMixin:
 
     def federation_cron(self):
         """Every 100 ms: refresh interest for every queue a local consumer is blocked on."""
-        if self.cluster_size < 2 or self.leaving:
+        if self.shard.cluster_size < 2 or self.shard.leaving:
             return
         seen = set()
-        for b in self.blocked_by_client.values():
+        for b in self.shard.consumers.by_client.values():
             for q in b.queues:
                 if q.name not in seen:
                     seen.add(q.name)
@@ -152,7 +159,7 @@ class FederationMixin:
         name, count = payload[0], payload[1]
         if type(name) is not bytes or type(count) is not int or count <= 0:
             return
-        q = self.queues.get(name)
+        q = self.shard.queues.get(name)
         if q is not None:
             self.hand_over_queued(q, sender, count)
 
@@ -161,7 +168,7 @@ class FederationMixin:
         name, count = payload[0], payload[1]
         if type(name) is not bytes or type(count) is not int:
             return
-        q = self.queues.get(name)
+        q = self.shard.queues.get(name)
         if count <= 0:
             if q is not None and q.remote is not None:
                 q.remote.pop(sender, None)
@@ -169,10 +176,10 @@ class FederationMixin:
                     q.remote = None
             return
         if q is None:
-            q = self.get_queue(name, create=True)    # so the interest is there when jobs come
+            q = self.shard.get_queue(name, create=True)    # so the interest is there when jobs come
         if q.remote is None:
             q.remote = {}
-        q.remote[sender] = [count, self.now_ms + INTEREST_TTL_MS]
+        q.remote[sender] = [count, self.shard.now_ms + INTEREST_TTL_MS]
         self.hand_over_queued(q, sender, count)
 
     def hand_over_queued(self, q, node, count):
@@ -189,7 +196,7 @@ class FederationMixin:
     def push_remote(self, q):
         """Jobs queued while other nodes' consumers wait on `q`: hand them over."""
         remote = q.remote
-        now = self.now_ms
+        now = self.shard.now_ms
         for node in [n for n, (credit, exp) in remote.items() if exp < now or credit <= 0]:
             del remote[node]
         if not remote:
@@ -207,47 +214,47 @@ class FederationMixin:
             entry[0] -= n
         jobs = []
         while len(jobs) < n:
-            job = self.fetch(q)
+            job = self.shard.fetch(q)
             if job is None:
                 break
-            self.n_delivered -= 1       # moved, not delivered to a consumer
+            self.shard.n_delivered -= 1       # moved, not delivered to a consumer
             if node not in job.nodes_delivered:
                 job.nodes_delivered = job.nodes_delivered + (node,)
             jobs.append(job)
         if not jobs:
             return
-        now_s = self.now_s
-        self.send_bus((node,), M.YOURJOBS, [serialize(j, False, now_s) for j in jobs])
+        now_s = self.shard.now_s
+        self.shard.replication.send_bus((node,), M.YOURJOBS, [serialize(j, False, now_s) for j in jobs])
         for job in jobs:
             if job.retry == 0:
-                self.forget_job(job)    # at-most-once: only one copy may exist
+                self.shard.forget_job(job)    # at-most-once: only one copy may exist
 
     def on_yourjobs(self, sender, mflags, payload):
-        now = self.now_ms
+        now = self.shard.now_ms
         for data in payload:
-            job, _ = deserialize(data, 0, False, self.now_s, now, self.rand_err())
-            local = self.jobs.get(job.id)
+            job, _ = deserialize(data, 0, False, self.shard.now_s, now, self.shard.rand_err())
+            local = self.shard.jobs.get(job.id)
             if local is not None:
                 if local.state == ACKED or local.body is None:
                     continue
-                self.merge_nodes(local, job.nodes_delivered + (sender,))
+                self.shard.replication.merge_nodes(local, job.nodes_delivered + (sender,))
                 job = local
             else:
-                q = self.queues.get(job.queue)
+                q = self.shard.queues.get(job.queue)
                 if q is not None:
                     job.queue = q.name
-                nodes = self.known_nodes(job.nodes_delivered)
-                if self.node_id not in nodes:
-                    nodes += (self.node_id,)
+                nodes = self.shard.replication.known_nodes(job.nodes_delivered)
+                if self.shard.node_id not in nodes:
+                    nodes += (self.shard.node_id,)
                 if sender not in nodes:
                     nodes += (sender,)
                 job.nodes_delivered = nodes
-                self.register_job(job)
+                self.shard.register_job(job)
             job.flags &= ~(FLAG_BCAST_QUEUED | FLAG_DELIVERED)
             if job.retry == 0:
                 job.qtime = now         # an at-most-once job may be queued here once
-            if self.enqueue(job):
-                q = self.queues[job.queue]
+            if self.shard.enqueue(job):
+                q = self.shard.queues[job.queue]
                 fed = q.fed
                 if fed is None:
                     fed = q.fed = FedState()
@@ -257,4 +264,4 @@ class FederationMixin:
                 fed.imported(now)
                 fed.adhoc_attempt = 0
             else:
-                self.schedule(job)
+                self.shard.schedule(job)

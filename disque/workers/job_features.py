@@ -25,7 +25,13 @@ def counters_aux(job):
     return (job.nacks << 16) | job.additional_deliveries
 
 
-class JobFeaturesMixin:
+class JobFeatures:
+    """Needs from the shard: the ShardCore (enqueue, schedule, the dead-letter move) and
+    `shard.replication.send_bus`. Offers: nack_later, announce_dead_letter, merge_counters,
+    show_options, offer_new_queue (the core's `queue_created` hook)."""
+
+    def __init__(self, shard):
+        self.shard = shard
 
     # ---- NACK ... DELAY -----------------------------------------------------------------
 
@@ -37,17 +43,17 @@ class JobFeaturesMixin:
         job.nacks = min(job.nacks + 1, 65535)
         # the coming requeue is this NACK's: it counts nothing more, and it is a re-queue
         job.flags |= FLAG_NACK_PENDING | FLAG_BCAST_QUEUED | FLAG_BCAST_WILLQUEUE
-        job.qtime = self.now_ms + delay_ms
-        self.schedule(job)
+        job.qtime = self.shard.now_ms + delay_ms
+        self.shard.schedule(job)
         if len(job.nodes_delivered) > 1:
-            self.send_bus(job.nodes_delivered, M.WORKING, [job.id, delay_ms], M.INCR_NACKS)
+            self.shard.replication.send_bus(job.nodes_delivered, M.WORKING, [job.id, delay_ms], M.INCR_NACKS)
         return True
 
     # ---- dead-letter agreement between copies ---------------------------------------------
 
     def announce_dead_letter(self, job, dest=None):
         if len(job.nodes_delivered) > 1 or dest is not None:
-            self.send_bus(dest or job.nodes_delivered, M.QUEUED,
+            self.shard.replication.send_bus(dest or job.nodes_delivered, M.QUEUED,
                           [job.id, counters_aux(job)], M.DEADLETTERED)
 
     def merge_counters(self, job, mflags, aux, working):
@@ -72,10 +78,10 @@ class JobFeaturesMixin:
             if not moved:
                 # the sender's copy is in the dead-letter queue: ours follows it there
                 if job.state == QUEUED:
-                    self.dequeue(job)
-                self.move_to_dead_letter(job)
-                if self.aof_on:
-                    self.aof_loadjob(job)
+                    self.shard.dequeue(job)
+                self.shard.move_to_dead_letter(job)
+                if self.shard.aof_on:
+                    self.shard.aof_loadjob(job)
             return False
         if moved:
             return True         # the sender has not moved yet: our answer tells it
@@ -101,7 +107,7 @@ class JobFeaturesMixin:
     def offer_new_queue(self, q):
         """The shard's `queue_created` hook: ShardCore.get_queue made a queue while
         FROM-PREFIX consumers wait."""
-        for b in self.prefix_waiters:
+        for b in self.shard.prefix_waiters:
             if not b.done and q.name.startswith(b.prefix):
                 b.queues.append(q)
                 q.blocked.append(b)

@@ -32,39 +32,27 @@ Every worker k of the node on `port` owns one file, `<dir>/<stem>.<port>.w<k>.ao
 """
 import logging
 import os
-import queue
-import threading
 import time
 
 from disque import replies as R
 from disque import commands as C
-from disque._fast.job import ACTIVE, FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED
-from disque._fast.jobid import id_slot
-from disque.contracts import job_codec as codec
-from disque.contracts.aof_format import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, aof_path,
-                                         read_records, record)
+from disque._fast.job import ACTIVE, QUEUED
+from disque.contracts.aof_format import DELJOB, aof_path, loadjob_record, record
 from disque.workers.aof import AofWriter, should_auto_rewrite, write_snapshot
 from disque.contracts.aof_format import fsync_dir
+from disque.workers.aof_load import Loader
+from disque.workers.aof_rewrite import CHUNK_JOBS, REWRITE_BACKLOG, Rewrite
 
 log = logging.getLogger("disque.worker")
 
 # commands with the `w` flag (SPEC 2) that a worker executes: -MISCONF while writes fail
 WRITE_COMMANDS = frozenset(name for name, cmd in C.BY_BYTES.items() if "w" in cmd.flags)
-STARTED = "started"
-WORKER_FATAL_EXIT = 3             # disque.worker_restart: stop the node, no restart             # immediate answer to a control whose result comes later
+STARTED = "started"             # immediate answer to a control whose result comes later
+WORKER_FATAL_EXIT = 3           # disque.worker_restart: stop the node, no restart
 REWRITE_SLICE_S = 0.004         # serialization per loop turn while serving clients
 STARTUP_SLICE_S = 0.05          # ... while loading (no client is served)
-REWRITE_BACKLOG = 32            # chunks the writer thread may lag behind
-CHUNK_JOBS = 512
 WRITE_RETRY_S = 1.0
 WAIT_REWRITE_RETRY_S = 5.0     # after a failed rewrite, before an automatic one is tried again
-
-
-def loadjob_record(job):
-    """The LOADJOB record of a job, storage form (SPEC 11, 12). The codec is C
-    (disque._fast.codec), so this no longer needs the fused struct pack it once had."""
-    payload = codec.serialize(job, True, 0)
-    return b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n" % (len(payload), payload)
 
 
 def misconf_reply(error):
@@ -72,305 +60,14 @@ def misconf_reply(error):
 
 
 
-class Rewrite:
-    """One background rewrite of a worker's file (see the module doc)."""
+class Persistence:
+    """A worker's append-only file. Needs from the shard: the ShardCore (jobs, aof_on,
+    handlers while loading) and its config. Offers: write_loadjob (the core's `aof_loadjob`
+    hook), aof_deljob, aof_flush (before every batch of replies), aof_control (the
+    front-end's "aof_*" controls), aof_work / aof_cron, aof_status / aof_info / aof_memory."""
 
-    def __init__(self, jobs, path, tmp, incremental_fsync):
-        self.jobs = list(jobs)
-        self.pos = 0
-        self.path = path
-        self.tmp = tmp
-        self.incremental = incremental_fsync
-        self.diff = []              # records logged meanwhile when there is no open file
-        self.diff_bytes = 0
-        self.reqids = []            # front-end requests answered when it ends
-        self.started = time.monotonic()
-        self.chunks = queue.SimpleQueue()
-        self.fed_all = False
-        self.aborted = False
-        self.error = None
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self.write_loop, name="aof-rewrite", daemon=True)
-        self.thread.start()
-
-    def write_loop(self):
-        fd = None
-        try:
-            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            unsynced = 0
-            while True:
-                chunk = self.chunks.get()
-                if chunk is None or self.aborted:
-                    break
-                view = memoryview(chunk)
-                n = 0
-                while n < len(chunk):
-                    n += os.write(fd, view[n:])
-                unsynced += n
-                if self.incremental and unsynced >= 32 * 1024 * 1024:
-                    os.fsync(fd)            # aof-rewrite-incremental-fsync
-                    unsynced = 0
-            if not self.aborted:
-                os.fsync(fd)
-        except OSError as e:
-            self.error = "%s: %s" % (self.tmp, e.strerror or e)
-        finally:
-            if fd is not None:
-                os.close(fd)
-            if self.aborted or self.error:
-                try:
-                    os.unlink(self.tmp)
-                except OSError:
-                    pass
-            self.done.set()
-
-    def step(self, shard, budget_s):
-        """Serialize the next jobs for about `budget_s` seconds."""
-        if self.fed_all or self.chunks.qsize() > REWRITE_BACKLOG:
-            return
-        deadline = time.perf_counter() + budget_s
-        jobs = self.jobs
-        live = shard.jobs
-        n = len(jobs)
-        pos = self.pos
-        while pos < n:
-            out = []
-            for job in jobs[pos:pos + CHUNK_JOBS]:
-                if (job.state == ACTIVE or job.state == QUEUED) and live.get(job.id) is job:
-                    out.append(loadjob_record(job))
-            pos = min(n, pos + CHUNK_JOBS)
-            if out:
-                self.chunks.put(b"".join(out))
-            if time.perf_counter() > deadline:
-                break
-        self.pos = pos
-        if pos >= n:
-            self.jobs = None
-            self.fed_all = True
-            self.chunks.put(None)
-
-    def abort(self):
-        self.aborted = True
-        self.fed_all = True
-        self.chunks.put(None)
-
-
-LOAD_HEAD = b"*2\r\n$7\r\nLOADJOB\r\n$"        # then <n>\r\n<payload>\r\n
-DEL_HEAD = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n"     # then <id>\r\n
-READ_CHUNK = 4 << 20
-
-
-def scan_records(f, path, size):
-    """The records of an open AOF, read in chunks of 4 MB:
-    (cmd, buf, a, b, offset): the argument is buf[a:b] (sliced only by a caller that keeps
-    it), the record starts at byte `offset` of the file. Records written as our writer
-    writes them take a fast path; anything else (another spelling, damage) goes through
-    aof.read_records, which gives the exact AofCorrupt / AofTruncated with the offset."""
-    buf = b""
-    base = 0                    # file offset of buf[0]
-    pos = 0
-    eof = False
-    while True:
-        n = len(buf)
-        need_more = pos >= n
-        if not need_more:
-            if buf.startswith(LOAD_HEAD, pos):
-                nl = buf.find(b"\r\n", pos + 18, pos + 32)
-                if nl > 0 and buf[pos + 18:nl].isdigit():
-                    a = nl + 2
-                    b = a + int(buf[pos + 18:nl])
-                    if b + 2 <= n:
-                        if buf[b:b + 2] == b"\r\n":
-                            yield LOADJOB, buf, a, b, base + pos
-                            pos = b + 2
-                            continue
-                    else:
-                        need_more = not eof
-                elif n - pos < 32:
-                    need_more = not eof
-            elif buf.startswith(DEL_HEAD, pos):
-                b = pos + 61
-                if b + 2 <= n:
-                    if buf[b:b + 2] == b"\r\n":
-                        yield DELJOB, buf, pos + 21, b, base + pos
-                        pos = b + 2
-                        continue
-                else:
-                    need_more = not eof
-            elif n - pos < 21:
-                need_more = not eof
-        if not need_more:
-            try:
-                cmd, arg, rel_end = next(read_records(path, buf[pos:]))
-            except AofTruncated:
-                if eof:
-                    raise AofTruncated(path, base + pos, size)
-                need_more = True
-            except AofCorrupt as e:
-                raise AofCorrupt(path, base + pos + e.offset, e.reason)
-            else:
-                yield cmd, arg, 0, len(arg), base + pos
-                pos += rel_end
-                continue
-        if eof:
-            return
-        chunk = f.read(READ_CHUNK)
-        if not chunk:
-            eof = True
-        buf = buf[pos:] + chunk
-        base += pos
-        pos = 0
-
-
-class Loader:
-    """Reading every file of the node, in slices (a generator resumed by `step`)."""
-
-    def __init__(self, shard, files, enqueue_once, load_truncated, own_only=False):
-        self.files = [(int(k), path) for k, path in files]
-        # own_only: the node restarts with the files of as many workers as it has, so each
-        # worker reads only its own file; a record of another worker's slot there means the
-        # files were written with another number of workers: stop before registering
-        # anything and answer {"foreign": True} (the front-end then loads every file)
-        self.own_only = own_only
-        if own_only:
-            self.files = [(k, path) for k, path in self.files if k == shard.index]
-        self.enqueue_once = enqueue_once
-        self.load_truncated = load_truncated
-        self.total = 0
-        for _, path in self.files:
-            try:
-                self.total += os.path.getsize(path)
-            except OSError:
-                pass
-        self.done_bytes = 0
-        self.result = None
-        self.started = time.time()
-        self.gen = self.run(shard)
-        self.shard_tick = shard.tick
-        self.deadline = 0.0
-
-    def step(self, budget_s):
-        """Work for about `budget_s`; True when finished (self.result is set)."""
-        self.deadline = time.perf_counter() + budget_s
-        self.shard_tick()
-        try:
-            next(self.gen)
-            return False
-        except StopIteration:
-            return True
-        except (AofCorrupt, AofTruncated, OSError, ValueError) as e:
-            self.result = {"ok": False, "error": self.error_text(e)}
-            return True
-
-    @staticmethod
-    def error_text(e):
-        if isinstance(e, AofTruncated):
-            return ("Unexpected end of file reading the append only file %s at byte offset %d "
-                    "(%d bytes after the last complete record). Make a backup of the file, then "
-                    "use disque-check-aof --fix, or set aof-load-truncated yes and restart"
-                    % (e.path, e.valid_up_to, e.size - e.valid_up_to))
-        if isinstance(e, OSError):
-            return "Can't read the append only file %s: %s" % (e.filename or "", e.strerror or e)
-        return str(e)
-
-    def run(self, shard):
-        me = shard.index
-        nworkers = shard.nworkers
-        survivors = {}
-        warnings = []
-        base = 0
-        min_payload = codec.FIXED.size
-        for k, path in self.files:
-            alive = {}
-            count = 0
-            f = open(path, "rb")
-            try:
-                size = os.fstat(f.fileno()).st_size
-                for cmd, buf, a, b, start in scan_records(f, path, size):
-                    if cmd == LOADJOB:
-                        if b - a < min_payload:
-                            raise AofCorrupt(path, start, "LOADJOB payload of %d bytes" % (b - a))
-                        jid = buf[a + 4:a + 44]
-                    else:
-                        if b - a != 40:
-                            raise AofCorrupt(path, start, "DELJOB with a %d-byte job ID" % (b - a))
-                        jid = buf[a:b]
-                    slot = id_slot(jid)
-                    if (slot if slot >= 0 else 0) % nworkers == me:
-                        if cmd == LOADJOB:
-                            alive[jid] = (buf[a:b], path, start)
-                        else:
-                            alive.pop(jid, None)
-                    elif self.own_only:
-                        self.result = {"ok": True, "foreign": True}
-                        return
-                    count += 1
-                    if not count & 255:
-                        self.done_bytes = base + start
-                        if time.perf_counter() > self.deadline:
-                            yield
-            except AofTruncated as e:
-                if not self.load_truncated:
-                    raise
-                warnings.append("!!! Warning: short read while loading the AOF file %s: the %d "
-                                "bytes after the last complete record (byte offset %d) are "
-                                "ignored (aof-load-truncated yes)"
-                                % (path, e.size - e.valid_up_to, e.valid_up_to))
-            finally:
-                f.close()
-            # a job's records are in one file; after a crash in the middle of a start-up
-            # that changed the number of workers it may be in two: it lives if it lives in one
-            survivors.update(alive)
-            base += size
-            self.done_bytes = base
-        loaded = queued = expired = 0
-        names = {}
-        jobs = shard.jobs
-        for count, (jid, (payload, path, offset)) in enumerate(survivors.items()):
-            if not count & 255 and time.perf_counter() > self.deadline:
-                yield
-            if jid in jobs:
-                continue            # duplicates are ignored
-            now_s = shard.now_s
-            now_ms = shard.now_ms
-            try:
-                job, end = codec.deserialize(payload, 0, True, now_s, now_ms, shard.rand_err())
-                if end != len(payload):
-                    raise codec.CodecError("%d bytes after the job" % (len(payload) - end))
-            except codec.CodecError as e:
-                raise AofCorrupt(path, offset, "bad serialized job: %s" % e)
-            if job.etime <= now_s:
-                expired += 1
-                continue
-            was_queued = job.state == QUEUED
-            job.state = ACTIVE
-            if shard.node_id not in job.nodes_delivered:
-                # written under another node ID: this node holds the job, as it did then
-                job.nodes_delivered = shard.self_nodes
-            job.queue = names.setdefault(job.queue, job.queue)
-            shard.register_job(job)
-            loaded += 1
-            if self.enqueue_once:
-                if was_queued:
-                    counters = job.nacks, job.additional_deliveries
-                    if not job.qtime:
-                        job.qtime = now_ms      # RETRY 0: restored too (docs/differences.md)
-                    # putting it back where it was is no redelivery: no counter grows and
-                    # no dead-letter move (MAXDELIVERIES, docs/job-features.md)
-                    job.flags &= ~FLAG_BCAST_QUEUED
-                    if shard.enqueue(job):
-                        queued += 1
-                        job.nacks, job.additional_deliveries = counters
-                        continue
-                elif not job.retry and not job.flags & FLAG_DELIVERED:
-                    # a RETRY 0 job still waiting for its DELAY: queue it when that ends
-                    job.qtime = max(now_ms, job.ctime // 1000000 + job.delay * 1000)
-            shard.schedule(job)
-        self.result = {"ok": True, "jobs": loaded, "queued": queued, "expired": expired,
-                       "warnings": warnings}
-
-
-class PersistenceMixin:
+    def __init__(self, shard):
+        self.shard = shard
     aof_state = "off"           # off | on | wait-rewrite (INFO aof_state)
     aof_writer = None           # AofWriter while the file is open
     aof_rw = None               # Rewrite in progress
@@ -410,8 +107,8 @@ class PersistenceMixin:
 
     def aof_flushall(self):
         """DEBUG FLUSHALL with AOF on: DELJOB for every active/queued job (SPEC 4.4)."""
-        if self.aof_on:
-            for job in list(self.jobs.values()):
+        if self.shard.aof_on:
+            for job in list(self.shard.jobs.values()):
                 if job.state == ACTIVE or job.state == QUEUED:
                     self.aof_deljob(job)
 
@@ -446,13 +143,13 @@ class PersistenceMixin:
             reply = misconf_reply(error)
             saved = {}
             for name in WRITE_COMMANDS:
-                if name in self.handlers:
-                    saved[name] = self.handlers[name]
-                    self.handlers[name] = lambda argv, reply=reply: reply
+                if name in self.shard.handlers:
+                    saved[name] = self.shard.handlers[name]
+                    self.shard.handlers[name] = lambda argv, reply=reply: reply
             self.aof_saved_handlers = saved
 
     def aof_misconf_off(self):
-        self.handlers.update(self.aof_saved_handlers)
+        self.shard.handlers.update(self.aof_saved_handlers)
         self.aof_saved_handlers = None
         log.warning("AOF write error looks solved, Disque can write again.")
 
@@ -476,7 +173,7 @@ class PersistenceMixin:
 
     def aof_control(self, name, arg):
         if name == "aof_load":
-            self.aof_loader = Loader(self, arg["files"], arg["enqueue_once"], arg["load_truncated"],
+            self.aof_loader = Loader(self.shard, arg["files"], arg["enqueue_once"], arg["load_truncated"],
                                      arg.get("own_only", False))
             self.aof_loader.reqid = arg["reqid"]
             self.aof_busy = True
@@ -495,15 +192,15 @@ class PersistenceMixin:
         raise ValueError("unknown control %r" % name)
 
     def aof_cfg(self, key, default=None):
-        return self.config.get(key, default)
+        return self.shard.config.get(key, default)
 
     def aof_path(self):
         return aof_path(self.aof_cfg("dir") or os.getcwd(),
                         self.aof_cfg("appendfilename", "disque.aof"),
-                        int(self.aof_cfg("port", 7711)), self.index)
+                        int(self.aof_cfg("port", 7711)), self.shard.index)
 
     def aof_set_config(self, changes):
-        self.config.update(changes)
+        self.shard.config.update(changes)
         w = self.aof_writer
         if w is not None and "appendfsync" in changes:
             w.set_policy(changes["appendfsync"])
@@ -516,7 +213,7 @@ class PersistenceMixin:
         reqids = [reqid] if reqid is not None else []
         if enable and self.aof_state == "off":
             self.aof_state = "wait-rewrite"
-            self.aof_on = True
+            self.shard.aof_on = True
             if self.aof_rw is not None:
                 # a rewrite started while the AOF was off misses what was done since: restart
                 reqids += self.aof_rw.reqids
@@ -527,7 +224,7 @@ class PersistenceMixin:
             return STARTED
         path = self.aof_path()
         tmp = os.path.join(os.path.dirname(path), "temp-rewriteaof-bg-%d.aof" % os.getpid())
-        rw = Rewrite(self.jobs.values(), path, tmp,
+        rw = Rewrite(self.shard.jobs.values(), path, tmp,
                      self.aof_cfg("aof-rewrite-incremental-fsync", True))
         rw.reqids = reqids
         self.aof_rw = rw
@@ -544,7 +241,7 @@ class PersistenceMixin:
         if rw is None:
             return
         for reqid in rw.reqids:
-            self.out.append([reqid, {"ok": False, "error": "rewrite %s" % why}])
+            self.shard.out.append([reqid, {"ok": False, "error": "rewrite %s" % why}])
         rw.abort()
         self.aof_rw = None
         w = self.aof_writer
@@ -597,7 +294,7 @@ class PersistenceMixin:
             self.aof_rewrite_failed_at = time.monotonic()
             result = {"ok": False, "error": error}
         for reqid in rw.reqids:
-            self.out.append([reqid, result])
+            self.shard.out.append([reqid, result])
 
     def aof_switch_file(self, path):
         """After a rewrite: append to the new file from now on."""
@@ -614,7 +311,7 @@ class PersistenceMixin:
         self.aof_drop_rewrite("replaced by a synchronous rewrite")
         path = self.aof_path()
         tmp = os.path.join(os.path.dirname(path), "temp-rewriteaof-%d.aof" % os.getpid())
-        jobs = [j for j in self.jobs.values() if j.state == ACTIVE or j.state == QUEUED]
+        jobs = [j for j in self.shard.jobs.values() if j.state == ACTIVE or j.state == QUEUED]
 
         def chunks():
             for i in range(0, len(jobs), CHUNK_JOBS):
@@ -648,7 +345,7 @@ class PersistenceMixin:
             self.aof_writer = None
         if self.aof_saved_handlers is not None:
             self.aof_misconf_off()
-        self.aof_on = False
+        self.shard.aof_on = False
         self.aof_state = "off"
         self.aof_busy = self.aof_rw is not None or self.aof_loader is not None
 
@@ -668,12 +365,12 @@ class PersistenceMixin:
         if loader is not None:
             if loader.step(STARTUP_SLICE_S):
                 self.aof_loader = None
-                self.out.append([loader.reqid, loader.result])
+                self.shard.out.append([loader.reqid, loader.result])
         rw = self.aof_rw
         if rw is not None:
             if not rw.fed_all:
-                self.tick()
-                rw.step(self, self.aof_slice)
+                self.shard.tick()
+                rw.step(self.shard, self.aof_slice)
             elif rw.done.is_set():
                 self.aof_finish_rewrite()
         now = time.monotonic()

@@ -59,22 +59,22 @@ class Worker:
             info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory_used(),
                         cpu_user=cpu.user, cpu_sys=cpu.system,
                         ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
-                        aof=shard.aof_info())
+                        aof=shard.persistence.aof_info())
             return info
         if name == "queues":                # the dashboard's queue list (docs/metrics.md)
             return queue_report(shard, arg)
         if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
             return shard.scan(*arg)
-        if name == "cluster":               # membership changed: see Shard.set_cluster
-            shard.set_cluster(arg)
+        if name == "cluster":               # membership changed: see Replication.set_cluster
+            shard.replication.set_cluster(arg)
             return True
         if name == "memory":                # every ~100 ms: [level, excess, noeviction]
             shard.set_memory(*arg)
-            return shard.memory_report() + [shard.aof_status()]
+            return shard.memory_report() + [shard.persistence.aof_status()]
         if name.startswith("aof_"):         # persistence: see disque.workers.persistence
-            return shard.aof_control(name, arg)
+            return shard.persistence.aof_control(name, arg)
         if name == "flushall":
-            shard.aof_flushall()            # DELJOB records first (SPEC 4.4)
+            shard.persistence.aof_flushall()    # DELJOB records first (SPEC 4.4)
             shard.flushall()
             return True
         if name == "shutdown":
@@ -105,11 +105,11 @@ class Worker:
                 if reply is not None:
                     out.append([reqid, reply, ids])
             elif kind == P.UNBLOCK:
-                shard.unblock_client(req[1], req[2])
+                shard.consumers.unblock_client(req[1], req[2])
             elif kind == P.RETURN:
                 shard.return_jobs(req[1])
             elif kind == P.BUS:
-                shard.on_bus(req[1])
+                shard.replication.on_bus(req[1])
             elif kind == P.CONTROL:
                 try:
                     out.append([req[1], self.control(req[2], req[3])])
@@ -120,6 +120,7 @@ class Worker:
     def run(self):
         link = self.link
         shard = self.shard
+        persistence, replication = shard.persistence, shard.replication
         timer = PeriodicTimer(TICK_MS)
         wait = link.waiter(timer.fileno())
         link.send(P.READY)
@@ -130,7 +131,7 @@ class Worker:
         cluster_ticks = 0
         while self.running and not link.closed:
             # an AOF load or a rewrite with slices left goes on at once, not at the next tick
-            readable, ticked = wait(not shard.aof_busy or not shard.aof_has_slices())
+            readable, ticked = wait(not persistence.aof_busy or not persistence.aof_has_slices())
             shard.tick()
             # timers first and again between batches: a request never sees a job whose
             # TTL passed before the request came in, however long the batches take
@@ -151,27 +152,27 @@ class Worker:
                     ticks = 0
                     if not self.slow_cron():
                         break
-            if shard.repl_waits:
-                shard.repl_cron()
+            if replication.repl_waits:
+                replication.repl_cron()
             if shard.ready:
-                shard.serve_ready()
+                shard.consumers.serve_ready()
             if shard.interest_due:
-                shard.tell_interest_due()
+                shard.federation.tell_interest_due()
             if shard.bus_out:
-                sent = shard.bus_sent
+                sent = replication.bus_sent
                 for entry in shard.bus_out:
                     sent[entry[1]] += 1
                 shard.out.append([P.BUS_REQID, shard.bus_out])
                 shard.bus_out = []
-            shard.aof_flush()               # the AOF is written before the replies leave
+            persistence.aof_flush()         # the AOF is written before the replies leave
             if shard.out:
                 link.send(pack(shard.out))
                 shard.out = []
-            if shard.aof_busy:
-                shard.aof_work()            # rewrite / load slices, auto rewrite, retries
+            if persistence.aof_busy:
+                persistence.aof_work()      # rewrite / load slices, auto rewrite, retries
         if link.closed and self.running:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
-        shard.aof_close()
+        shard.persistence.aof_close()
         timer.close()
         link.close()
 
@@ -182,7 +183,7 @@ class Worker:
             if shard.leaving:
                 shard.leaving_cron()
             else:
-                shard.federation_cron()
+                shard.federation.federation_cron()
 
     def slow_cron(self):
         """Twice a second: leave if the front-end is gone, evict idle queues."""

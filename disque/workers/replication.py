@@ -17,7 +17,7 @@ import random
 from disque._fast import resp
 from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
-                              QUEUED, WAIT_REPL, retry_interval_msec)
+                              QUEUED, WAIT_REPL, mark_active, mark_wait_repl, retry_interval_msec)
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import CodecError, deserialize, serialize
 from disque.workers.job_features import counters_aux
@@ -52,19 +52,25 @@ class ReplWait:
         self.started = now
 
 
-class ReplicationMixin:
-    def cluster_init(self):
+class Replication:
+    """Needs from the shard: the ShardCore (jobs, timers, enqueue, delete_job, bus_out,
+    cluster fields), `shard.features` (counters, dead letters) and `shard.federation`
+    (its bus handlers). Offers: on_bus (every job message), set_cluster, replicate_new
+    (ADDJOB with copies), repl_cron, activate, gc_send_setacks, the bus counters."""
+
+    def __init__(self, shard):
+        self.shard = shard
         self.reachable = ()            # other nodes that can get copies (bytes ids)
-        self.known = frozenset(self.self_nodes)    # every node of the cluster, self included
+        self.known = frozenset(self.shard.self_nodes)    # every node of the cluster, self included
         self.repl_waits = {}           # job id -> ReplWait
         self.repl_by_reqid = {}        # reqid -> ReplWait
         self.bus_handlers = {
             M.REPLJOB: self.on_repljob, M.GOTJOB: self.on_gotjob, M.ENQUEUE: self.on_enqueue,
             M.QUEUED: self.on_queued, M.WORKING: self.on_working,
             M.WILLQUEUE: self.on_willqueue, M.SETACK: self.on_setack, M.GOTACK: self.on_gotack,
-            M.DELJOB: self.on_deljob_msg, M.NEEDJOBS: self.on_needjobs,
-            M.YOURJOBS: self.on_yourjobs, M.PAUSE: self.on_pause_msg,
-            M.INTEREST: self.on_interest,
+            M.DELJOB: self.on_deljob_msg, M.NEEDJOBS: self.shard.federation.on_needjobs,
+            M.YOURJOBS: self.shard.federation.on_yourjobs, M.PAUSE: self.on_pause_msg,
+            M.INTEREST: self.shard.federation.on_interest,
         }
         self.bus_in = collections.Counter()      # messages received / sent, by type
         self.bus_sent = collections.Counter()
@@ -72,18 +78,18 @@ class ReplicationMixin:
     def set_cluster(self, state):
         """The front-end's view of the cluster, pushed when it changes."""
         myid = state["myid"]
-        if myid != self.node_id:               # CLUSTER RESET HARD
-            self.node_id = myid
-            self.self_nodes = (myid,)
-            self.ids = IdMaker(myid)
-        self.cluster_size = state["size"]
+        if myid != self.shard.node_id:               # CLUSTER RESET HARD
+            self.shard.node_id = myid
+            self.shard.self_nodes = (myid,)
+            self.shard.ids = IdMaker(myid)
+        self.shard.cluster_size = state["size"]
         self.reachable = tuple(state["reachable"])
-        self.reachable_nodes = len(self.reachable)
+        self.shard.reachable_nodes = len(self.reachable)
         self.known = frozenset(state["known"]) | {myid}
-        self.leaving = state["leaving"]
+        self.shard.leaving = state["leaving"]
 
     def send_bus(self, dest, mtype, payload, mflags=0):
-        self.bus_out.append((dest, mtype, mflags, payload))
+        self.shard.bus_out.append((dest, mtype, mflags, payload))
 
     def on_bus(self, msgs):
         for sender, mtype, mflags, payload in msgs:
@@ -100,47 +106,47 @@ class ReplicationMixin:
     def replicate_new(self, reqid, argv):
         """Finish an ADDJOB that ShardCore.cmd_addjob left to us (REPLICATE > 1 or external
         replication). Returns the reply now, or None when the client waits for GOTJOBs."""
-        job = self.last_added
-        self.last_added = None
+        job = self.shard.last_added
+        self.shard.last_added = None
         extrepl = not job.nodes_delivered
         needed = job.repl if extrepl else job.repl - 1
         reachable = self.reachable
         targets = tuple(random.sample(reachable, needed) if needed < len(reachable)
                         else reachable)
-        if self.last_async:
+        if self.shard.last_async:
             if extrepl:
                 # not kept here: copies elsewhere, one of them queues it
                 job.nodes_delivered = targets
-                self.send_bus(targets, M.REPLJOB, serialize(job, False, self.now_s), M.NOREPLY)
+                self.send_bus(targets, M.REPLJOB, serialize(job, False, self.shard.now_s), M.NOREPLY)
                 self.send_bus((random.choice(targets),), M.ENQUEUE, [job.id, job.delay])
                 return b"+" + job.id + b"\r\n"
-            job.nodes_delivered = self.self_nodes + targets
-            data = serialize(job, False, self.now_s)
-            self.register_job(job)
+            job.nodes_delivered = self.shard.self_nodes + targets
+            data = serialize(job, False, self.shard.now_s)
+            self.shard.register_job(job)
             self.activate(job)
             self.send_bus(targets, M.REPLJOB, data, M.NOREPLY)
             return b"+" + job.id + b"\r\n"
-        job.state = WAIT_REPL
-        job.nodes_delivered = (() if extrepl else self.self_nodes) + targets
-        job.nodes_confirmed = set() if extrepl else {self.node_id}
-        self.register_job(job)
-        self.schedule(job)
-        self.send_bus(targets, M.REPLJOB, serialize(job, False, self.now_s))
+        mark_wait_repl(job)
+        job.nodes_delivered = (() if extrepl else self.shard.self_nodes) + targets
+        job.nodes_confirmed = set() if extrepl else {self.shard.node_id}
+        self.shard.register_job(job)
+        self.shard.schedule(job)
+        self.send_bus(targets, M.REPLJOB, serialize(job, False, self.shard.now_s))
         timeout = resp.parse_int(argv[3]) or 0
-        wait = ReplWait(reqid, job, self.now_ms + timeout if timeout else 0, extrepl, self.now_ms)
+        wait = ReplWait(reqid, job, self.shard.now_ms + timeout if timeout else 0, extrepl, self.shard.now_ms)
         self.repl_waits[job.id] = wait
         self.repl_by_reqid[reqid] = wait
         return None
 
     def activate(self, job):
         """A job of ours that may now be delivered: queue it (or schedule its DELAY), log it."""
-        job.state = ACTIVE
+        mark_active(job)
         if job.delay:
-            self.schedule(job)
+            self.shard.schedule(job)
         else:
-            self.enqueue(job)
-        if self.aof_on:
-            self.aof_loadjob(job)
+            self.shard.enqueue(job)
+        if self.shard.aof_on:
+            self.shard.aof_loadjob(job)
 
     def replicated(self, wait):
         """Every copy confirmed: answer the producer."""
@@ -149,11 +155,11 @@ class ReplicationMixin:
         if wait.extrepl:
             target = random.choice(sorted(job.nodes_confirmed))
             self.send_bus((target,), M.ENQUEUE, [job.id, job.delay])
-            self.delete_job(job)
+            self.shard.delete_job(job)
         else:
             job.nodes_confirmed = None
             self.activate(job)
-        self.out.append([wait.reqid, b"+" + job.id + b"\r\n"])
+        self.shard.out.append([wait.reqid, b"+" + job.id + b"\r\n"])
 
     def end_wait(self, wait):
         self.repl_waits.pop(wait.job.id, None)
@@ -165,9 +171,9 @@ class ReplicationMixin:
         self.end_wait(wait)
         if job.state == WAIT_REPL:      # else the cluster already queued or acked it
             self.send_bus(job.nodes_delivered, M.DELJOB, [job.id, 0])
-            self.delete_job(job)
+            self.shard.delete_job(job)
         if reply is not None:
-            self.out.append([wait.reqid, reply])
+            self.shard.out.append([wait.reqid, reply])
 
     def cancel_replication(self, reqid):
         """The producer vanished (front-end UNBLOCK): True when it was waiting here."""
@@ -179,10 +185,10 @@ class ReplicationMixin:
 
     def repl_cron(self):
         """Every worker tick while producers wait: timeouts, and one more node every 50 ms."""
-        now = self.now_ms
+        now = self.shard.now_ms
         for wait in list(self.repl_waits.values()):
             job = wait.job
-            if job.state != WAIT_REPL or self.jobs.get(job.id) is not job:
+            if job.state != WAIT_REPL or self.shard.jobs.get(job.id) is not job:
                 self.repl_overtaken(wait, now)
             elif wait.deadline and now >= wait.deadline:
                 self.repl_failed(wait, NOREPL_TIMEOUT)
@@ -193,9 +199,9 @@ class ReplicationMixin:
                 if extra:
                     job.nodes_delivered += (random.choice(extra),)
                 pending = tuple(n for n in job.nodes_delivered
-                                if n not in job.nodes_confirmed and n != self.node_id)
+                                if n not in job.nodes_confirmed and n != self.shard.node_id)
                 if pending:
-                    self.send_bus(pending, M.REPLJOB, serialize(job, False, self.now_s))
+                    self.send_bus(pending, M.REPLJOB, serialize(job, False, self.shard.now_s))
 
     def repl_overtaken(self, wait, now):
         """The job left WAIT_REPL by another road while its producer waits: deleted here
@@ -204,12 +210,12 @@ class ReplicationMixin:
         ADDJOB). Nothing is replicated for it any more and the job is left to the cluster.
         The producer gets -NOREPL: at once for a deleted job, else at its timeout as in the
         original (right away when it has none, rather than blocking it forever)."""
-        if self.jobs.get(wait.job.id) is not wait.job:
+        if self.shard.jobs.get(wait.job.id) is not wait.job:
             self.end_wait(wait)
-            self.out.append([wait.reqid, NOREPL_REMOVED])
+            self.shard.out.append([wait.reqid, NOREPL_REMOVED])
         elif not wait.deadline or now >= wait.deadline:
             self.end_wait(wait)
-            self.out.append([wait.reqid, NOREPL_TIMEOUT])
+            self.shard.out.append([wait.reqid, NOREPL_TIMEOUT])
 
     def repl_leaving_cron(self):
         """Every cluster cron pass (100 ms) while LEAVING: producers still waiting for their
@@ -217,7 +223,7 @@ class ReplicationMixin:
         than one pass: this check used to run on every worker tick, right after the ADDJOB
         started replicating, so every synchronous ADDJOB on a leaving node failed and the
         external replication SPEC 8.7 asks for could never succeed."""
-        now = self.now_ms
+        now = self.shard.now_ms
         for wait in list(self.repl_waits.values()):
             if now - wait.started >= LEAVING_WAIT_GRACE_MS:
                 self.repl_failed(wait, LEAVING_ERROR)
@@ -228,7 +234,7 @@ class ReplicationMixin:
         if wait is not None:
             self.repl_failed(wait, NOREPL_REMOVED)
         else:
-            self.delete_job(job)
+            self.shard.delete_job(job)
 
     # ---- job messages (SPEC 10.4) -----------------------------------------------------------
 
@@ -237,23 +243,23 @@ class ReplicationMixin:
         leaves or is above 75% of maxmemory; with M.ACCEPTED it also answered GOTJOB.
         Upstream also refuses copies for a queue paused in input; a copy is not queued
         (a requeue respects the pause, see Shard.run_timers), so here it is kept."""
-        if not mflags & M.ACCEPTED and (self.memory_level > 0 or self.leaving):
+        if not mflags & M.ACCEPTED and (self.shard.memory_level > 0 or self.shard.leaving):
             return                      # no GOTJOB: the originator picks another node
-        job, _ = deserialize(data, 0, False, self.now_s, self.now_ms, self.rand_err())
-        known = self.jobs.get(job.id)
+        job, _ = deserialize(data, 0, False, self.shard.now_s, self.shard.now_ms, self.shard.rand_err())
+        known = self.shard.jobs.get(job.id)
         if known is not None:
             if known.body is not None:
                 self.merge_nodes(known, job.nodes_delivered)
         else:
-            if job.queue in self.queues:
-                job.queue = self.queues[job.queue].name     # share the queue name object
+            if job.queue in self.shard.queues:
+                job.queue = self.shard.queues[job.queue].name     # share the queue name object
             job.nodes_delivered = self.known_nodes(job.nodes_delivered)
             job.flags |= FLAG_BCAST_QUEUED
-            job.state = ACTIVE
-            self.register_job(job)
-            self.schedule(job)
-            if self.aof_on:
-                self.aof_loadjob(job)
+            mark_active(job)
+            self.shard.register_job(job)
+            self.shard.schedule(job)
+            if self.shard.aof_on:
+                self.shard.aof_loadjob(job)
         if not mflags & M.NOREPLY:
             self.send_bus((sender,), M.GOTJOB, [job.id, 0])
 
@@ -261,7 +267,7 @@ class ReplicationMixin:
         known = self.known
         if known.issuperset(nodes):
             return nodes
-        me = self.node_id
+        me = self.shard.node_id
         return tuple(n for n in nodes if n in known or n == me)
 
     def merge_nodes(self, job, nodes):
@@ -287,26 +293,26 @@ class ReplicationMixin:
             self.replicated(wait)
 
     def on_enqueue(self, sender, mflags, payload):
-        job = self.jobs.get(payload[0])
+        job = self.shard.jobs.get(payload[0])
         if job is None or job.body is None or job.state not in (WAIT_REPL, ACTIVE):
             return
-        q = self.queues.get(job.queue)
+        q = self.shard.queues.get(job.queue)
         if q is not None and q.paused & PAUSE_IN:
             return
         job.flags &= ~FLAG_BCAST_QUEUED
         delay = payload[1]
         if job.state == WAIT_REPL:
-            job.state = ACTIVE
+            mark_active(job)
         if delay == 0:
             if job.qtime == 0:
                 return                  # SPEC 3.1 quirk: an at-most-once copy is never queued
-            self.enqueue(job)
+            self.shard.enqueue(job)
         else:
-            job.qtime = self.now_ms + delay * 1000
-            self.schedule(job)
+            job.qtime = self.shard.now_ms + delay * 1000
+            self.shard.schedule(job)
 
     def on_willqueue(self, sender, mflags, payload):
-        job = self.jobs.get(payload[0])
+        job = self.shard.jobs.get(payload[0])
         if job is None:
             return
         if job.state == ACKED:
@@ -317,7 +323,7 @@ class ReplicationMixin:
                 if job.ext is None:
                     self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, 0])
                 elif job.ext.origin is not None:
-                    self.announce_dead_letter(job, job.nodes_delivered)
+                    self.shard.features.announce_dead_letter(job, job.nodes_delivered)
                 else:
                     self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, counters_aux(job)])
 
@@ -325,7 +331,7 @@ class ReplicationMixin:
         """QUEUED / WORKING from another copy: postpone our requeue (SPEC 7.3). With job
         options (disque.workers.job_features) also merge counters and the dead-letter move;
         WORKING with INCR_NACKS is a NACK ... DELAY whose delay (ms) is in aux."""
-        job = self.jobs.get(payload[0])
+        job = self.shard.jobs.get(payload[0])
         if job is None:
             return
         if job.state == ACKED:
@@ -334,74 +340,74 @@ class ReplicationMixin:
         if job.body is None:
             return
         aux = payload[1]
-        keep = self.merge_counters(job, mflags, aux, working)
+        keep = self.shard.features.merge_counters(job, mflags, aux, working)
         if keep:
             # our copy is in the dead-letter queue, the sender's is not: it moves, we stay
-            self.announce_dead_letter(job, (sender,))
+            self.shard.features.announce_dead_letter(job, (sender,))
         if job.state == QUEUED and (working or (
-                not keep and mix(sender, job.id) > mix(self.node_id, job.id))):
-            self.dequeue(job)
+                not keep and mix(sender, job.id) > mix(self.shard.node_id, job.id))):
+            self.shard.dequeue(job)
         if job.retry and job.qtime:
             job.flags |= FLAG_BCAST_WILLQUEUE
             wait = retry_interval_msec(job)
             if working and mflags & M.INCR_NACKS:
                 wait += aux         # the nacking node queues it after its delay: we wait longer
-            job.qtime = self.now_ms + wait + self.rand_err()
-        self.schedule(job)
+            job.qtime = self.shard.now_ms + wait + self.shard.rand_err()
+        self.shard.schedule(job)
 
     def on_working(self, sender, mflags, payload):
         self.on_queued(sender, mflags, payload, working=True)
 
     def on_deljob_msg(self, sender, mflags, payload):
-        job = self.jobs.get(payload[0])
+        job = self.shard.jobs.get(payload[0])
         if job is not None:
             wait = self.repl_waits.get(job.id)
             if wait is not None and job.state == WAIT_REPL:
                 self.repl_failed(wait, NOREPL_REMOVED)
             else:
-                self.forget_job(job)
+                self.shard.forget_job(job)
 
     # ---- acknowledgements (SPEC 7.4) --------------------------------------------------------
 
     def on_setack(self, sender, mflags, payload):
         jid, may_have = payload[0], payload[1]
-        job = self.jobs.get(jid)
+        job = self.shard.jobs.get(jid)
         if job is not None and job.state == WAIT_REPL:
             wait = self.repl_waits.get(jid)
             if wait is not None:
                 self.replicated(wait)
-            job = self.jobs.get(jid)
+            job = self.shard.jobs.get(jid)
         if job is not None and job.state != ACKED:
-            self.mark_acked(job)
-            self.n_acked += 1
+            self.shard.set_acked(job)
+            self.shard.n_acked += 1
         if job is None or len(job.nodes_delivered) <= may_have:
             self.send_bus((sender,), M.GOTACK, [jid, 1 if job is not None else 0])
         else:
             if may_have == 0:
                 self.send_bus((sender,), M.GOTACK, [jid, 1])
-            self.gc(job)
+            self.shard.gc(job)
 
     def on_gotack(self, sender, mflags, payload):
         jid, known = payload[0], payload[1]
-        job = self.jobs.get(jid)
+        job = self.shard.jobs.get(jid)
         if job is None or job.state != ACKED:
             return
         dummy = job.body is None
         if dummy and known:
-            self.delete_job(job)        # a node with a real copy takes over the GC
+            self.shard.delete_job(job)        # a node with a real copy takes over the GC
             return
         if job.nodes_confirmed is None:
-            job.nodes_confirmed = {self.node_id}
+            job.nodes_confirmed = {self.shard.node_id}
         if known or sender in job.nodes_delivered:
             self.add_node(job, sender)
             job.nodes_confirmed.add(sender)
         if not known and dummy:
             job.nodes_confirmed.add(sender)
             if len(job.nodes_confirmed) >= len(self.known):
-                self.delete_job(job)
+                self.shard.delete_job(job)
         elif not dummy and len(job.nodes_confirmed) >= len(job.nodes_delivered):
             self.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
-            self.delete_job(job)
+            self.shard.delete_job(job)
 
     def gc_send_setacks(self, job):
         """Ask every possible owner not yet confirmed to ack (all nodes for a dummy ACK)."""
@@ -415,8 +421,8 @@ class ReplicationMixin:
 
     def on_pause_msg(self, sender, mflags, payload):
         name, flags = payload[0], payload[1]
-        q = self.queues.get(name)
+        q = self.shard.queues.get(name)
         if q is None and flags:
-            q = self.get_queue(name, create=True)
+            q = self.shard.get_queue(name, create=True)
         if q is not None:
-            self.set_pause(q, flags)
+            self.shard.set_pause(q, flags)

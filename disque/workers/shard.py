@@ -13,15 +13,18 @@ from disque import replies as R
 from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
-                              STATE_NAMES, WAIT_REPL, Job, retry_interval_msec)
+                              STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
+                              retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job, expire_ms
 from disque.contracts import bus_messages as M
-from disque.workers.federation import FederationMixin
-from disque.workers.job_features import JobFeaturesMixin
-from disque.workers.persistence import PersistenceMixin
-from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, ReplicationMixin
+from disque.workers.consumers import Consumers
+from disque.workers.federation import Federation
+from disque.workers.job_features import JobFeatures
+from disque.workers.persistence import Persistence
+from disque.workers.scan_share import scan_share
+from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, Replication
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
@@ -50,42 +53,24 @@ def err(msg):
     return b"-" + msg.encode() + b"\r\n"
 
 
-class Blocked:
-    """A consumer waiting in GETJOB on some of this worker's queues.
-
-    proxy=False: the whole GETJOB lives here; we reply to the client (via reqid) with a
-    job or, at the deadline, a null array. proxy=True: the GETJOB spans workers and the
-    front-end owns it; we only offer the first job that shows up and let it decide.
-    """
-    __slots__ = ("client", "reqid", "queues", "withcounters", "proxy", "deadline", "done",
-                 "prefix")
-
-    def __init__(self, client, reqid, queues, withcounters, proxy, deadline):
-        self.client = client
-        self.reqid = reqid
-        self.queues = queues
-        self.withcounters = withcounters
-        self.proxy = proxy
-        self.deadline = deadline
-        self.done = False
-        self.prefix = None          # GETJOB FROM-PREFIX: queues created later join `queues`
-
-
 # the hooks the Cython core calls (declared in shardcore.pxd): hook -> method
 SHARD_HOOKS = {
-    "aof_loadjob": "write_loadjob",
-    "queue_created": "offer_new_queue",
+    "aof_loadjob": "persistence.write_loadjob",
+    "queue_created": "features.offer_new_queue",
 }
 
 
-class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixin, ShardCore):
+class Shard(ShardCore):
+    """A worker's jobs and queues: the Cython ShardCore (the job record, queues, timers,
+    ADDJOB / enqueue / fetch) plus the commands and timers here, and its parts
+    (docs/design.md, "Shard parts"): `features` (NACK delay, back-off, dead letters,
+    FROM-PREFIX), `federation` (NEEDJOBS / INTEREST / YOURJOBS), `persistence` (its AOF)
+    and `replication` (copies on other nodes, requeue coordination, acks and GC)."""
+
     def __init__(self, index, nworkers, node_id, config=None):
         super().__init__(node_id)
         self.index = index
         self.nworkers = nworkers
-        self.blocked_by_client = {}
-        self.block_deadlines = []             # heap of (deadline_ms, seq, Blocked)
-        self.block_seq = 0
         self.interest_due = set()             # queues whose INTEREST waits for its rate limit
         self.out = []                         # replies/offers for the front-end
         self.config = config or {}
@@ -98,9 +83,13 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         self.oom_data = NO_LIMIT         # data_bytes above which the node is over 95%
         self.mem_data_ref = 0            # data_bytes when we last reported our memory
         self.mem_noeviction = False
-        self.cluster_init()
-        for hook, method in SHARD_HOOKS.items():
-            setattr(self, hook, getattr(self, method))
+        self.consumers = Consumers(self)
+        self.features = JobFeatures(self)
+        self.federation = Federation(self)
+        self.persistence = Persistence(self)
+        self.replication = Replication(self)     # its bus handlers include federation's
+        for hook, handler in SHARD_HOOKS.items():
+            setattr(self, hook, commands_mod.resolve(self, handler))
 
     # ---- requests from the front-end ----------------------------------------------
 
@@ -116,7 +105,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         else:
             reply = handler(argv)
             if reply is None and name == b"addjob":
-                reply = self.replicate_new(reqid, argv)     # copies on other nodes
+                reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
         self.account(name, perf_counter_ns() - t0)
         return reply
 
@@ -130,19 +119,21 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
     def forget_job(self, job):
         """Delete a job; an active/queued one is logged as DELJOB to the AOF (SPEC 12)."""
         if self.aof_on and (job.state == ACTIVE or job.state == QUEUED):
-            self.aof_deljob(job)
+            self.persistence.aof_deljob(job)
         self.delete_job(job)
 
     def ack(self, job):
         """ACK then GC (SPEC 7.4). On a lone node every copy is ours: delete at once."""
-        self.mark_acked(job)
+        self.set_acked(job)
         self.gc(job)
 
-    def mark_acked(self, job):
+    def set_acked(self, job):
+        """ACKJOB / SETACK: out of its queue, acked (the state change itself is
+        `mark_acked`), logged as DELJOB, GC scheduled."""
         if self.aof_on and job.state != ACKED:
-            self.aof_deljob(job)
+            self.persistence.aof_deljob(job)
         self.dequeue(job)
-        job.state = ACKED
+        mark_acked(job)
         job.nodes_confirmed = None
         self.schedule_gc(job)
 
@@ -156,7 +147,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         elif job.body is None and self.cluster_size == 1:
             self.delete_job(job)
         else:
-            self.gc_send_setacks(job)
+            self.replication.gc_send_setacks(job)
             self.schedule_gc(job)
 
     def schedule_gc(self, job):
@@ -170,7 +161,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         for job in self.timers.pop_due(now, SCHEDULER_BATCH):
             if expire_ms(job) <= now:
                 if job.state == WAIT_REPL:
-                    self.expire_waiting(job)
+                    self.replication.expire_waiting(job)
                 else:
                     self.forget_job(job)
                 self.n_expired += 1
@@ -180,7 +171,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
                 if job.flags & FLAG_BCAST_WILLQUEUE and job.qtime - 500 <= now:
                     job.flags &= ~FLAG_BCAST_WILLQUEUE
                     if state == ACTIVE and len(job.nodes_delivered) > 1:
-                        self.send_bus(job.nodes_delivered, M.WILLQUEUE, [job.id, 0])
+                        self.replication.send_bus(job.nodes_delivered, M.WILLQUEUE, [job.id, 0])
                 if state == ACTIVE and job.qtime and job.qtime <= now:
                     q = self.queues.get(job.queue)
                     if job.retry and q is not None and q.paused & PAUSE_IN:
@@ -193,24 +184,14 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
                     job.flags |= FLAG_BCAST_WILLQUEUE
                     job.qtime = now + retry_interval_msec(job) + self.rand_err()
                     if job.ext is not None and job.ext.origin is not None:
-                        self.announce_dead_letter(job)
+                        self.features.announce_dead_letter(job)
                 self.schedule(job)
             elif state == ACKED:
                 self.gc(job)
             else:
                 self.schedule(job)
-        deadlines = self.block_deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _, _, b = heapq.heappop(deadlines)
-            if not b.done:
-                self.unblock(b)
-                self.out.append([b.reqid, NULL_ARRAY, None])
-        if len(deadlines) > 1024:
-            # consumers served before their timeout leave an entry behind: drop them in bulk
-            live = [e for e in deadlines if not e[2].done]
-            if len(live) * 2 < len(deadlines):
-                heapq.heapify(live)
-                self.block_deadlines = live
+        if self.consumers.deadlines:
+            self.consumers.expire(now)
 
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------
 
@@ -219,125 +200,18 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         blocked); proxy mode returns a list of encoded jobs (empty: blocked/none)."""
         t0 = perf_counter_ns()
         try:
-            return self.fetch_or_block(reqid, client, count, nohang, withcounters, timeout_ms,
+            return self.consumers.fetch_or_block(reqid, client, count, nohang, withcounters, timeout_ms,
                                        proxy, queue_names)
         finally:
             self.account(b"getjob", perf_counter_ns() - t0)
 
-    def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
-                       queue_names):
-        prefix = None
-        if type(queue_names) is bytes:      # FROM-PREFIX: every queue whose name starts so
-            prefix = queue_names
-            queues = [q for name, q in self.queues.items() if name.startswith(prefix)]
-        else:
-            queues = []
-            seen = set()
-            for name in queue_names:
-                if name not in seen:
-                    seen.add(name)
-                    queues.append(self.get_queue(name, create=True))
-        jobs = []
-        while len(jobs) < count:
-            got = False
-            for q in queues:
-                if q.paused & PAUSE_OUT or not len(q.jobs):
-                    continue
-                jobs.append(self.fetch(q))
-                got = True
-                if len(jobs) == count:
-                    break
-            if not got:
-                break
-        clustered = self.cluster_size > 1
-        if clustered and (jobs or nohang):
-            # a consumer about to block asks once it is blocked (INTEREST, below)
-            for q in queues:
-                if not len(q.jobs) or q.paused & PAUSE_OUT:
-                    # "clients waiting" when nothing came from it, else "reached zero"
-                    self.needjobs(q, reached_zero=bool(jobs))
-        if jobs:
-            encoded = [encode_job(j, withcounters) for j in jobs]
-            ids = [j.id for j in jobs]
-            if proxy:
-                return encoded, ids
-            return b"*%d\r\n" % len(encoded) + b"".join(encoded), ids
-        if nohang:
-            return ([] if proxy else NULL_ARRAY), None
-        if self.leaving:
-            return LEAVING_ERROR, None
-        deadline = self.now_ms + timeout_ms if timeout_ms and not proxy else 0
-        b = Blocked(client, reqid, queues, withcounters, proxy, deadline)
-        if prefix is not None:
-            b.prefix = prefix
-            self.prefix_waiters.append(b)
-        old = self.blocked_by_client.pop(client, None)
-        if old is not None:
-            self.unblock(old)
-        self.blocked_by_client[client] = b
-        for q in queues:
-            q.blocked.append(b)
-        if deadline:
-            self.block_seq += 1
-            heapq.heappush(self.block_deadlines, (deadline, self.block_seq, b))
-        if clustered:
-            for q in queues:
-                self.needjobs(q)
-        return ([] if proxy else None), None
-
-    def unblock(self, b):
-        b.done = True
-        if b.prefix is not None:
-            try:
-                self.prefix_waiters.remove(b)
-            except ValueError:
-                pass
-        if self.blocked_by_client.get(b.client) is b:
-            del self.blocked_by_client[b.client]
-        for q in b.queues:
-            try:
-                q.blocked.remove(b)
-            except ValueError:
-                pass
-            if q.fed is not None:
-                self.waiters_left(q)
-
-    def unblock_client(self, client, reqid):
-        """The front-end gave up on this consumer's GETJOB `reqid`. The answer is always
-        the last message about that reqid: a null reply (local waiter) or the ack 0."""
-        b = self.blocked_by_client.get(client)
-        if b is not None and b.reqid == reqid:
-            self.unblock(b)
-            self.out.append([reqid, 0 if b.proxy else NULL_ARRAY, None])
-        else:
-            self.cancel_replication(reqid)      # an ADDJOB waiting for its copies
-            self.out.append([reqid, 0, None])
-
-    def serve_ready(self):
-        """Give queued jobs to blocked consumers, one job each, in blocking order."""
-        while self.ready:
-            q = self.ready.pop()
-            while q.blocked and len(q.jobs) and not q.paused & PAUSE_OUT:
-                b = q.blocked[0]
-                self.unblock(b)
-                job = self.fetch(q)
-                item = encode_job(job, b.withcounters)
-                if b.proxy:
-                    self.out.append([b.reqid, [item], [job.id]])
-                else:
-                    self.out.append([b.reqid, b"*1\r\n" + item, [job.id]])
-                if not len(q.jobs) and q.fed is not None:
-                    self.needjobs(q, reached_zero=True)
-            if q.remote is not None and len(q.jobs) and not q.paused & PAUSE_OUT:
-                self.push_remote(q)
-
     def leaving_cron(self):
         """CLUSTER LEAVING yes: consumers blocked here get -LEAVING (SPEC 8.7), and so do
         producers whose copies are still not confirmed after a cron pass (SPEC 3.1)."""
-        if self.repl_waits:
-            self.repl_leaving_cron()
-        for b in list(self.blocked_by_client.values()):
-            self.unblock(b)
+        if self.replication.repl_waits:
+            self.replication.repl_leaving_cron()
+        for b in list(self.consumers.by_client.values()):
+            self.consumers.unblock(b)
             self.out.append([b.reqid, LEAVING_ERROR, None])
 
     def return_jobs(self, ids):
@@ -348,7 +222,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
                 continue
             q = self.get_queue(job.queue, create=True)
             job.flags &= ~FLAG_DELIVERED
-            job.state = QUEUED
+            mark_queued(job)
             q.jobs.push(job)
             q.jobs_out -= 1
             self.n_delivered -= 1
@@ -376,7 +250,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
 
     def make_dummy_ack(self, jid):
         job = Job(jid, None, None)
-        job.state = ACKED
+        mark_acked(job)
         job.etime = self.now_s + id_ttl_minutes(jid) * 60
         self.register_job(job)
         return job
@@ -390,11 +264,11 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             job = self.jobs.get(jid)
             if job is not None:
                 if clustered:
-                    self.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
+                    self.replication.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
                 self.forget_job(job)
                 count += 1
             elif clustered:
-                self.send_bus(None, M.DELJOB, [jid, 0])
+                self.replication.send_bus(None, M.DELJOB, [jid, 0])
         self.n_deleted += count
         return b":%d\r\n" % count
 
@@ -403,9 +277,9 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         for jid in argv[1:]:
             job = self.jobs.get(jid)
             if job is not None:
-                wait = self.repl_waits.get(jid)
+                wait = self.replication.repl_waits.get(jid)
                 if wait is not None and job.state == WAIT_REPL:
-                    self.repl_failed(wait, NOREPL_REMOVED)
+                    self.replication.repl_failed(wait, NOREPL_REMOVED)
                 else:
                     self.forget_job(job)
                 count += 1
@@ -435,7 +309,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             wait = delay_ms
             if not wait and job.ext is not None and job.ext.backoff:
                 wait = retry_interval_msec(job)     # BACKOFF: a NACK waits its turn too
-            if self.nack_later(job, wait) if wait else self.enqueue(job, nack=True):
+            if self.features.nack_later(job, wait) if wait else self.enqueue(job, nack=True):
                 count += 1
                 self.n_nacked += 1
         return b":%d\r\n" % count
@@ -464,7 +338,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
                 job.qtime = self.now_ms + retry_interval_msec(job) + self.rand_err()
             self.schedule(job)
             if len(job.nodes_delivered) > 1:
-                self.send_bus(job.nodes_delivered, M.WORKING, [job.id, 0])
+                self.replication.send_bus(job.nodes_delivered, M.WORKING, [job.id, 0])
         return b":%d\r\n" % job.retry
 
     def cmd_show(self, argv):
@@ -476,7 +350,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
     def show_reply(self, job):
         now = self.now_ms
         dummy = job.body is None
-        extra = self.show_options(job) if job.ext is not None else None
+        extra = self.features.show_options(job) if job.ext is not None else None
         parts = [
             b"*%d\r\n$2\r\nid\r\n" % (40 if extra else 30), resp.bulk(job.id),
             b"$5\r\nqueue\r\n", resp.NULL_BULK if dummy else resp.bulk(job.queue),
@@ -532,7 +406,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             b"$7\r\nblocked\r\n:%d\r\n" % len(q.blocked),
             b"$11\r\nimport-from\r\n",
             resp.bulk_array(sorted(q.fed.responders) if q.fed is not None else []),
-            b"$11\r\nimport-rate\r\n:%d\r\n" % self.import_rate(q),
+            b"$11\r\nimport-rate\r\n:%d\r\n" % self.federation.import_rate(q),
             b"$7\r\njobs-in\r\n:%d\r\n" % q.jobs_in,
             b"$8\r\njobs-out\r\n:%d\r\n" % q.jobs_out,
             b"$5\r\npause\r\n", resp.bulk(PAUSE_NAMES[q.paused]),
@@ -570,7 +444,7 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             self.set_pause(q, flags)
         state = q.paused if q is not None else 0
         if bcast and self.cluster_size > 1:
-            self.send_bus(None, M.PAUSE, [argv[1], state])
+            self.replication.send_bus(None, M.PAUSE, [argv[1], state])
         return b"+%s\r\n" % PAUSE_NAMES[state]
 
     def set_pause(self, q, flags):
@@ -582,63 +456,8 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
     # ---- QSCAN / JSCAN, this worker's share (SPEC 3.11; the front-end drives the cursor) ----
 
     def scan(self, kind, low, bits, bound, count, steps, opts):
-        """Look at up to `steps` entries of the scan log from the sequence number whose low
-        `bits` bits are `low` (0: from the start), stopping after `count` matches (-1: no
-        limit) or at sequence number `bound` (-1: none; entries added after the scan began
-        need not be returned, and the bound keeps a scan from chasing them forever).
-        Returns [next sequence number or -1 when this worker is done, entries looked at,
-        matches, the matches as RESP items]."""
-        t0 = perf_counter_ns()
-        log = self.job_log if kind == "j" else self.queue_log
-        items = log.items
-        n = len(items)
-        if low:
-            mask = (1 << bits) - 1
-            top = log.next_seq
-            seq = top - ((top - low) & mask)
-            pos = log.position(seq) if seq >= 0 else n     # < 0: not a cursor we made
-        else:
-            pos = 0
-        if bound >= 0:
-            n = log.position(bound)
-        out = []
-        used = 0
-        if kind == "j":
-            queue, states, reply_all = opts
-            jobs = self.jobs
-            while pos < n and used != steps and len(out) != count:
-                job = items[pos]
-                pos += 1
-                used += 1
-                if job is None or jobs.get(job.id) is not job:
-                    continue
-                if queue is not None and job.queue != queue:
-                    continue
-                if states and not states & (1 << job.state):
-                    continue
-                if not job.nodes_delivered:
-                    continue            # dummy ACK
-                out.append(self.show_reply(job) if reply_all else b"+" + job.id + b"\r\n")
-        else:
-            minlen, maxlen, importrate = opts
-            queues = self.queues
-            while pos < n and used != steps and len(out) != count:
-                q = items[pos]
-                pos += 1
-                used += 1
-                if q is None or queues.get(q.name) is not q:
-                    continue
-                qlen = len(q.jobs)
-                if minlen != -1 and qlen < minlen:
-                    continue
-                if maxlen != -1 and qlen > maxlen:
-                    continue
-                if importrate != -1 and self.import_rate(q) < importrate:
-                    continue
-                out.append(resp.bulk(q.name))
-        nxt = log.seq_at(pos) if pos < n else -1
-        self.command_ns[b"jscan" if kind == "j" else b"qscan"] += perf_counter_ns() - t0
-        return [nxt, used, len(out), b"".join(out)]
+        """This worker's share of a QSCAN / JSCAN call (disque/workers/scan_share.py)."""
+        return scan_share(self, kind, low, bits, bound, count, steps, opts)
 
     # ---- memory limits (SPEC 9) -------------------------------------------------------------
 
@@ -648,13 +467,13 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
         what its AOF holds in memory, and its empty structures. Not the process's RSS: the
         interpreter's fixed footprint is no data, and freed memory that Python and libc keep
         for reuse would make a node that once reached 95% refuse ADDJOB forever."""
-        return SHARD_BASE_COST + self.data_bytes + self.aof_memory()
+        return SHARD_BASE_COST + self.data_bytes + self.persistence.aof_memory()
 
     def memory_report(self):
         """Answer to the front-end's periodic memory poll: [used, data bytes, AOF bytes,
         next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
         self.mem_data_ref = self.data_bytes
-        return [self.memory_used(), self.data_bytes, self.aof_memory(), self.job_log.next_seq,
+        return [self.memory_used(), self.data_bytes, self.persistence.aof_memory(), self.job_log.next_seq,
                 self.queue_log.next_seq]
 
     def set_memory(self, level, excess, noeviction):
@@ -719,11 +538,11 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
     def flushall(self):
         """DEBUG FLUSHALL / CLUSTER RESET: drop every job and queue; waiting consumers get a
         null array, producers waiting for copies -NOREPL."""
-        for wait in list(self.repl_waits.values()):
-            self.end_wait(wait)
+        for wait in list(self.replication.repl_waits.values()):
+            self.replication.end_wait(wait)
             self.out.append([wait.reqid, NOREPL_REMOVED])
-        for b in list(self.blocked_by_client.values()):
-            self.unblock(b)
+        for b in list(self.consumers.by_client.values()):
+            self.consumers.unblock(b)
             self.out.append([b.reqid, None if b.proxy else NULL_ARRAY, None])
         for q in self.queues.values():
             q.jobs.clear()
@@ -746,8 +565,8 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             "queues": len(self.queues),
             "queued": queued,
             # INFO blocked_clients counts producers waiting for copies too (SPEC 14)
-            "blocked": sum(1 for b in self.blocked_by_client.values() if not b.proxy)
-            + len(self.repl_waits),
+            "blocked": sum(1 for b in self.consumers.by_client.values() if not b.proxy)
+            + len(self.replication.repl_waits),
             "added": self.n_added,
             "delivered": self.n_delivered,
             "acked": self.n_acked,
@@ -758,8 +577,8 @@ class Shard(JobFeaturesMixin, FederationMixin, ReplicationMixin, PersistenceMixi
             "data_bytes": self.data_bytes,
             "dead_lettered": {k.decode(errors="replace"): v
                               for k, v in self.dead_lettered.items()},
-            "bus_in": {M.NAMES[t]: n for t, n in self.bus_in.items()},
-            "bus_out": {M.NAMES[t]: n for t, n in self.bus_sent.items()},
+            "bus_in": {M.NAMES[t]: n for t, n in self.replication.bus_in.items()},
+            "bus_out": {M.NAMES[t]: n for t, n in self.replication.bus_sent.items()},
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
             "commands": {k.decode(): v for k, v in self.command_count.items()},
             "latency_counts": list(self.latency.counts),

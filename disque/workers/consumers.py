@@ -1,0 +1,171 @@
+"""Consumers blocked in GETJOB on this worker's queues (SPEC 3.2, 8.3): fetching, blocking,
+serving them in blocking order as jobs arrive, their timeouts, and the front-end's UNBLOCK.
+
+The front-end half is disque/frontend/getjob.py (`Getjobs`); `Shard.getjob` is the entry.
+"""
+import heapq
+
+from disque._fast import resp
+from disque._fast.shardcore import encode_job
+from disque.workers.replication import LEAVING_ERROR
+
+NULL_ARRAY = resp.NULL_ARRAY
+PAUSE_OUT = 2
+
+
+class Blocked:
+    """A consumer waiting in GETJOB on some of this worker's queues.
+
+    proxy=False: the whole GETJOB lives here; we reply to the client (via reqid) with a
+    job or, at the deadline, a null array. proxy=True: the GETJOB spans workers and the
+    front-end owns it; we only offer the first job that shows up and let it decide.
+    """
+    __slots__ = ("client", "reqid", "queues", "withcounters", "proxy", "deadline", "done",
+                 "prefix")
+
+    def __init__(self, client, reqid, queues, withcounters, proxy, deadline):
+        self.client = client
+        self.reqid = reqid
+        self.queues = queues
+        self.withcounters = withcounters
+        self.proxy = proxy
+        self.deadline = deadline
+        self.done = False
+        self.prefix = None          # GETJOB FROM-PREFIX: queues created later join `queues`
+
+
+
+class Consumers:
+    """Needs from the shard: the ShardCore (queues, get_queue, fetch, ready, leaving,
+    cluster_size, now_ms, out, prefix_waiters), `shard.federation` (NEEDJOBS / INTEREST
+    for queues whose consumers wait) and `shard.replication.cancel_replication`.
+    Offers: fetch_or_block, unblock, unblock_client, serve_ready, expire, and `by_client`
+    (the blocked consumer of each client)."""
+
+    def __init__(self, shard):
+        self.shard = shard
+        self.by_client = {}
+        self.deadlines = []             # heap of (deadline_ms, seq, Blocked)
+        self.seq = 0
+
+    def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
+                       queue_names):
+        prefix = None
+        if type(queue_names) is bytes:      # FROM-PREFIX: every queue whose name starts so
+            prefix = queue_names
+            queues = [q for name, q in self.shard.queues.items() if name.startswith(prefix)]
+        else:
+            queues = []
+            seen = set()
+            for name in queue_names:
+                if name not in seen:
+                    seen.add(name)
+                    queues.append(self.shard.get_queue(name, create=True))
+        jobs = []
+        while len(jobs) < count:
+            got = False
+            for q in queues:
+                if q.paused & PAUSE_OUT or not len(q.jobs):
+                    continue
+                jobs.append(self.shard.fetch(q))
+                got = True
+                if len(jobs) == count:
+                    break
+            if not got:
+                break
+        clustered = self.shard.cluster_size > 1
+        if clustered and (jobs or nohang):
+            # a consumer about to block asks once it is blocked (INTEREST, below)
+            for q in queues:
+                if not len(q.jobs) or q.paused & PAUSE_OUT:
+                    # "clients waiting" when nothing came from it, else "reached zero"
+                    self.shard.federation.needjobs(q, reached_zero=bool(jobs))
+        if jobs:
+            encoded = [encode_job(j, withcounters) for j in jobs]
+            ids = [j.id for j in jobs]
+            if proxy:
+                return encoded, ids
+            return b"*%d\r\n" % len(encoded) + b"".join(encoded), ids
+        if nohang:
+            return ([] if proxy else NULL_ARRAY), None
+        if self.shard.leaving:
+            return LEAVING_ERROR, None
+        deadline = self.shard.now_ms + timeout_ms if timeout_ms and not proxy else 0
+        b = Blocked(client, reqid, queues, withcounters, proxy, deadline)
+        if prefix is not None:
+            b.prefix = prefix
+            self.shard.prefix_waiters.append(b)
+        old = self.by_client.pop(client, None)
+        if old is not None:
+            self.unblock(old)
+        self.by_client[client] = b
+        for q in queues:
+            q.blocked.append(b)
+        if deadline:
+            self.seq += 1
+            heapq.heappush(self.deadlines, (deadline, self.seq, b))
+        if clustered:
+            for q in queues:
+                self.shard.federation.needjobs(q)
+        return ([] if proxy else None), None
+
+    def unblock(self, b):
+        b.done = True
+        if b.prefix is not None:
+            try:
+                self.shard.prefix_waiters.remove(b)
+            except ValueError:
+                pass
+        if self.by_client.get(b.client) is b:
+            del self.by_client[b.client]
+        for q in b.queues:
+            try:
+                q.blocked.remove(b)
+            except ValueError:
+                pass
+            if q.fed is not None:
+                self.shard.federation.waiters_left(q)
+
+    def unblock_client(self, client, reqid):
+        """The front-end gave up on this consumer's GETJOB `reqid`. The answer is always
+        the last message about that reqid: a null reply (local waiter) or the ack 0."""
+        b = self.by_client.get(client)
+        if b is not None and b.reqid == reqid:
+            self.unblock(b)
+            self.shard.out.append([reqid, 0 if b.proxy else NULL_ARRAY, None])
+        else:
+            self.shard.replication.cancel_replication(reqid)      # an ADDJOB waiting for its copies
+            self.shard.out.append([reqid, 0, None])
+
+    def serve_ready(self):
+        """Give queued jobs to blocked consumers, one job each, in blocking order."""
+        while self.shard.ready:
+            q = self.shard.ready.pop()
+            while q.blocked and len(q.jobs) and not q.paused & PAUSE_OUT:
+                b = q.blocked[0]
+                self.unblock(b)
+                job = self.shard.fetch(q)
+                item = encode_job(job, b.withcounters)
+                if b.proxy:
+                    self.shard.out.append([b.reqid, [item], [job.id]])
+                else:
+                    self.shard.out.append([b.reqid, b"*1\r\n" + item, [job.id]])
+                if not len(q.jobs) and q.fed is not None:
+                    self.shard.federation.needjobs(q, reached_zero=True)
+            if q.remote is not None and len(q.jobs) and not q.paused & PAUSE_OUT:
+                self.shard.federation.push_remote(q)
+
+    def expire(self, now):
+        """Consumers whose GETJOB TIMEOUT passed get a null reply."""
+        deadlines = self.deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, _, b = heapq.heappop(deadlines)
+            if not b.done:
+                self.unblock(b)
+                self.shard.out.append([b.reqid, NULL_ARRAY, None])
+        if len(deadlines) > 1024:
+            # consumers served before their timeout leave an entry behind: drop them in bulk
+            live = [e for e in deadlines if not e[2].done]
+            if len(live) * 2 < len(deadlines):
+                heapq.heapify(live)
+                self.deadlines = live
