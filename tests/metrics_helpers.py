@@ -7,7 +7,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import lease_port
+from support.ports import lease_port
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from conftest import lease_port, wait_until
+from support.ports import lease_port
+from support.waits import wait_until
 from disque.contracts import bus_messages as M
 from disque.bus.cluster import Cluster
 from disque.bus.nodes import ConfigFileError, NodesFile

@@ -14,7 +14,7 @@ import pytest
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
-from conftest import queues_on_distinct_workers
+from support.slots import queues_on_distinct_workers
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 encode = _c.encode_command
 JOB_ID_RE = _c.JOB_ID_RE

@@ -31,7 +31,7 @@ from pydisque.client import Client
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
-from conftest import queues_on_distinct_workers
+from support.slots import queues_on_distinct_workers
 Err = _c.Err
 JOB_ID_RE = _c.JOB_ID_RE
 SHOW_FIELDS = _c.SHOW_FIELDS

@@ -6,7 +6,9 @@ import threading
 import time
 
 import conftest as _c
-from conftest import NULL_ARRAY, RawConn, Status, show, wait_until
+from support.jobs import show
+from support.resp_client import NULL_ARRAY, RawConn, Status
+from support.waits import wait_until
 
 
 def test_partition_then_heal_requeues_no_acknowledged_job(start_cluster):

@@ -9,7 +9,10 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import NULL_ARRAY, RawConn, parse_info, show, wait_until
+from support.info import parse_info
+from support.jobs import show
+from support.resp_client import NULL_ARRAY, RawConn
+from support.waits import wait_until
 
 
 def consume(port, queue, n, timeout_s=30.0, ack=True):

@@ -13,7 +13,9 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import NULL_ARRAY, RawConn, parse_info, wait_until
+from support.info import parse_info
+from support.resp_client import NULL_ARRAY, RawConn
+from support.waits import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -6,7 +6,8 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import RawConn, Status, wait_until
+from support.resp_client import RawConn, Status
+from support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -4,7 +4,10 @@ jobs drain to the other nodes."""
 import threading
 
 import conftest as _c
-from conftest import NULL_ARRAY, Err, RawConn, parse_info, show, wait_until
+from support.info import parse_info
+from support.jobs import show
+from support.resp_client import NULL_ARRAY, Err, RawConn
+from support.waits import wait_until
 
 LEAVING = Err(b"LEAVING This node is leaving the cluster, please connect to a different one")
 

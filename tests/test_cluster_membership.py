@@ -3,7 +3,9 @@ clearing, identity across restarts, FORGET, RESET, MEET argument errors, LEAVING
 priorities, CLUSTER INFO / NODES (SPEC 4.1, 4.2, 10.5, 10.6)."""
 import time
 
-from conftest import NULL_ARRAY, Err, RawConn, Status, encode_command, parse_info, wait_until
+from support.info import parse_info
+from support.resp_client import NULL_ARRAY, Err, RawConn, Status, encode_command
+from support.waits import wait_until
 
 
 def hello_priorities(node):

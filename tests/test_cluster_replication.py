@@ -4,7 +4,9 @@ import time
 
 
 import conftest as _c
-from conftest import RawConn, show, wait_until
+from support.jobs import show
+from support.resp_client import RawConn
+from support.waits import wait_until
 
 
 def test_chain_of_meets_forms_a_full_mesh_and_hello_lists_every_node(start_cluster):

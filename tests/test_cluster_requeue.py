@@ -4,7 +4,9 @@ propagation, FASTACK (SPEC 3.4, 3.6, 3.7, 7.2-7.4)."""
 import time
 
 import conftest as _c
-from conftest import RawConn, show, wait_until
+from support.jobs import show
+from support.resp_client import RawConn
+from support.waits import wait_until
 
 
 def qlens(c, queue, nodes=None):

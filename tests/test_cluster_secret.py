@@ -8,7 +8,10 @@ import pytest
 import zmq
 
 import conftest as _c
-from conftest import RawConn, parse_info, show, wait_until
+from support.info import parse_info
+from support.jobs import show
+from support.resp_client import RawConn
+from support.waits import wait_until
 from disque.contracts import bus_messages as M
 from disque.bus.secret import derive_keypair
 

@@ -11,7 +11,9 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import RawConn, Status, show, wait_until
+from support.jobs import show
+from support.resp_client import RawConn, Status
+from support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -182,3 +182,44 @@ def test_blocked_consumer_times_out_on_the_moved_clock(node):
     assert not [o for o in shard.out if o[0] == 99]
     node.advance(20)
     assert [o for o in shard.out if o[0] == 99][0][1] == b"*-1\r\n"
+
+
+def test_nack_delay_holds_the_job_back_for_its_delay(node):
+    jid = node.addjob("RETRY", 60)
+    node.getjob()
+    assert node.cmd("NACK", jid, "DELAY", 5) == 1
+    assert node.qlen() == 0
+    waited = node.first_time_queued(6000)
+    assert 5000 - 10 <= waited <= 5000 + JITTER_HIGH + 10
+    assert node.show(jid)[b"nacks"] == 1
+
+
+OTHER = b"b" * 40
+
+
+def test_an_acked_job_is_collected_once_every_node_confirms(node):
+    """GC of an ACK in a cluster (SPEC 7.4): SETACK to every node that may hold a copy,
+    again after 2 s, 4 s ... while one is missing, and the job goes at the last GOTACK."""
+    from disque.contracts import bus_messages as M
+    shard = node.shard
+    shard.replication.set_cluster({"myid": NODE, "size": 2, "reachable": [OTHER],
+                                   "known": [OTHER], "leaving": False})
+    jid = node.addjob("RETRY", 5, "REPLICATE", 1)
+    assert node.cmd("DELJOB", jid) == 1
+    shard.bus_out = []
+    node.cmd("ACKJOB", jid)                 # unknown here now: a dummy ACK for the others
+    assert node.show(jid)[b"state"] == b"acked"
+
+    def setacks():
+        sent = [m for m in shard.bus_out if m[1] == M.SETACK and m[3][0] == jid]
+        shard.bus_out = []
+        return sent
+
+    first = setacks()
+    assert first and first[0][0] == (OTHER,)
+    node.advance(2000 + JITTER_LOW - 10)
+    assert not setacks()                    # the first retry waits 2 s (jitter aside)
+    node.advance(-JITTER_LOW + JITTER_HIGH + 20)
+    assert setacks()
+    shard.replication.on_bus([[OTHER, M.GOTACK, 0, [jid, 0]]])
+    assert node.show(jid) is None

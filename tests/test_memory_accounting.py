@@ -6,7 +6,10 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import RawConn, parse_info, show, wait_until
+from support.info import parse_info
+from support.jobs import show
+from support.resp_client import RawConn
+from support.waits import wait_until
 
 FRESH_NODE_MAX = 512 * 1024      # well under a 3 MB maxmemory
 

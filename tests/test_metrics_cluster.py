@@ -2,7 +2,9 @@
 workload did on it (copies, acks propagated), and /api/cluster lists the nodes."""
 import pytest
 
-from conftest import CLUSTER_NODE_TIMEOUT, parse_info, wait_until
+from support.cluster import CLUSTER_NODE_TIMEOUT
+from support.info import parse_info
+from support.waits import wait_until
 from metrics_helpers import get_json, metrics_node, scrape, total  # noqa: F401
 
 pytestmark = pytest.mark.cluster

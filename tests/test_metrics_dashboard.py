@@ -14,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from conftest import queues_on_distinct_workers, wait_until
+from support.slots import queues_on_distinct_workers
+from support.waits import wait_until
 from metrics_helpers import metrics_node  # noqa: F401
 
 pytestmark = pytest.mark.server

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from conftest import RawConn, queues_on_distinct_workers, wait_until
+from support.resp_client import RawConn
+from support.slots import queues_on_distinct_workers
+from support.waits import wait_until
 from metrics_helpers import by_worker, get_json, http_get, metrics_node, scrape, total  # noqa: F401
 
 pytestmark = pytest.mark.server
@@ -227,7 +229,7 @@ def test_slow_and_idle_http_clients_neither_block_nor_exhaust_the_node(metrics_n
 
 
 def test_busy_metrics_port_fails_fast_with_one_line(start_server):
-    from conftest import lease_port
+    from support.ports import lease_port
     lease = lease_port()
     blocker = socket.socket()
     try:

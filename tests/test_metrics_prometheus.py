@@ -10,7 +10,9 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO_ROOT, lease_port, wait_until
+from support.ports import lease_port
+from support.server import REPO_ROOT
+from support.waits import wait_until
 from metrics_helpers import metrics_node  # noqa: F401
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

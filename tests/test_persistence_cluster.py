@@ -3,7 +3,8 @@ persistence"): every node SIGKILLed at once, restarted, and every job is still d
 import time
 
 import conftest as _c
-from conftest import RawConn, wait_until
+from support.resp_client import RawConn
+from support.waits import wait_until
 
 Status, NULL_ARRAY = _c.Status, _c.NULL_ARRAY
 

@@ -11,7 +11,7 @@ import pytest
 
 import aof_helpers as H
 import conftest as _c
-from conftest import RawConn
+from support.resp_client import RawConn
 
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 LOADING = Err(b"LOADING Disque is loading the dataset in memory")

@@ -8,7 +8,8 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import RawConn, wait_until
+from support.resp_client import RawConn
+from support.waits import wait_until
 from disque.info_snapshot import MAX_AGE_S
 
 pytestmark = pytest.mark.server

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from conftest import wait_until  # noqa: E402
+from support.waits import wait_until  # noqa: E402
 from disque_spark import ingest  # noqa: E402
 from disque_spark.testing import spark_session  # noqa: E402,F401
 

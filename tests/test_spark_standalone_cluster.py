@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 import test_spark_pipeline as base  # noqa: E402  (the scripted log and its expected totals)
-from conftest import lease_port, wait_until  # noqa: E402
+from support.ports import lease_port  # noqa: E402
+from support.waits import wait_until  # noqa: E402
 
 from disque_spark.testing import NODE_A, NODE_B, pyspark_available, spark_session  # noqa: E402,F401
 

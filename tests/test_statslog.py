@@ -109,7 +109,7 @@ def test_info_workerstats_and_collector_match_a_scripted_workload(start_server, 
 
 def test_server_writes_the_stats_log_and_config_set_turns_it_on(start_server, tmp_path):
     import time as _time
-    from conftest import wait_until
+    from support.waits import wait_until
 
     path = tmp_path / "stats.jsonl"
     srv = start_server(workers=2)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import RawConn, encode_command
+from support.resp_client import RawConn, encode_command
 from disque.workers.shard import Shard
 
 MS = 1_000_000_000_000          # an arbitrary wall-clock origin for the in-process tests

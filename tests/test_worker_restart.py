@@ -12,7 +12,10 @@ import time
 import pytest
 
 import conftest as _c
-from conftest import RawConn, Status, parse_info, queues_on_distinct_workers, wait_until
+from support.info import parse_info
+from support.resp_client import RawConn, Status
+from support.slots import queues_on_distinct_workers
+from support.waits import wait_until
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
