@@ -1,4 +1,4 @@
-"""Unit tests for disque/config.py: directive parsing, command line, CONFIG GET/SET/REWRITE."""
+"""Unit tests for the disque/config/ package: directive parsing, command line, CONFIG GET/SET/REWRITE."""
 
 from __future__ import annotations
 
