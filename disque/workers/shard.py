@@ -553,7 +553,7 @@ class Shard(ShardCore):
         self.job_log.clear()
         self.queue_log.clear()
         self.data_bytes = 0
-        self.block_deadlines.clear()
+        self.consumers.deadlines.clear()
         self.ready.clear()
         self.interest_due.clear()
 
