@@ -1,0 +1,69 @@
+"""rename-command (SPEC 13) against real servers."""
+
+import shutil
+import subprocess
+
+import pytest
+
+import conftest as _c  # pytest registers tests/conftest.py under this name
+Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
+addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
+parse_info, info_sections = _c.parse_info, _c.info_sections
+
+REDIS_CLI = shutil.which("redis-cli")
+needs_cli = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installed")
+
+
+def arity_err(name):
+    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
+
+
+def cli(srv, *args, timeout=20, stdin=None, env=None):
+    """redis-cli against srv; returns the CompletedProcess (text)."""
+    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# ---------------------------------------------------------------------------
+# rename-command (SPEC 13)
+# ---------------------------------------------------------------------------
+
+
+def test_rename_command_disables_and_renames(start_server):
+    srv = start_server(workers=3, extra_args=("--rename-command", "DEBUG", "",
+                                              "--rename-command", "CONFIG", "s3cret-config",
+                                              "--rename-command", "QLEN", "ql"))
+    r = srv.raw()
+    assert r.call("DEBUG", "FLUSHALL") == b"-ERR unknown command 'DEBUG'\r\n"
+    assert r.call("CONFIG", "GET", "port") == b"-ERR unknown command 'CONFIG'\r\n"
+    assert r.execute("S3CRET-CONFIG", "GET", "port") == [b"port", str(srv.port).encode()]
+    # arity errors name the command by its real name, as upstream
+    assert r.call("s3cret-config") == arity_err("config")
+    # a renamed worker command still reaches its worker
+    for q in ("rq-a", "rq-b", "rq-c", "rq-d"):
+        addjob(r, q, b"x")
+        assert r.call("QL", q) == b":1\r\n"
+    assert r.call("QLEN", "rq-a") == b"-ERR unknown command 'QLEN'\r\n"
+    assert r.call("COMMAND", "COUNT") == b":32\r\n"          # DEBUG is gone (33 with ECHO)
+    assert r.execute("COMMAND", "INFO", "debug", "ql") == [
+        None, [b"qlen", 2, [b"readonly", b"fast"], 0, 0, 0]]
+    assert b"cmdstat_qlen:calls=4," in r.execute("INFO", "commandstats")
+
+
+@needs_cli
+def test_rename_command_through_redis_cli(start_server):
+    srv = start_server(extra_args=("--rename-command", "DEBUG", ""))
+    out = cli(srv, "DEBUG", "SLEEP", "0")
+    assert out.stdout.strip() == "ERR unknown command 'DEBUG'"
+    assert cli(srv, "PING").stdout == "PONG\n"
+
+
+def test_rename_command_errors_at_startup(start_server, tmp_path):
+    srv = start_server(extra_args=("--rename-command", "NOSUCHCMD", "x"), wait=False)
+    assert srv.wait_exit(20) == 1
+    assert "No such command in rename-command" in srv.log_text()
+    srv = start_server(extra_args=("--rename-command", "QLEN", "show"), wait=False)
+    assert srv.wait_exit(20) == 1
+    assert "Target command name already exists" in srv.log_text()
+
+
