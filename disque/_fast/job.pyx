@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""The job record and its ordering (SPEC 6.1 and 6.3)."""
+"""The job record, its ordering (SPEC 6.1 and 6.3) and its state transitions (docs/design.md,
+"The job state machine")."""
 cimport cython
 from libc.string cimport memcmp
 

@@ -1,2 +1,4 @@
-"""Cluster bus (ZeroMQ on port + 10000): gossip and job messages. Built by the cluster issue;
-a single node needs none of it, and ADDJOB with REPLICATE > 1 answers -NOREPL until then."""
+"""The cluster bus (ZeroMQ on port + 10000): membership, gossip and failure detection
+(`cluster`, `nodes`), the transport (`transport`), and who may connect (`guard`, `secret`).
+The front-end owns it (disque/frontend/cluster_relay.py); the message types are a contract
+of their own (disque/contracts/bus_messages.py)."""

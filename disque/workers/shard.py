@@ -1,4 +1,5 @@
-"""One worker's share of a node: its jobs, queues, timers and blocked consumers.
+"""One worker's share of a node: its jobs, queues and timers, the commands it executes, and
+its parts (docs/design.md, "Shard parts").
 
 The code follows SPEC sections 3 (commands), 6 (job model), 7 (scheduling) and 8
 (queues). Hot structures come from disque._fast; replies are produced here as RESP
