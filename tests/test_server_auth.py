@@ -1,49 +1,10 @@
 """Dispatch order (SPEC 1.3) and AUTH / requirepass (SPEC 4.5) against real servers."""
 
-import shutil
-import subprocess
-
-import pytest
-
+from support.admin import arity_err, cli, needs_cli, NOAUTH, OK, start_with_password, UNKNOWN_ID
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 parse_info, info_sections = _c.parse_info, _c.info_sections
-
-OK = b"+OK\r\n"
-NOAUTH = b"-NOAUTH Authentication required.\r\n"
-UNKNOWN_ID = "D-00000000-000000000000000000000000-0000"
-REDIS_CLI = shutil.which("redis-cli")
-needs_cli = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installed")
-
-
-def arity_err(name):
-    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
-
-
-def cli(srv, *args, timeout=20, stdin=None, env=None):
-    """redis-cli against srv; returns the CompletedProcess (text)."""
-    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def start_with_password(start_server, password, workers=1, extra=()):
-    """start_server() waits for +PONG, which a server with requirepass never gives: start
-    without waiting and wait for -NOAUTH instead."""
-    srv = start_server(workers=workers, extra_args=("--requirepass", password, *extra),
-                       wait=False)
-
-    def ready():
-        try:
-            with _c.RawConn(srv.port, timeout=2) as r:
-                return r.call("PING") == NOAUTH
-        except OSError:
-            return False
-
-    wait_until(ready, timeout=30, interval=0.05, message=srv.log_tail())
-    wait_until(lambda: len(srv.worker_pids()) >= workers, timeout=10)
-    srv.record_descendants()
-    return srv
 
 
 # ---------------------------------------------------------------------------

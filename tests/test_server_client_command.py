@@ -1,54 +1,14 @@
 """CLIENT (SPEC 4.5): LIST, KILL, SETNAME, PAUSE, REPLY, SETINFO against real servers."""
 
-import re
-import shutil
-import subprocess
 import time
 
 import pytest
 
+from support.admin import addr_of, arity_err, CLIENT_LINE, client_list, CLIENT_SYNTAX, NOT_INT, OK, SYNTAX
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 parse_info, info_sections = _c.parse_info, _c.info_sections
-
-OK = b"+OK\r\n"
-CLIENT_SYNTAX = (b"-ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
-                 b"SETNAME connection-name)\r\n")
-SYNTAX = b"-ERR syntax error\r\n"
-NOT_INT = b"-ERR value is not an integer or out of range\r\n"
-REDIS_CLI = shutil.which("redis-cli")
-
-CLIENT_LINE = re.compile(
-    r"id=(\d+) addr=(127\.0\.0\.1:\d+) fd=(\d+) name=(\S*) age=(\d+) idle=(\d+) "
-    r"flags=([ObcuAUN]+) qbuf=(\d+) qbuf-free=(\d+) obl=(\d+) oll=(\d+) omem=(\d+) "
-    r"events=(r|w|rw) cmd=(\S+)")
-
-
-def arity_err(name):
-    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
-
-
-def cli(srv, *args, timeout=20, stdin=None, env=None):
-    """redis-cli against srv; returns the CompletedProcess (text)."""
-    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def addr_of(conn):
-    host, port = conn.sock.getsockname()[:2]
-    return f"{host}:{port}"
-
-
-def client_list(conn):
-    text = conn.execute("CLIENT", "LIST").decode()
-    assert text.endswith("\n")
-    rows = []
-    for line in text.splitlines():
-        m = CLIENT_LINE.fullmatch(line)
-        assert m, line
-        rows.append(dict(kv.split("=", 1) for kv in line.split(" ")))
-    return rows
 
 
 # ---------------------------------------------------------------------------

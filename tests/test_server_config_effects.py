@@ -1,31 +1,16 @@
 """CONFIG SET side effects: maxclients, timeout, loglevel, output buffer limits."""
 
 import resource
-import shutil
 import socket
-import subprocess
 import time
 
 import pytest
 
+from support.admin import addr_of, OK
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 parse_info, info_sections = _c.parse_info, _c.info_sections
-
-OK = b"+OK\r\n"
-REDIS_CLI = shutil.which("redis-cli")
-
-
-def cli(srv, *args, timeout=20, stdin=None, env=None):
-    """redis-cli against srv; returns the CompletedProcess (text)."""
-    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def addr_of(conn):
-    host, port = conn.sock.getsockname()[:2]
-    return f"{host}:{port}"
 
 
 # ---------------------------------------------------------------------------

@@ -2,33 +2,16 @@
 
 import os
 import re
-import shutil
 import signal
-import subprocess
 import time
 
 import pytest
 
+from support.admin import cli, CLIENT_LINE, needs_cli, OK, REDIS_CLI, SYNTAX
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 parse_info, info_sections = _c.parse_info, _c.info_sections
-
-OK = b"+OK\r\n"
-SYNTAX = b"-ERR syntax error\r\n"
-REDIS_CLI = shutil.which("redis-cli")
-needs_cli = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installed")
-
-CLIENT_LINE = re.compile(
-    r"id=(\d+) addr=(127\.0\.0\.1:\d+) fd=(\d+) name=(\S*) age=(\d+) idle=(\d+) "
-    r"flags=([ObcuAUN]+) qbuf=(\d+) qbuf-free=(\d+) obl=(\d+) oll=(\d+) omem=(\d+) "
-    r"events=(r|w|rw) cmd=(\S+)")
-
-
-def cli(srv, *args, timeout=20, stdin=None, env=None):
-    """redis-cli against srv; returns the CompletedProcess (text)."""
-    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 # ---------------------------------------------------------------------------

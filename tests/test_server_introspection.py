@@ -1,28 +1,13 @@
 """TIME, COMMAND, LATENCY and DEBUG against real servers."""
 
 import re
-import shutil
-import subprocess
 import time
 
+from support.admin import arity_err, OK, SYNTAX
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 parse_info, info_sections = _c.parse_info, _c.info_sections
-
-OK = b"+OK\r\n"
-SYNTAX = b"-ERR syntax error\r\n"
-REDIS_CLI = shutil.which("redis-cli")
-
-
-def arity_err(name):
-    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
-
-
-def cli(srv, *args, timeout=20, stdin=None, env=None):
-    """redis-cli against srv; returns the CompletedProcess (text)."""
-    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 # ---------------------------------------------------------------------------

@@ -4,18 +4,12 @@ import time
 
 import pytest
 
+from support.admin import qstat
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
 
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
-
-
-def qstat(r, q):
-    reply = r.execute("QSTAT", q)
-    if reply is NULL_ARRAY:
-        return None
-    return dict(zip(reply[0::2], reply[1::2]))
 
 
 # ---------------------------------------------------------------------------

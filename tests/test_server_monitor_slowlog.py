@@ -1,37 +1,15 @@
 """MONITOR (SPEC 1.4) and SLOWLOG against real servers."""
 
 import re
-import shutil
 import subprocess
 import time
 
-import pytest
 
+from support.admin import addr_of, arity_err, cli, needs_cli, NOT_INT, OK, REDIS_CLI, UNKNOWN_ID
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 parse_info, info_sections = _c.parse_info, _c.info_sections
-
-OK = b"+OK\r\n"
-NOT_INT = b"-ERR value is not an integer or out of range\r\n"
-UNKNOWN_ID = "D-00000000-000000000000000000000000-0000"
-REDIS_CLI = shutil.which("redis-cli")
-needs_cli = pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installed")
-
-
-def arity_err(name):
-    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
-
-
-def cli(srv, *args, timeout=20, stdin=None, env=None):
-    """redis-cli against srv; returns the CompletedProcess (text)."""
-    return subprocess.run([REDIS_CLI, "-p", str(srv.port), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def addr_of(conn):
-    host, port = conn.sock.getsockname()[:2]
-    return f"{host}:{port}"
 
 
 # ---------------------------------------------------------------------------

@@ -2,19 +2,12 @@
 
 import time
 
+from support.admin import qstat, SYNTAX
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
 
-SYNTAX = b"-ERR syntax error\r\n"
 PAUSED = b"-PAUSED Queue paused in input, try later\r\n"
-
-
-def qstat(r, q):
-    reply = r.execute("QSTAT", q)
-    if reply is NULL_ARRAY:
-        return None
-    return dict(zip(reply[0::2], reply[1::2]))
 
 
 # ---------------------------------------------------------------------------

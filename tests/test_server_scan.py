@@ -6,20 +6,12 @@ import time
 
 import pytest
 
+from support.admin import NOT_INT, qstat, SYNTAX
 import conftest as _c  # pytest registers tests/conftest.py under this name
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
 
-SYNTAX = b"-ERR syntax error\r\n"
-NOT_INT = b"-ERR value is not an integer or out of range\r\n"
 BAD_CURSOR = b"-ERR invalid cursor or option name\r\n"
-
-
-def qstat(r, q):
-    reply = r.execute("QSTAT", q)
-    if reply is NULL_ARRAY:
-        return None
-    return dict(zip(reply[0::2], reply[1::2]))
 
 
 def scan_all(r, *args, count=None, max_calls=100000):
