@@ -8,6 +8,7 @@ and worker side) are one concern kept in one file.
 """
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -104,3 +105,23 @@ def test_the_cython_cores_read_bus_numbers_from_the_contract():
     for pyx in ("shardcore.pyx", "frontcore.pyx"):
         text = (PACKAGE / "_fast" / pyx).read_text()
         assert "disque.bus.messages" not in text and "from disque.bus import" not in text, pyx
+
+
+def test_the_cython_cores_take_contract_numbers_from_the_contracts():
+    """A number of the link or the bus written again by hand in a .pyx could drift from its
+    contract: every such constant must be read from disque/contracts/ at import."""
+    from disque.contracts import bus_messages, worker_link
+    contract_names = {n for n, v in vars(worker_link).items() if n.isupper() and type(v) is int}
+    contract_names |= {n for n, v in vars(bus_messages).items() if n.isupper() and type(v) is int}
+    assignment = re.compile(r"^\s*(?:DEF|cdef\s+\w+)\s+(\w+)\s*=\s*(.+)$", re.M)
+    hand_written = []
+    for pyx in sorted((PACKAGE / "_fast").glob("*.pyx")):
+        for name, value in assignment.findall(pyx.read_text()):
+            bare = name[4:] if name.startswith(("BUS_", "REQ_")) else name
+            if (name in contract_names or bare in contract_names) \
+                    and not re.match(r"_(link|bus)\.\w+", value.strip()):
+                hand_written.append(f"{pyx.name}: {name} = {value.strip()}")
+    assert not hand_written, "\n".join(hand_written)
+    for pyx in ("frontcore.pyx", "shardcore.pyx"):
+        text = (PACKAGE / "_fast" / pyx).read_text()
+        assert not re.search(r"rep\[0\] == -\d", text), pyx

@@ -24,6 +24,8 @@ import time
 
 import msgpack
 
+from disque.contracts import worker_link as _link
+
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libc.string cimport memchr
 
@@ -55,7 +57,10 @@ COMMAND_FLAGS = {"admin": F_ADMIN, "noauth": F_NOAUTH, "hello": F_HELLO,
                  "nomonitor": F_NOMONITOR, "denyoom": F_DENYOOM, "write": F_WRITE,
                  "loading": F_LOADING}
 
-cdef int REQ_CMD = 0
+# link message kinds and reserved reply ids: disque/contracts/worker_link.py is their one home
+cdef int REQ_CMD = _link.CMD
+cdef long BUS_REQID = _link.BUS_REQID
+cdef long QUEUE_ELSEWHERE = _link.QUEUE_ELSEWHERE
 from disque import replies as _replies
 cdef bytes BADID = _replies.BADID
 cdef bytes OK = _replies.OK
@@ -539,9 +544,9 @@ cdef class Core:
         for rep in reps:
             p = pending.pop(rep[0], None)
             if p is None:
-                if rep[0] == -1:            # the worker's cluster bus messages
+                if rep[0] == BUS_REQID:             # the worker's cluster bus messages
                     self.bus_from_worker(rep[1])
-                elif rep[0] == -2:          # a queue held off its slot (job features)
+                elif rep[0] == QUEUE_ELSEWHERE:     # a queue held off its slot (job features)
                     self.queue_elsewhere(rep[1], rep[2])
                 continue
             if type(p) is Slot:

@@ -20,14 +20,15 @@ from disque._fast.jobid import IdMaker
 DEF PAUSE_IN = 1
 DEF PAUSE_OUT = 2
 from disque.contracts import bus_messages as _bus
+from disque.contracts import worker_link as _link
 # bus message type and flags: disque/contracts/bus_messages.py is their one home (C ints, read at import)
 cdef int BUS_QUEUED = _bus.QUEUED
+cdef long QUEUE_ELSEWHERE = _link.QUEUE_ELSEWHERE   # the link contract (disque/contracts/worker_link.py)
 cdef int BUS_INCR_NACKS = _bus.INCR_NACKS
 cdef int BUS_INCR_DELIV = _bus.INCR_DELIV
 cdef int BUS_DEADLETTERED = _bus.DEADLETTERED
 # worker -> front-end entry: a queue now lives on a worker that is not its slot's
 # (a dead-letter queue holding jobs of other slots), so GETJOB must look there too
-DEF QUEUE_ELSEWHERE = -2
 
 from disque import replies as _replies
 cdef bytes SYNTAX_ERROR = _replies.SYNTAX_ERROR

@@ -36,6 +36,8 @@ RETURN = 3
 CONTROL = 4
 BUS = 5
 BUS_REQID = -1     # worker -> front-end entry [BUS_REQID, [(dests, type, flags, payload)...]]
+QUEUE_ELSEWHERE = -2   # worker -> front-end entry [QUEUE_ELSEWHERE, queue, worker]: the worker
+                       # holds a queue off its slot (dead letters; disque/frontend/routing.py)
 
 READY = b"READY"   # first message of a worker: it is connected and loaded
 
