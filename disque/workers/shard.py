@@ -95,7 +95,9 @@ class Shard(ShardCore):
     # ---- requests from the front-end ----------------------------------------------
 
     def execute(self, reqid, argv):
-        """A whole command routed to this worker; returns its RESP reply."""
+        """A whole command routed to this worker; returns its RESP reply. The handlers are
+        the `worker` names of disque/commands.py, whose `front` names give each command's
+        front-end half (the core's route, or Routing.route_ids for multi-ID commands)."""
         name = argv[0].lower()
         handler = self.handlers.get(name)
         if handler is None:
@@ -197,7 +199,8 @@ class Shard(ShardCore):
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------
 
     def getjob(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy, queue_names):
-        """Serve or block a consumer. Local mode returns the full reply (or None when it
+        """GETJOB's worker half (the front half: disque/frontend/getjob.py, Getjobs.getjob).
+        Serve or block a consumer. Local mode returns the full reply (or None when it
         blocked); proxy mode returns a list of encoded jobs (empty: blocked/none)."""
         t0 = perf_counter_ns()
         try:
