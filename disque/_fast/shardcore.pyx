@@ -35,6 +35,16 @@ cdef bytes SYNTAX_ERROR = _replies.SYNTAX_ERROR
 cdef bytes DELAY_NEGATIVE = _replies.DELAY_NEGATIVE
 cdef bytes TIMEOUT_NOT_INTEGER = _replies.TIMEOUT_NOT_INTEGER
 cdef bytes TIMEOUT_NEGATIVE = _replies.TIMEOUT_NEGATIVE
+DEF UINT32_MAX = 4294967295
+DEF LLONG_MAX = 9223372036854775807
+
+
+cdef inline long long option_value(object arg, long long lo, long long hi):
+    """A numeric ADDJOB option in [lo, hi] (lo >= 0), or -1 when it is not one."""
+    cdef object v = parse_int(arg)
+    if v is None or v < lo or v > hi:
+        return -1
+    return v
 
 # Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
 # fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
@@ -351,48 +361,41 @@ cdef class ShardCore:
             opt = (<bytes>argv[i]).lower()
             has_value = i + 1 < argc
             if opt == b"replicate" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v <= 0 or v > 65535:
+                replicate = option_value(argv[i + 1], 1, 65535)
+                if replicate < 0:
                     return b"-ERR REPLICATE must be between 1 and 65535\r\n"
-                replicate = v
                 i += 1
             elif opt == b"delay" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v < 0 or v > 4294967295:
+                delay = option_value(argv[i + 1], 0, UINT32_MAX)
+                if delay < 0:
                     return DELAY_NEGATIVE
-                delay = v
                 i += 1
             elif opt == b"retry" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v < 0 or v > 4294967295:
+                retry = option_value(argv[i + 1], 0, UINT32_MAX)
+                if retry < 0:
                     return b"-ERR RETRY time must be a non negative number\r\n"
-                retry = v
                 i += 1
             elif opt == b"ttl" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v <= 0 or v > 4294967295:
+                ttl = option_value(argv[i + 1], 1, UINT32_MAX)
+                if ttl < 0:
                     return b"-ERR TTL must be a number > 0\r\n"
-                ttl = v
                 i += 1
             elif opt == b"maxlen" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v <= 0:
+                maxlen = option_value(argv[i + 1], 1, LLONG_MAX)
+                if maxlen < 0:
                     return b"-ERR MAXLEN must be a positive number\r\n"
-                maxlen = v
                 i += 1
             elif opt == b"async":
                 is_async = True
             elif opt == b"backoff" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v <= 0 or v > 4294967295:
+                backoff = option_value(argv[i + 1], 1, UINT32_MAX)
+                if backoff < 0:
                     return b"-ERR BACKOFF time must be a number > 0\r\n"
-                backoff = v
                 i += 1
             elif opt == b"maxdeliveries" and has_value:
-                v = parse_int(argv[i + 1])
-                if v is None or v <= 0 or v > 65535:
+                maxdeliveries = option_value(argv[i + 1], 1, 65535)
+                if maxdeliveries < 0:
                     return b"-ERR MAXDELIVERIES must be between 1 and 65535\r\n"
-                maxdeliveries = v
                 i += 1
             elif opt == b"deadletter" and has_value:
                 deadletter = argv[i + 1]
