@@ -20,7 +20,7 @@ from support.ports import _PortLease, lease_port
 from support.resp_client import RawConn
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]   # tests/support/server.py -> the repository
 
 
 START_TIMEOUT = 30.0
