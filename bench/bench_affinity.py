@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The loads of the hop-free node (issue 12; docs/benchmarks.md, "Where a job's CPU goes"):
+ours with --workers 1 and 2 against the original C Disque, in the same run.
+
+Loads, each on a fresh server:
+  plain    redis-benchmark ADDJOB, 50 connections, unpipelined
+  pipe16   the same with -P 16
+  cycle    redis-py: 100 ADDJOB one by one, GETJOB COUNT 100, ACKJOB of the 100
+  cyclep   the same with the 100 ADDJOBs pipelined
+  addp16   redis-py: ADDJOB pipelined 16 at a time
+  spread   redis-benchmark ADDJOB, 50 connections, unpipelined, over 1,000 queues
+For each: throughput, p50/p99 where the client measures them, and the server's CPU
+microseconds per job for every process (front-end and each worker; the original is one).
+
+From the spread load's per-process CPU per job it projects the throughput at 4, 8 and 16
+cores: limited by the total CPU per job (cores / total) and by the busiest single process
+(1 / its share; the front-end stays one process, the workers' share divides among them),
+next to the original's single-core ceiling (1 / its CPU per job).
+
+    python bench/bench_affinity.py --disque-binary <original>/src/disque-server
+    python bench/bench_affinity.py --quick --disque-binary ...      # a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_single_node as B  # noqa: E402  (the servers, redis-benchmark and the cycle)
+
+LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "spread")
+SPREAD_QUEUES = 1000
+PROJECT_CORES = (4, 8, 16)
+
+
+def run_cycle_pipelined(args, srv) -> dict:
+    """The cycle with its ADDJOBs sent as one pipeline per round."""
+    body = B.make_body(args.body_size)
+    srv.flush()
+    c = srv.client()
+    jobs = args.rounds * args.batch
+    try:
+        cpu0 = srv.cpu_snapshot()
+        t0 = time.perf_counter()
+        for _ in range(args.rounds):
+            p = c.pipeline(transaction=False)
+            for _ in range(args.batch):
+                p.execute_command("ADDJOB", "q", body, 0)
+            p.execute()
+            got = c.execute_command("GETJOB", "COUNT", args.batch, "FROM", "q")
+            c.execute_command("ACKJOB", *[j[1] for j in got])
+        elapsed = time.perf_counter() - t0
+        cpu1 = srv.cpu_snapshot()
+    finally:
+        c.close()
+    return per_job(srv, cpu0, cpu1, jobs, elapsed)
+
+
+def run_addjob_pipelined(args, srv, depth=16) -> dict:
+    """redis-py ADDJOB, `depth` commands per pipeline."""
+    body = B.make_body(args.body_size)
+    srv.flush()
+    c = srv.client()
+    batches = max(1, args.n_plain // depth // 4)
+    jobs = batches * depth
+    try:
+        cpu0 = srv.cpu_snapshot()
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            p = c.pipeline(transaction=False)
+            for _ in range(depth):
+                p.execute_command("ADDJOB", "q", body, 0)
+            p.execute()
+        elapsed = time.perf_counter() - t0
+        cpu1 = srv.cpu_snapshot()
+    finally:
+        c.close()
+    srv.flush()
+    return per_job(srv, cpu0, cpu1, jobs, elapsed)
+
+
+def per_job(srv, cpu0, cpu1, jobs, elapsed) -> dict:
+    cpu_s, _ = B.Server.cpu_delta(cpu0, cpu1)
+    return {"jobs": jobs, "jobs_per_s": jobs / elapsed, "cpu_us_per_job": cpu_s / jobs * 1e6,
+            "cpu_us_per_job_by_role": {k: round(v / jobs * 1e6, 3)
+                                       for k, v in srv.cpu_by_role(cpu0, cpu1).items()}}
+
+
+def from_benchmark(r: dict) -> dict:
+    return {"jobs": r["n"], "jobs_per_s": r["rps"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
+            "cpu_us_per_job": r["cpu_us_per_job"],
+            "cpu_us_per_job_by_role": r["cpu_us_per_job_by_role"]}
+
+
+def run_load(args, srv, load: str) -> dict:
+    if load == "plain":
+        return from_benchmark(B.run_redis_benchmark(args, srv, args.n_plain, 1))
+    if load == "pipe16":
+        return from_benchmark(B.run_redis_benchmark(args, srv, args.n_pipe, 16))
+    if load == "spread":
+        return from_benchmark(B.run_redis_benchmark(args, srv, args.n_plain, 1, SPREAD_QUEUES))
+    if load == "cycle":
+        r = B.run_cycle(args, srv)
+        return {"jobs": r["jobs"], "jobs_per_s": r["jobs_per_s"], "p50_ms": r["add_p50_ms"],
+                "p99_ms": r["add_p99_ms"], "cpu_us_per_job": r["cpu_us_per_job"],
+                "cpu_us_per_job_by_role": r["cpu_us_per_job_by_role"]}
+    if load == "cyclep":
+        return run_cycle_pipelined(args, srv)
+    return run_addjob_pipelined(args, srv)
+
+
+def bench(args, kind: str, label: str, workers: int) -> dict:
+    out = {}
+    for load in args.loads:
+        srv = B.new_server(args, kind, label, workers)
+        try:
+            srv.start(args.start_timeout)
+            B.log(f"{label}: {load}")
+            out[load] = run_load(args, srv, load)
+            r = out[load]
+            B.log(f"{label}:     -> {r['jobs_per_s']:,.0f} jobs/s, {r['cpu_us_per_job']:.2f} us CPU/job "
+                  f"({', '.join(f'{k} {v:.2f}' for k, v in sorted(r['cpu_us_per_job_by_role'].items()))})")
+        finally:
+            srv.stop()
+    return out
+
+
+def projection(ours: dict, original: dict | None) -> list[str]:
+    """Throughput at more cores from the spread load's CPU per job, per process."""
+    lines = []
+    for label, res in ours.items():
+        roles = (res.get("spread") or {}).get("cpu_us_per_job_by_role")
+        if not roles:
+            continue
+        total = sum(roles.values())
+        front = roles.get("front-end", 0.0)
+        workers = total - front
+        cells = []
+        for cores in PROJECT_CORES:
+            # one front-end, the other cores' workers share the rest of a job's CPU
+            nworkers = max(1, cores - 1)
+            limits = [cores / total * 1e6]
+            if front:
+                limits.append(1e6 / front)
+            if workers:
+                limits.append(nworkers / workers * 1e6)
+            cells.append(f"{cores} cores {min(limits):,.0f}/s")
+        lines.append(f"  {label}: total {total:.2f} us/job (front-end {front:.2f}): " + ", ".join(cells))
+    if original and original.get("spread"):
+        c = original["spread"]["cpu_us_per_job"]
+        lines.append(f"  original: {c:.2f} us/job, single-core ceiling {1e6 / c:,.0f}/s at any core count")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--disque-binary", default=os.environ.get("DISQUE_C_BINARY"))
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--loads", default=",".join(LOADS))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", metavar="PATH")
+    mine = ap.parse_args(argv)
+    args = B.parse_args(["--quick"] if mine.quick else [])
+    args.disque_binary = mine.disque_binary
+    args.loads = [x for x in mine.loads.split(",") if x]
+    args.logdir = tempfile.mkdtemp(prefix="disque-bench-affinity-")
+    results = {}
+    try:
+        if args.disque_binary:
+            results["original"] = bench(args, "cdisque", "C-disque", 1)
+        for w in [int(x) for x in mine.workers.split(",")]:
+            results[f"ours_w{w}"] = bench(args, "disque", f"ours(w={w})", w)
+    finally:
+        B.cleanup_all()
+    original = results.get("original")
+    print("\nload     | " + " | ".join(f"{k:>28}" for k in results))
+    for load in args.loads:
+        row = []
+        for k, res in results.items():
+            r = res.get(load)
+            if not r:
+                row.append(f"{'-':>28}")
+                continue
+            ratio = ""
+            if original and k != "original" and original.get(load):
+                ratio = f" {r['jobs_per_s'] / original[load]['jobs_per_s']:.2f}x"
+            row.append(f"{r['jobs_per_s']:>9,.0f}/s{ratio:>6} {r['cpu_us_per_job']:>7.2f}us")
+        print(f"{load:<8} | " + " | ".join(row))
+    print("\nserver CPU us/job by process:")
+    for k, res in results.items():
+        for load, r in res.items():
+            print(f"  {k:<9} {load:<7} " + ", ".join(
+                f"{role} {v:.2f}" for role, v in sorted(r["cpu_us_per_job_by_role"].items())))
+    print("\nprojection from the spread load (1,000 queues, 50 connections):")
+    for line in projection({k: v for k, v in results.items() if k != "original"}, original):
+        print(line)
+    if mine.json:
+        with open(mine.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
