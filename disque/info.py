@@ -43,7 +43,7 @@ def _server(fe, workers):
         ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", getattr(cfg, "hz", 10)),
         ("executable", fe.executable), ("config_file", getattr(cfg, "config_file", None) or ""),
         ("workers", fe.nworkers),
-    ] + (fe.restarts.info_fields() if fe.restarts is not None else [])
+    ] + fe.handover.info_fields() + (fe.restarts.info_fields() if fe.restarts is not None else [])
 
 
 CLIENTS_FIELDS = ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
@@ -116,8 +116,10 @@ STATS_FIELDS = ("total_connections_received", "total_commands_processed",
 
 def _stats_values(fe, workers):
     st = fe.connections.counters
-    return (st["total_connections_received"], fe.commands_processed,
-            int(fe.stats.instantaneous("ops")), fe.net_input_bytes, fe.net_output_bytes,
+    served = fe.handover
+    return (st["total_connections_received"], fe.commands_processed + served.total("commands"),
+            int(fe.stats.instantaneous("ops")), fe.net_input_bytes + served.total("net_in"),
+            fe.net_output_bytes + served.total("net_out"),
             "%.2f" % (fe.stats.instantaneous("in") / 1024), "%.2f" % (fe.stats.instantaneous("out") / 1024),
             st["rejected_connections"], 0)
 
@@ -153,8 +155,10 @@ def _workers(fe, workers):
 def _commandstats(fe, workers):
     usec = fe.stats.command_usec(workers)
     stats = []
-    for name, calls in sorted(fe.calls.items()):
-        name = name.decode()
+    calls = {name.decode(): n for name, n in fe.calls.items()}
+    for name, n in fe.handover.calls().items():      # served by workers themselves
+        calls[name] = calls.get(name, 0) + n
+    for name, calls in sorted(calls.items()):
         total = usec.get(name, 0)
         stats.append(("cmdstat_" + name, "calls=%d,usec=%d,usec_per_call=%.2f" % (calls, total, total / calls)))
     return stats

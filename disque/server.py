@@ -238,6 +238,7 @@ class Node:
             fe.restarts = self.restarts
             self.links.on_ready = self.restarts.ready
             self.links.start(loop, fe.deliver, fe.flush_replies, self.worker_lost)
+            fe.handover.start()         # connection-affinity (disque/frontend/handover.py)
             # the AOF load (disque/frontend/persistence_phases.py): the sockets already listen, so clients
             # that connect now wait in the backlog and are served once the load is done;
             # a load longer than LOADING_HOLD_S serves them earlier, with -LOADING
@@ -310,6 +311,8 @@ class Node:
         if not self.stopping:
             self.stopping = True
             self.exit_code = code
+            if self.fe is not None:
+                self.fe.handover.stop()
             asyncio.get_event_loop().stop()
 
     def worker_lost(self, w):

@@ -80,6 +80,7 @@ class WorkerRestarts:
         self.count += 1
         self.restarting.setdefault(w, now)     # a new process that died too: same outage
         node.links.hold(w)
+        node.fe.handover.worker_lost(w)     # the connections it served died with it
         self.fail_in_flight(w)
         node.spawn_worker(w)
 
@@ -111,6 +112,8 @@ class WorkerRestarts:
         state = fe.relay.state
         if state:
             self.control(w, "cluster", state, lambda value: None)
+        if fe.affinity:
+            self.control(w, "served_config", fe.handover.worker_config(), lambda value: None)
         if fe.persistence.aof_enabled and fe.cfg.appendonly:
             self.load_aof(w)
         else:

@@ -30,6 +30,11 @@ cdef class Client:
     cdef public bint mute             # replies of the command being executed are dropped
     cdef public int reply_mode        # CLIENT REPLY: 0 on, 1 off, 2 skip the next command
     cdef public object lib_name, lib_ver
+    # connection-affinity (disque/frontend/affinity.py): the worker of the last commands,
+    # how many in a row went there, how many it takes to hand the connection over, and
+    # the worker serving it now (-1: this process)
+    cdef public int affine, affine_run, affine_need, handed
+    cdef public int detached          # aborted transports whose connection_lost is still due
     cpdef reply(self, bytes data)
     cpdef Slot slot(self)
     cpdef flush(self)
@@ -70,6 +75,7 @@ cdef class Core:
     cdef public bint obuf_limited     # client-output-buffer-limit has a non-zero limit
     cdef public double now            # wall clock, refreshed by the cron
     cdef public bint clustered        # other nodes known: ADDJOB may wait for copies
+    cdef public bint affinity         # connection-affinity yes over the unix link
     cdef object packb
     cdef object unpackb
     # Hooks: what the core calls on the Python parts, bound once by the composition root
@@ -77,6 +83,7 @@ cdef class Core:
     # attribute lookup per call, and a hook the root forgot to bind is None (tested).
     cdef public object client_connected     # (client) a connection was accepted
     cdef public object client_gone          # (client) a connection was lost
+    cdef public object client_returned      # (client) a worker gave a connection back
     cdef public object client_overflow      # (client) its query buffer passed 1 GiB
     cdef public object check_output_buffer  # (client) after a write, while `obuf_limited`
     cdef public object command_gate         # (client, cmd, argv) -> bool, while `gate` is set
@@ -92,6 +99,8 @@ cdef class Core:
     cdef public object queue_elsewhere      # (queue, worker) a worker's QUEUE_ELSEWHERE entry
     cdef public object all_workers_command  # (client, name, argv) route `all`
     cdef public object bus_from_worker      # (entries) a worker's cluster bus messages
+    cdef public object hand_over            # (client, worker) while `affinity`
+    cdef public object worker_report        # (entry) other reserved-reqid entries of a worker
     cpdef long long new_reqid(self, int w)
     cpdef send(self, int w, list req)
     cpdef forward(self, Client client, int w, list argv)

@@ -204,14 +204,25 @@ cdef class Client:
         self.reply_mode = 0
         self.lib_name = None
         self.lib_ver = None
+        self.affine = -1
+        self.affine_run = 0
+        self.affine_need = 1
+        self.handed = -1
+        self.detached = 0
 
     # ---- asyncio protocol ----------------------------------------------------------
 
     def connection_made(self, transport):
         self.transport = transport
-        self.fe.client_connected(self)
+        if self.id:
+            self.fe.client_returned(self)   # back from the worker that served it
+        else:
+            self.fe.client_connected(self)
 
     def connection_lost(self, exc):
+        if self.detached:
+            self.detached -= 1      # the transport given up when a worker took the socket
+            return
         self.closed = True
         self.fe.client_gone(self)
 
@@ -329,6 +340,10 @@ cdef class Client:
             self.write(<bytes>out[0] if len(out) == 1 else b"".join(out))
         if self.closing and not slots and not self.closed:
             self.transport.close()
+        elif (self.affine >= 0 and self.affine_run >= self.affine_need and not slots
+                and self.fe.affinity and self.waiting is None and not self.backlog
+                and not self.closing and not self.reply_mode and not self.monitor):
+            self.fe.hand_over(self, self.affine)
 
     cpdef write(self, bytes data):
         cdef Core fe = self.fe
@@ -373,6 +388,7 @@ cdef class Core:
         self.deliver_t = 0
         self.obuf_limited = False
         self.clustered = False
+        self.affinity = False
         self.queues_spread = False
         self.now = time.time()
         self.packb = msgpack.Packer().pack
@@ -431,6 +447,11 @@ cdef class Core:
         self.links.poll_now()
 
     cpdef forward(self, Client client, int w, list argv):
+        if client.affine == w:
+            client.affine_run += 1
+        else:
+            client.affine = w
+            client.affine_run = 1
         self.next_reqid += 1
         cdef long long reqid = self.next_reqid * self.nworkers + w
         cdef Slot s = client.slot()
@@ -528,6 +549,8 @@ cdef class Core:
         elif route == ROUTE_ALL:
             self.all_workers_command(client, name, argv)
         else:
+            if name != b"ping":
+                client.affine = -1      # a node command: not a connection of one worker
             self.local_command(client, name, argv)
 
     cpdef int worker_of_id(self, bytes jid):
@@ -548,6 +571,8 @@ cdef class Core:
                     self.bus_from_worker(rep[1])
                 elif rep[0] == QUEUE_ELSEWHERE:     # a queue held off its slot (job features)
                     self.queue_elsewhere(rep[1], rep[2])
+                else:                               # served connections' figures
+                    self.worker_report(rep)
                 continue
             if type(p) is Slot:
                 fill_slot(<Slot>p, <bytes>rep[1])

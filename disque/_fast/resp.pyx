@@ -170,6 +170,25 @@ cdef class RequestParser:
         """Bytes received but not yet consumed (client_biggest_input_buf)."""
         return PyByteArray_GET_SIZE(self.buf) - self.pos
 
+    def take_unparsed(self):
+        """The input not yet returned as commands, as the bytes a client would send (a
+        multibulk parsed in part is re-encoded), and an empty parser: the connection is
+        moving to another process (disque/contracts/connection_handover.py)."""
+        parts = []
+        if self.args is not None:
+            parts.append(b"*%d\r\n" % (len(self.args) + self.mb_left))
+            for a in self.args:
+                parts.append(b"$%d\r\n%b\r\n" % (len(a), a))
+            if self.bulk_len >= 0:
+                parts.append(b"$%d\r\n" % self.bulk_len)
+        parts.append(bytes(self.buf[self.pos:]))
+        self.buf = bytearray()
+        self.pos = 0
+        self.mb_left = 0
+        self.bulk_len = -1
+        self.args = None
+        return b"".join(parts)
+
     def commands(self):
         """Return every complete command in the buffer as a list of argument lists.
 

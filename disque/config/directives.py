@@ -93,6 +93,8 @@ _TABLE: list[Directive] = [
     Directive("workers", Integer("Invalid number of workers (must be 1 or greater)", 1),
               _default_workers, **_GR),
     Directive("worker-link", Enum("argument must be 'unix' or 'zmq'", ("unix", "zmq")), "unix", **_GR),
+    # workers serve the connections of their queues themselves (docs/design.md)
+    Directive("connection-affinity", Bool(), True, **_GSR),
     Directive("stats-log-file", String(), "", **_GSR),
     Directive("stats-log-interval", Integer("Invalid stats-log-interval (must be 1 or greater)", 1),
               10, **_GSR),

@@ -117,6 +117,12 @@ class Connections:
         self.obuf_soft_clients.discard(c)
         if c.closed:
             return
+        if c.handed >= 0:
+            self.fe.handover.kill(c)     # a worker serves it (disque/frontend/handover.py)
+            return
+        if c.transport is None:          # on its way back from a worker: closed on arrival
+            c.closing = c.closed = True
+            return
         c.closing = True
         c.closed = True          # replies still arriving are dropped; late jobs go back
         t = c.transport
@@ -138,7 +144,8 @@ class Connections:
             now = self.fe.now
             for c in list(self.fe.clients.values()):
                 # blocked clients and monitors never time out (SPEC 1.1)
-                if (c.waiting is None and not c.monitor and not c.closing
+                # a connection a worker serves is timed out by that worker
+                if (c.waiting is None and not c.monitor and not c.closing and c.handed < 0
                         and now - c.last_interaction > timeout):
                     log.log(15, "Closing idle client %s", c.addr)
                     self.drop(c)
@@ -148,7 +155,7 @@ class Connections:
         the hard limit, or over the soft limit for more than <secs> seconds, the client is
         closed). The buffer is what the event loop holds because the client reads slower
         than we write: `transport.get_write_buffer_size()`."""
-        if c.closed:
+        if c.closed or c.transport is None:
             self.obuf_soft_clients.discard(c)
             return
         hard, soft, secs = self.obuf_limits
@@ -365,6 +372,7 @@ class Connections:
             return
         self.pause_until = until
         fe.paused = True
+        fe.handover.recall_all()        # a paused connection is held by the front-end
         if self.pause_handle is not None:
             self.pause_handle.cancel()
         self.pause_handle = fe.loop.call_later(ms / 1000.0, self.end_pause)
@@ -378,6 +386,7 @@ class Connections:
             self.pause_handle = None
         self.pause_until = time.monotonic() + 365 * 86400.0
         self.fe.paused = True
+        self.fe.handover.recall_all()
         return old_until
 
     def end_pause(self, restore_until=None):
@@ -391,7 +400,7 @@ class Connections:
         self.pause_handle = None
         fe.paused = False
         for c in list(fe.clients.values()):
-            if c.closed or c.closing or c.waiting is not None:
+            if c.closed or c.closing or c.waiting is not None or c.transport is None:
                 continue
             if c.backlog or c.parser.pending:
                 c.process_input()

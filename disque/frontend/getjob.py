@@ -14,14 +14,12 @@ or lost, even when the client times out or disconnects at the same moment.
 import heapq
 import time
 
-from disque import replies as R
 from disque._fast import resp
 from disque._fast.jobid import queue_slot
 from disque.contracts import worker_link as P
+from disque.getjob_options import parse_getjob
 
 NULL_ARRAY = resp.NULL_ARRAY
-parse_int = resp.parse_int
-COUNT_ERROR = b"-ERR COUNT must be a number greater than zero\r\n"
 
 
 class MultiGet:
@@ -79,50 +77,12 @@ class Getjobs:
 
     def getjob(self, client, argv, slot=None):
         fe = self.fe
-        nohang = False
-        withcounters = False
-        timeout = 0
-        count = 1
-        queues = None
-        prefix = None
-        i, argc = 1, len(argv)
-        while i < argc:
-            opt = argv[i].lower()
-            has_value = i + 1 < argc
-            if opt == b"nohang":
-                nohang = True
-            elif opt == b"withcounters":
-                withcounters = True
-            elif opt == b"timeout" and has_value:
-                timeout = parse_int(argv[i + 1])
-                if timeout is None:
-                    client.reply(R.TIMEOUT_NOT_INTEGER)
-                    return
-                if timeout < 0:
-                    client.reply(R.TIMEOUT_NEGATIVE)
-                    return
-                i += 1
-            elif opt == b"count" and has_value:
-                count = parse_int(argv[i + 1])
-                if count is None or count <= 0:
-                    client.reply(COUNT_ERROR)
-                    return
-                i += 1
-            elif opt == b"from" and has_value:
-                queues = argv[i + 1:]
-                break
-            elif opt == b"from-prefix" and i + 2 == argc:
-                # every queue whose name starts with the prefix, now and later, on every
-                # worker (docs/job-features.md): the workers get the prefix as `queues`
-                prefix = argv[i + 1]
-                break
-            else:
-                client.reply(R.SYNTAX_ERROR)
-                return
-            i += 1
-        if not queues and prefix is None:
-            client.reply(R.SYNTAX_ERROR)
+        error, o = parse_getjob(argv)
+        if error is not None:
+            client.reply(error)
             return
+        nohang, withcounters, timeout, count = o.nohang, o.withcounters, o.timeout, o.count
+        queues, prefix = o.queues, o.prefix
         if not nohang:
             fe.cur_t0 = 0       # SLOWLOG: a GETJOB that may block is timed in the front-end only
         n = fe.nworkers

@@ -77,6 +77,7 @@ class Monitoring:
         client.monitor = True
         self.monitors.append(client)
         self.fe.nmonitors = len(self.monitors)
+        self.fe.handover.recall_all()   # the feed needs every command through the front-end
         client.reply(R.OK)
 
     def feed_monitors(self, client, argv):

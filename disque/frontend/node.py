@@ -23,6 +23,7 @@ import time
 from disque import commands as C
 from disque._fast.frontcore import Client, Core
 from disque.contracts import worker_link as P
+from disque.frontend.handover import Handover
 from disque.frontend.auth import Auth
 from disque.frontend.cluster_relay import ClusterRelay
 from disque.frontend.command_info import CommandInfo
@@ -55,6 +56,7 @@ PARTS = {
     "persistence": PersistencePhases,
     "node_commands": NodeCommands,
     "local_dispatch": Dispatch,
+    "handover": Handover,
 }
 
 # the hooks the Cython core calls (declared in frontcore.pxd): hook -> "part.method"
@@ -76,6 +78,9 @@ CORE_HOOKS = {
     "queue_elsewhere": "routing.queue_elsewhere",
     "all_workers_command": "scans.all_workers_command",
     "bus_from_worker": "relay.bus_from_worker",
+    "client_returned": "handover.returned",
+    "hand_over": "handover.hand_over",
+    "worker_report": "handover.worker_report",
 }
 
 
@@ -97,6 +102,7 @@ class Frontend(Core):
         self.restarts = None             # disque.worker_restart.WorkerRestarts (server.py)
         self.cron_ticks = 0
         # the parts; each gets the node (and the configuration when it reads directives)
+        self.handover = Handover(self, cfg)     # first: the figures of the others count it
         self.connections = Connections(self, cfg)
         self.auth = Auth(self, cfg)
         self.monitoring = Monitoring(self, cfg)

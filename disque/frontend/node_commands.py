@@ -41,6 +41,9 @@ class NodeCommands:
         """Apply the front-end side effect of a directive (startup and CONFIG SET).
         Returns an error reply when the new value cannot be applied (it is then undone)."""
         fe = self.fe
+        if self.started_up and name in ("connection-affinity", "requirepass", "timeout",
+                                        "slowlog-log-slower-than"):
+            fe.handover.config_changed(name)
         if name == "requirepass":
             fe.auth.apply_requirepass()
         elif name == "maxclients":
@@ -160,7 +163,8 @@ class NodeCommands:
                            lambda workers: s.fill(resp.bulk(info_mod.render(fe, workers, section))))
             return
         # from the workers' last figures while they are exact (disque/info_snapshot.py)
-        mark = fe.commands_processed - fe.local_dispatch.local_commands
+        mark = (fe.commands_processed - fe.local_dispatch.local_commands
+                + fe.handover.total("commands"))
         workers = fe.info_snapshot.fresh(mark)
         if workers is not None:
             client.reply(resp.bulk(info_mod.render(fe, workers, section)))

@@ -270,6 +270,8 @@ class PersistencePhases:
 
     def set_gate(self):
         self.fe.gate = self.loading or self.aof_error is not None
+        if self.fe.gate:
+            self.fe.handover.recall_all()   # the front-end answers -LOADING / -MISCONF
 
     def command_gate(self, client, cmd, argv):
         if self.aof_error is not None and ("w" in cmd.flags or cmd.name == "ping"):

@@ -105,6 +105,7 @@ class Routing:
             return
         workers.add(w)
         fe.queues_spread = True
+        fe.handover.recall_all()        # QLEN / GETJOB of that queue now ask several workers
         for client in list(fe.clients.values()):
             m = client.waiting
             if isinstance(m, MultiGet):

@@ -48,9 +48,12 @@ class Stats:
 
     def metric_value(self, key):
         fe = self.fe
+        served = fe.handover
         if key == "ops":
-            return fe.commands_processed
-        return fe.net_input_bytes if key == "in" else fe.net_output_bytes
+            return fe.commands_processed + served.total("commands")
+        if key == "in":
+            return fe.net_input_bytes + served.total("net_in")
+        return fe.net_output_bytes + served.total("net_out")
 
     def instantaneous(self, key):
         """Mean of the last 16 per-second rates, sampled every 100 ms (SPEC 14)."""
@@ -78,6 +81,7 @@ class Stats:
         fe.commands_processed = fe.net_input_bytes = fe.net_output_bytes = 0
         fe.local_dispatch.local_commands = 0   # with commands_processed: the INFO snapshot mark
         fe.calls.clear()
+        fe.handover.reset()
         self.local_usec.clear()
         self.reset_metrics()
         s = client.slot()

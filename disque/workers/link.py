@@ -15,6 +15,7 @@ import socket
 import zmq
 
 from disque.contracts import worker_link as P
+from disque.contracts.connection_handover import HandoverChannel
 from disque.contracts.worker_link import RECV_SIZE, FrameReader, frame
 
 
@@ -55,24 +56,37 @@ class UnixLinks(HeldSends):
     def __init__(self, nworkers):
         super().__init__(nworkers)
         self.pairs = []
+        self.channel_pairs = []     # the hand-over channels (connection_handover.py)
         for _ in range(nworkers):
             # default buffer sizes on purpose: 4 MiB buffers measured ~45 us slower per
             # round trip here; large batches simply take several reads
             a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self.pairs.append((a, b))
+            self.channel_pairs.append(self.new_channel())
         self.readers = [FrameReader() for _ in range(nworkers)]
+        self.on_handover = None     # on_handover(w): worker w's channel is readable
         self.pending_out = [bytearray() for _ in range(nworkers)]
         self.loop = None
         self.deliver = None
         self.lost = None
 
+    @staticmethod
+    def new_channel():
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        return HandoverChannel(a), b
+
+    def channel(self, w):
+        return self.channel_pairs[w][0]
+
     def worker_args(self, w):
         """Command-line arguments and fds that hand worker w its end of the link."""
         fd = self.pairs[w][1].fileno()
-        return ["--link", "unix:%d" % fd], (fd,)
+        cfd = self.channel_pairs[w][1].fileno()
+        return ["--link", "unix:%d,%d" % (fd, cfd)], (fd, cfd)
 
     def after_spawn(self, w):
         self.pairs[w][1].close()        # the worker holds its own copy
+        self.channel_pairs[w][1].close()
 
     def wait_ready(self, timeout_ms):
         """Blocking, at startup only: return the worker indexes that said READY."""
@@ -99,6 +113,13 @@ class UnixLinks(HeldSends):
         for w, (a, _) in enumerate(self.pairs):
             a.setblocking(False)
             loop.add_reader(a.fileno(), self.readable, w)
+            loop.add_reader(self.channel(w).fileno(), self.channel_readable, w)
+
+    def channel_readable(self, w):
+        if self.on_handover is not None:
+            self.on_handover(w)
+        else:
+            self.channel(w).receive()
 
     def readable(self, w):
         sock = self.pairs[w][0]
@@ -146,6 +167,15 @@ class UnixLinks(HeldSends):
         self.readers[w] = FrameReader()
         a.setblocking(False)
         self.loop.add_reader(a.fileno(), self.readable, w)
+        old, old_b = self.channel_pairs[w]
+        try:
+            self.loop.remove_reader(old.fileno())
+        except (ValueError, OSError):
+            pass
+        old.close()
+        old_b.close()
+        self.channel_pairs[w] = self.new_channel()
+        self.loop.add_reader(self.channel(w).fileno(), self.channel_readable, w)
 
     def send_now(self, w, payload):
         data = frame(payload)
@@ -183,6 +213,9 @@ class UnixLinks(HeldSends):
 
     def close(self):
         for a, b in self.pairs:
+            a.close()
+            b.close()
+        for a, b in self.channel_pairs:
             a.close()
             b.close()
 
@@ -282,11 +315,16 @@ def poll_waiter(poller, link):
 
 
 class WorkerUnixLink:
-    def __init__(self, fd):
+    def __init__(self, fd, channel_fd=None):
         self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(True)
         self.reader = FrameReader()
         self.closed = False
+        # the hand-over channel (disque/contracts/connection_handover.py), when the
+        # front-end hands connections over (connection-affinity yes)
+        self.channel = None
+        if channel_fd is not None:
+            self.channel = HandoverChannel(socket.socket(fileno=channel_fd))
 
     def waiter(self, timer_fd):
         """wait(block) -> (link readable, timer fired); block=False only polls."""
@@ -317,6 +355,8 @@ class WorkerUnixLink:
 
     def close(self):
         self.sock.close()
+        if self.channel is not None:
+            self.channel.close()
 
 
 class WorkerZmqLink:
@@ -327,6 +367,7 @@ class WorkerZmqLink:
         self.sock.setsockopt(zmq.LINGER, 1000)
         self.sock.connect(endpoint)
         self.closed = False
+        self.channel = None         # no hand-over over ZeroMQ: connections stay in the front-end
 
     def waiter(self, timer_fd):
         """As WorkerUnixLink.waiter, over a ZeroMQ poller (it reports the socket itself)."""
@@ -354,7 +395,8 @@ class WorkerZmqLink:
 def worker_link(spec, index):
     kind, _, arg = spec.partition(":")
     if kind == "unix":
-        return WorkerUnixLink(int(arg))
+        fd, _, channel_fd = arg.partition(",")
+        return WorkerUnixLink(int(fd), int(channel_fd) if channel_fd else None)
     if kind == "zmq":
         return WorkerZmqLink(arg, index)
     raise ValueError("unknown link %r" % spec)

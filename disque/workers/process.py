@@ -22,6 +22,7 @@ from disque._fast.clock import PeriodicTimer
 from disque.contracts import worker_link as P
 from disque.workers.link import worker_link
 from disque.workers.queue_report import queue_report
+from disque.workers.served_clients import ServedClients
 from disque.workers.shard import Shard
 
 PR_SET_PDEATHSIG = 1
@@ -50,6 +51,7 @@ class Worker:
         self.process = psutil.Process()
         self.started = time.time()
         self.ops = 0
+        self.served = None          # ServedClients when the front-end hands connections over
 
     def control(self, name, arg):
         shard = self.shard
@@ -60,6 +62,8 @@ class Worker:
                         cpu_user=cpu.user, cpu_sys=cpu.system,
                         ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
                         aof=shard.persistence.aof_info())
+            if self.served is not None:
+                info["served"] = self.served.totals()
             return info
         if name == "queues":                # the dashboard's queue list (docs/metrics.md)
             return queue_report(shard, arg)
@@ -82,6 +86,10 @@ class Worker:
             return True
         if name == "ping":
             return True
+        if name == "served_config":         # connection-affinity: see ServedClients.configure
+            if self.served is not None:
+                self.served.configure(arg)
+            return self.served is not None
         raise ValueError("unknown control %r" % name)
 
     def handle_batch(self, batch):
@@ -122,7 +130,13 @@ class Worker:
         shard = self.shard
         persistence, replication = shard.persistence, shard.replication
         timer = PeriodicTimer(TICK_MS)
-        wait = link.waiter(timer.fileno())
+        if link.channel is not None:
+            served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
+                                                 link.sock.fileno(), timer.fileno())
+            wait = served.wait
+        else:
+            served = None
+            wait = link.waiter(timer.fileno())
         link.send(P.READY)
         log.info("Worker %d ready", self.index)
         unpack = msgpack.unpackb
@@ -142,12 +156,16 @@ class Worker:
                     shard.tick()
                     if shard.timers_due():
                         shard.run_timers()
+            if served is not None:
+                served.serve_ready()        # connections this worker serves itself
             if ticked:
                 ticks += timer.drain()
                 cluster_ticks += 1
                 if cluster_ticks >= CLUSTER_CRON_TICKS:
                     cluster_ticks = 0
                     self.cluster_cron()
+                    if served is not None:
+                        served.cron()
                 if ticks >= SLOW_CRON_TICKS:
                     ticks = 0
                     if not self.slow_cron():
@@ -165,6 +183,8 @@ class Worker:
                 shard.out.append([P.BUS_REQID, shard.bus_out])
                 shard.bus_out = []
             persistence.aof_flush()         # the AOF is written before the replies leave
+            if served is not None and served.dirty:
+                served.flush()
             if shard.out:
                 link.send(pack(shard.out))
                 shard.out = []
@@ -172,6 +192,9 @@ class Worker:
                 persistence.aof_work()      # rewrite / load slices, auto rewrite, retries
         if link.closed and self.running:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
+        if served is not None:
+            shard.persistence.aof_flush()
+            served.close_all()
         shard.persistence.aof_close()
         timer.close()
         link.close()

@@ -209,6 +209,15 @@ class Shard(ShardCore):
         finally:
             self.account(b"getjob", perf_counter_ns() - t0)
 
+    def any_ready(self, queue_names):
+        """Whether GETJOB FROM these queues would get a job now (no blocking)."""
+        queues = self.queues
+        for name in queue_names:
+            q = queues.get(name)
+            if q is not None and len(q.jobs) and not q.paused & PAUSE_OUT:
+                return True
+        return False
+
     def leaving_cron(self):
         """CLUSTER LEAVING yes: consumers blocked here get -LEAVING (SPEC 8.7), and so do
         producers whose copies are still not confirmed after a cron pass (SPEC 3.1)."""

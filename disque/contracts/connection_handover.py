@@ -1,0 +1,147 @@
+"""Client connections moving between the front-end and a worker (`connection-affinity yes`,
+docs/design.md "Connections served by their worker").
+
+Each worker has, next to its link, a second Unix stream socketpair: the hand-over channel.
+It carries frames <u32 length><msgpack list> in both directions, in order; the frames of
+the kinds HANDOFF and HANDBACK carry one file descriptor each (SCM_RIGHTS, sent with the
+frame's first byte), which the receiver matches to frames in order.
+
+front-end -> worker:
+  [HANDOFF, client_id, resp3, unparsed_input]   + the client's socket: serve it from now on
+  [RECALL]                                      hand every served connection back
+  [KILL, client_id]                             close that connection (CLIENT KILL, timeout)
+worker -> front-end:
+  [HANDBACK, client_id, unsent_output, unparsed_input, last_cmd, reason, totals] + the
+        socket: the worker stops serving it; the front-end writes `unsent_output` first,
+        then runs `unparsed_input` (which starts with the command the worker could not
+        serve); `totals` as in SERVED below, so INFO on that connection counts them
+  [GONE, client_id]                             the peer closed the connection
+
+Reports a worker puts in its ordinary reply batches (link entries with reserved reqids):
+  [SERVED_REQID, worker, totals]    totals of the commands it served itself: {"commands", "net_in",
+                            "net_out", "calls": {name: n}}, sent every 100 ms when changed
+  [SLOWLOG_REQID, [[client_id, argv, duration_us], ...]]   its slow commands (SLOWLOG)
+"""
+import array
+import os
+import socket
+from collections import deque
+
+import msgpack
+
+from disque.contracts.worker_link import HEADER, frame
+
+HANDOFF = 0
+RECALL = 1
+KILL = 2
+HANDBACK = 3
+GONE = 4
+CARRIES_FD = (HANDOFF, HANDBACK)
+
+SERVED_REQID = -3
+SLOWLOG_REQID = -4
+
+# why a worker handed a connection back (HANDBACK's `reason`, logged at debug level)
+BACK_COMMAND = 0        # a command this worker cannot serve alone
+BACK_RECALL = 1         # the front-end asked (RECALL)
+BACK_SLOW_READER = 2    # its replies did not fit in the socket: the front-end buffers them
+
+# how a worker routes the commands it may serve (served_table)
+ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS, ROUTE_GETJOB, ROUTE_PING = range(5)
+ROUTES = {"queue": ROUTE_QUEUE, "id": ROUTE_ID, "ids": ROUTE_IDS, "getjob": ROUTE_GETJOB}
+
+MAX_HANDOFF_INPUT = 16 * 1024   # a connection with more unparsed input stays where it is
+RECV_SIZE = 64 * 1024
+MAX_FDS_PER_READ = 256
+
+
+class HandoverChannel:
+    """One end of the hand-over channel. Sends block (frames are small, and each side
+    reads its end on every loop turn); `receive` never blocks."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+        self.fds = deque()
+        self.closed = False
+        self.ancillary = socket.CMSG_SPACE(MAX_FDS_PER_READ * 4)
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def send(self, msg, fd=None):
+        data = frame(msgpack.packb(msg))
+        if fd is None:
+            self.sock.sendall(data)
+            return
+        n = self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        array.array("i", [fd]))])
+        if n < len(data):
+            self.sock.sendall(data[n:])
+
+    def receive(self):
+        """Every complete frame available now, as (msg, fd or None)."""
+        while True:
+            try:
+                data, anc, _flags, _ = self.sock.recvmsg(RECV_SIZE, self.ancillary,
+                                                         socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data, anc = b"", ()
+            for level, kind, cdata in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
+                    self.fds.extend(fds)
+            if not data:
+                self.closed = True
+                break
+            self.buf += data
+            if len(data) < RECV_SIZE:
+                break
+        out = []
+        buf = self.buf
+        pos, n = 0, len(buf)
+        while n - pos >= 4:
+            size = HEADER.unpack_from(buf, pos)[0]
+            if n - pos - 4 < size:
+                break
+            msg = msgpack.unpackb(bytes(buf[pos + 4:pos + 4 + size]), use_list=True)
+            pos += 4 + size
+            fd = self.fds.popleft() if msg[0] in CARRIES_FD and self.fds else None
+            out.append((msg, fd))
+        if pos:
+            del buf[:pos]
+        return out
+
+    def close(self):
+        self.sock.close()
+        while self.fds:
+            try:
+                os.close(self.fds.popleft())
+            except OSError:
+                pass
+
+
+def encode_commands(cmds):
+    """Parsed commands back as RESP multibulk requests (to hand them to the other side)."""
+    out = []
+    for argv in cmds:
+        out.append(b"*%d\r\n" % len(argv))
+        for a in argv:
+            out.append(b"$%d\r\n%b\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def served_table(commands):
+    """[[name as typed, real name, route, arity], ...]: the commands a worker may serve, from
+    the front-end's dispatch table (rename-command applied); sent in the `served_config`
+    control with `timeout` and `slowlog` (slowlog-log-slower-than, us)."""
+    table = []
+    for typed, cmd in commands.items():
+        if cmd.route in ROUTES:
+            table.append([typed, cmd.name.encode(), ROUTES[cmd.route], cmd.arity])
+        elif cmd.name == "ping":
+            table.append([typed, b"ping", ROUTE_PING, cmd.arity])
+    return table

@@ -1,0 +1,270 @@
+"""Connections served by the worker that owns their queues (`connection-affinity yes`;
+docs/design.md "Connections served by their worker").
+
+A connection whose last commands all went to one worker is handed to that worker once
+its replies are written: its socket (SCM_RIGHTS over the worker's hand-over channel,
+disque/contracts/connection_handover.py), its RESP version and its unparsed input. The
+worker then serves it with no front-end hop (disque/workers/served_clients.py) and hands
+it back, unexecuted input and unwritten replies included, when a command needs more.
+
+The front-end keeps the connection's `Client` (CLIENT LIST, maxclients, CLIENT KILL) with
+`handed` set to the worker. It takes every connection back (RECALL) while a node-wide
+state needs each command to pass through it: MONITOR, CLIENT PAUSE, a requirepass change,
+LOADING / MISCONF, queues held off their slot, connection-affinity turned off, SHUTDOWN.
+
+A connection that keeps coming back for commands its worker cannot serve (a client using
+queues of several workers) is handed over less and less often: each such return doubles
+the number of commands in a row to one worker it takes (`affine_need`).
+"""
+import logging
+import os
+import socket
+
+from disque.contracts import connection_handover as H
+
+log = logging.getLogger("disque.frontend")
+
+MAX_AFFINE_NEED = 1024
+
+
+class Handover:
+    """Needs from the node (`fe`): links (unix: channel(w), on_handover, held, starting),
+    loop, clients, client_gone, the state flags (nmonitors, paused, gate, auth_required,
+    queues_spread), command table, slowlog_push, control_all, info_snapshot, flush_replies.
+    Offers: hand_over and returned (core hooks), worker_report (core hook), recall_all,
+    kill, worker_lost, config_changed, start, served figures for INFO."""
+
+    def __init__(self, fe, cfg):
+        self.fe = fe
+        self.cfg = cfg
+        self.handed = [dict() for _ in range(fe.nworkers)]   # w -> {client id: Client}
+        self.returning = {}             # client id -> (unsent output, unparsed input)
+        self.served = [None] * fe.nworkers  # w -> the worker's totals (SERVED reports)
+        self.base = {}                  # the totals at the last CONFIG RESETSTAT
+        self.handoffs = 0
+        self.handbacks = 0
+        self.stopping = False
+
+    @property
+    def possible(self):
+        return getattr(self.fe.links, "kind", "") == "unix"
+
+    def start(self):
+        """At start-up, once the workers serve: enable and configure them."""
+        links = self.fe.links
+        if self.possible:
+            links.on_handover = self.channel_readable
+        self.apply()
+
+    def apply(self):
+        fe = self.fe
+        on = bool(self.cfg.connection_affinity) and self.possible and not self.stopping
+        if fe.affinity and not on:
+            self.recall_all()
+        fe.affinity = on
+        if on:
+            fe.control_all("served_config", self.worker_config(), lambda values: None)
+
+    def worker_config(self):
+        return {"table": H.served_table({typed: entry[2] for typed, entry in self.fe.table.items()}), "timeout": self.cfg.timeout,
+                "slowlog": self.cfg.slowlog_log_slower_than}
+
+    def config_changed(self, name):
+        if name == "connection-affinity":
+            self.apply()
+        elif name == "requirepass":
+            self.recall_all()       # every command is checked against the new password
+        elif self.fe.affinity:      # timeout, slowlog-log-slower-than
+            self.fe.control_all("served_config", self.worker_config(), lambda values: None)
+
+    # ---- handing over ----------------------------------------------------------------------
+
+    def hand_over(self, client, w):
+        """Core hook: `client` has no reply outstanding and its commands went to worker w."""
+        fe = self.fe
+        links = fe.links
+        if (fe.nmonitors or fe.paused or fe.gate or fe.queues_spread or client.closed
+                or (fe.auth_required and not client.authenticated) or client.handed >= 0
+                or links.held[w] is not None or links.starting[w]):
+            return
+        t = client.transport
+        if t is None or t.get_write_buffer_size():
+            return
+        parser = client.parser
+        if parser.pending > H.MAX_HANDOFF_INPUT:
+            return
+        sock = t.get_extra_info("socket")
+        if sock is None:
+            return
+        fd = sock.fileno()
+        if fd < 0:
+            return
+        t.pause_reading()
+        unparsed = parser.take_unparsed() if parser.pending else b""
+        try:
+            links.channel(w).send([H.HANDOFF, client.id, client.resp3, unparsed], fd)
+        except OSError:
+            if unparsed:
+                parser.feed(unparsed)
+            t.resume_reading()
+            return
+        self.handoffs += 1
+        client.handed = w
+        client.detached += 1
+        client.transport = None
+        self.handed[w][client.id] = client
+        t.abort()           # our copy of the socket; the worker holds its own
+
+    def channel_readable(self, w):
+        channel = self.fe.links.channel(w)
+        for msg, fd in channel.receive():
+            kind = msg[0]
+            if kind == H.HANDBACK:
+                self.take_back(w, msg, fd)
+            elif kind == H.GONE:
+                self.gone(w, msg[1])
+            elif fd is not None:
+                os.close(fd)
+        if channel.closed:
+            try:
+                self.fe.loop.remove_reader(channel.fileno())
+            except (ValueError, OSError):
+                pass
+
+    def take_back(self, w, msg, fd):
+        _, cid, unsent, unparsed, last_cmd, reason, totals = msg
+        self.served[w] = totals
+        self.fe.info_snapshot.invalidate()
+        client = self.handed[w].pop(cid, None)
+        if fd is None:
+            return
+        if client is None or client.closed:
+            os.close(fd)
+            return
+        self.handbacks += 1
+        client.handed = -1
+        if last_cmd:
+            client.last_cmd = last_cmd
+        client.affine = -1
+        client.affine_run = 0
+        if reason == H.BACK_COMMAND:
+            client.affine_need = min(client.affine_need * 2, MAX_AFFINE_NEED)
+        self.returning[cid] = (unsent, unparsed)
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+            self.lost(client)
+            return
+        loop = self.fe.loop
+        loop.create_task(self.adopt(loop, client, sock))
+
+    async def adopt(self, loop, client, sock):
+        try:
+            await loop.connect_accepted_socket(lambda: client, sock)
+        except Exception:
+            log.exception("Cannot take back client id=%d", client.id)
+            sock.close()
+            self.returning.pop(client.id, None)
+            self.lost(client)
+
+    def returned(self, client):
+        """Core hook (Client.connection_made of a connection coming back)."""
+        unsent, unparsed = self.returning.pop(client.id, (b"", b""))
+        if client.closed:
+            client.transport.close()
+            return
+        if unsent:
+            client.write(unsent)
+        if unparsed:
+            client.parser.feed(unparsed)
+        if unparsed or client.parser.pending:
+            client.process_input()
+            self.fe.flush_replies()
+
+    def gone(self, w, cid):
+        client = self.handed[w].pop(cid, None)
+        if client is not None:
+            self.lost(client)
+
+    def lost(self, client):
+        client.handed = -1
+        if not client.closed:
+            client.closing = client.closed = True
+            self.fe.client_gone(client)
+
+    # ---- node-wide ---------------------------------------------------------------------
+
+    def recall_all(self):
+        """Every handed connection comes back (before this returns, nothing more is handed)."""
+        links = self.fe.links
+        for w, clients in enumerate(self.handed):
+            if clients and links.held[w] is None:
+                try:
+                    links.channel(w).send([H.RECALL])
+                except OSError:
+                    pass
+
+    def kill(self, client):
+        """CLIENT KILL / idle timeout of a handed connection."""
+        w = client.handed
+        self.handed[w].pop(client.id, None)
+        try:
+            self.fe.links.channel(w).send([H.KILL, client.id])
+        except OSError:
+            pass
+        self.lost(client)
+
+    def worker_lost(self, w):
+        """Worker w died: the connections it served died with it."""
+        handed, self.handed[w] = self.handed[w], {}
+        for client in handed.values():
+            self.lost(client)
+        self.served[w] = None
+
+    def stop(self):
+        """SHUTDOWN: no more handing over; workers write what they executed and close."""
+        self.stopping = True
+        self.fe.affinity = False
+
+    # ---- figures (core hook worker_report; INFO) ------------------------------------------
+
+    def worker_report(self, rep):
+        if rep[0] == H.SERVED_REQID:
+            self.served[rep[1]] = rep[2]
+        elif rep[0] == H.SLOWLOG_REQID:
+            clients = self.fe.clients
+            for cid, argv, duration in rep[1]:
+                client = clients.get(cid)
+                if client is not None:
+                    self.fe.slowlog_push(client, argv, duration)
+
+    def total(self, key):
+        n = 0
+        for t in self.served:
+            if t is not None:
+                n += t[key]
+        return n - self.base.get(key, 0)
+
+    def calls(self):
+        out = {}
+        for t in self.served:
+            if t is not None:
+                for k, v in t["calls"].items():
+                    out[k] = out.get(k, 0) + v
+        for k, v in self.base.get("calls", {}).items():
+            out[k] = out.get(k, 0) - v
+        return {k: v for k, v in out.items() if v > 0}
+
+    def info_fields(self):
+        """INFO server: whether connections move to workers, how many are there now, and
+        how often they moved each way."""
+        return [("connection_affinity", "yes" if self.fe.affinity else "no"),
+                ("connections_served_by_workers", sum(len(h) for h in self.handed)),
+                ("connection_handoffs", self.handoffs), ("connection_handbacks", self.handbacks)]
+
+    def reset(self):
+        """CONFIG RESETSTAT: from now on the figures count from the current totals."""
+        self.base = {}
+        self.base = {"commands": self.total("commands"), "net_in": self.total("net_in"),
+                     "net_out": self.total("net_out"), "calls": self.calls()}

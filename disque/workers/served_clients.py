@@ -1,0 +1,349 @@
+"""Client connections a worker serves itself (`connection-affinity yes`; docs/design.md
+"Connections served by their worker").
+
+The front-end hands a connection over (its socket, over the hand-over channel of
+disque/contracts/connection_handover.py) once its commands all went to this worker. From
+then on this worker reads, parses, executes and writes that connection's replies with no
+process in between: all commands one read brings run before one write, and many
+connections share the worker's one epoll loop.
+
+Only the plain case is served here. Anything else goes back to the front-end with the
+connection, unexecuted, replies still in order: a command of another worker's queue or job,
+a node command (INFO, CONFIG, CLIENT, HELLO, ...), a GETJOB that would block, an ADDJOB on a
+node of a cluster (it waits for copies), any error the front-end words (arity, bad ID,
+syntax), and a client that reads its replies slower than they come (the front-end buffers
+and applies the output limits). The front-end takes every connection back (RECALL) when a
+node-wide state needs it: MONITOR, CLIENT PAUSE, requirepass, OOM / MISCONF / LOADING, cluster
+LEAVING, queues held off their slot.
+"""
+import logging
+import select
+import socket
+import time
+
+from disque import replies as R
+from disque._fast.frontcore import resp3 as to_resp3
+from disque._fast.jobid import id_slot, queue_slot, valid_id
+from disque._fast.resp import NULL_ARRAY, ProtocolError, QueryBufferOverflow, RequestParser, bulk
+from disque.contracts import connection_handover as H
+from disque.getjob_options import parse_getjob
+
+log = logging.getLogger("disque.worker")
+
+READ_SIZE = 64 * 1024
+EPOLLIN = select.EPOLLIN
+PONG = b"+PONG\r\n"
+ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS, ROUTE_GETJOB = H.ROUTE_QUEUE, H.ROUTE_ID, H.ROUTE_IDS, H.ROUTE_GETJOB
+
+
+class ServedClient:
+    __slots__ = ("id", "sock", "fd", "parser", "out", "resp3", "last_cmd", "last_io")
+
+    def __init__(self, cid, sock, resp3):
+        self.id = cid
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.parser = RequestParser()
+        self.out = []
+        self.resp3 = resp3
+        self.last_cmd = b""
+        self.last_io = time.monotonic()
+
+
+class ServedClients:
+    """Offers: wait (the worker loop's poll), serve_ready, flush (after the AOF is written),
+    cron, totals, configure, close_all. Needs the shard (execute, getjob, cluster_size,
+    persistence.aof_flush, out) and the hand-over channel."""
+
+    def __init__(self, index, nworkers, shard, channel, link_fd, timer_fd):
+        self.index = index
+        self.nworkers = nworkers
+        self.shard = shard
+        self.channel = channel
+        self.link_fd = link_fd
+        self.timer_fd = timer_fd
+        self.ep = select.epoll()
+        self.ep.register(link_fd, EPOLLIN)
+        self.ep.register(timer_fd, EPOLLIN)
+        self.ep.register(channel.fileno(), EPOLLIN)
+        self.clients = {}           # fd -> ServedClient
+        self.by_id = {}
+        self.table = {}
+        self.timeout = 0
+        self.slowlog_us = -1
+        self.ready = []             # client fds readable after the last wait
+        self.channel_ready = False
+        self.dirty = []             # clients with replies to write
+        self.commands = 0
+        self.net_in = 0
+        self.net_out = 0
+        self.calls = {}
+        self.reported = None
+        self.slow = []
+
+    # ---- the worker loop's poll ------------------------------------------------------
+
+    def wait(self, block):
+        """(link readable, timer fired); readable clients and channel are kept for
+        serve_ready."""
+        link_ready = ticked = False
+        ready = self.ready
+        for fd, _ in self.ep.poll(-1 if block else 0):
+            if fd == self.link_fd:
+                link_ready = True
+            elif fd == self.timer_fd:
+                ticked = True
+            elif fd in self.clients:
+                ready.append(fd)
+            else:
+                self.channel_ready = True
+        return link_ready, ticked
+
+    def serve_ready(self):
+        if self.channel_ready:
+            self.channel_ready = False
+            self.on_channel()
+        if self.ready:
+            ready, self.ready = self.ready, []
+            clients = self.clients
+            for fd in ready:
+                c = clients.get(fd)
+                if c is not None:
+                    self.read(c)
+
+    # ---- the hand-over channel ---------------------------------------------------------
+
+    def on_channel(self):
+        for msg, fd in self.channel.receive():
+            kind = msg[0]
+            if kind == H.HANDOFF:
+                if fd is not None:
+                    self.adopt(msg[1], fd, msg[2], msg[3])
+            elif kind == H.RECALL:
+                for c in list(self.clients.values()):
+                    self.hand_back(c, H.BACK_RECALL)
+            elif kind == H.KILL:
+                c = self.by_id.get(msg[1])
+                if c is not None:
+                    self.drop(c, report=False)
+
+    def adopt(self, cid, fd, resp3, unparsed):
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        c = ServedClient(cid, sock, resp3)
+        self.clients[c.fd] = c
+        self.by_id[cid] = c
+        self.ep.register(c.fd, EPOLLIN)
+        if unparsed:
+            c.parser.feed(unparsed)
+            self.run_input(c)
+        # input that arrived while the socket travelled is already waiting in it
+        self.read(c)
+
+    def hand_back(self, c, reason, pending=b""):
+        """Give the connection back: unwritten replies first, then the unserved input."""
+        self.forget(c)
+        unsent = b"".join(c.out) if c.out else b""
+        c.out = []
+        if unsent:
+            self.shard.persistence.aof_flush()   # no reply leaves before its AOF record
+        pending += c.parser.take_unparsed()
+        try:
+            self.channel.send([H.HANDBACK, c.id, unsent, pending, c.last_cmd, reason,
+                               self.totals()], c.fd)
+        finally:
+            c.sock.close()
+
+    def forget(self, c):
+        self.clients.pop(c.fd, None)
+        self.by_id.pop(c.id, None)
+        try:
+            self.ep.unregister(c.fd)
+        except (OSError, ValueError):
+            pass
+
+    def drop(self, c, report=True):
+        """Close the connection (peer gone, CLIENT KILL, idle timeout)."""
+        self.forget(c)
+        c.out = []
+        c.sock.close()
+        if report:
+            self.channel.send([H.GONE, c.id])
+
+    # ---- input ---------------------------------------------------------------------------
+
+    def read(self, c):
+        try:
+            data = c.sock.recv(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.drop(c)
+            return
+        self.net_in += len(data)
+        c.last_io = time.monotonic()
+        try:
+            c.parser.feed(data)
+        except QueryBufferOverflow:
+            log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
+            self.drop(c)
+            return
+        self.run_input(c)
+
+    def run_input(self, c):
+        try:
+            cmds = c.parser.commands()
+        except ProtocolError:
+            # the front-end words the error and closes the connection after the replies
+            self.hand_back(c, H.BACK_COMMAND)
+            return
+        slow = self.slowlog_us >= 0
+        t0 = time.monotonic_ns() if slow else 0
+        for i, argv in enumerate(cmds):
+            reply = self.execute(c, argv)
+            if reply is None:
+                self.hand_back(c, H.BACK_COMMAND, H.encode_commands(cmds[i:]))
+                return
+            if slow:
+                d = (time.monotonic_ns() - t0) // 1000
+                if d >= self.slowlog_us:
+                    self.slow.append([c.id, argv, d])
+            if c.resp3:
+                reply = to_resp3(reply)
+            c.out.append(reply)
+        if c.out:
+            self.dirty.append(c)
+
+    def execute(self, c, argv):
+        """The reply of a command this worker serves alone, or None to hand it back."""
+        entry = self.table.get(argv[0].lower())
+        if entry is None:
+            return None
+        name, route, arity = entry
+        argc = len(argv)
+        if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
+            return None
+        shard = self.shard
+        me, n = self.index, self.nworkers
+        if route == ROUTE_QUEUE:
+            if queue_slot(argv[1]) % n != me or (name == b"addjob" and shard.cluster_size > 1):
+                return None
+        elif route == ROUTE_ID:
+            if not valid_id(argv[1]) or id_slot(argv[1]) % n != me:
+                return None
+        elif route == ROUTE_IDS:
+            if argc < 2 or (name == b"nack" and argc > 3 and argv[-2].lower() == b"delay"):
+                return None
+            for jid in argv[1:]:
+                if not valid_id(jid) or id_slot(jid) % n != me:
+                    return None
+        elif route == ROUTE_GETJOB:
+            return self.getjob(c, argv)
+        else:                                   # PING
+            self.count(c, b"ping")
+            return PONG if argc == 1 else (bulk(argv[1]) if argc == 2 else None)
+        if argv[0] != name:
+            argv[0] = name
+        reply = shard.execute(0, argv)
+        if reply is None:                       # cannot happen off a cluster: say so
+            log.error("Served %s waits for copies: answered with an error", name)
+            reply = R.INTERNAL_ERROR
+        self.count(c, name)
+        return reply
+
+    def getjob(self, c, argv):
+        """GETJOB whose queues are all here, answered now: a GETJOB that would block (no
+        job, no NOHANG) or that the front-end must widen goes back."""
+        shard = self.shard
+        if shard.cluster_size > 1:
+            return None
+        error, o = parse_getjob(argv)
+        if error is not None or o.prefix is not None:
+            return None
+        n, me = self.nworkers, self.index
+        for q in o.queues:
+            if queue_slot(q) % n != me:
+                return None
+        if not o.nohang and not shard.any_ready(o.queues):
+            return None
+        reply, _ids = shard.getjob(0, c.id, o.count, True, o.withcounters, 0, False, o.queues)
+        self.count(c, b"getjob")
+        return reply if reply is not None else NULL_ARRAY
+
+    def count(self, c, name):
+        self.commands += 1
+        self.calls[name] = self.calls.get(name, 0) + 1
+        c.last_cmd = name
+
+    # ---- output --------------------------------------------------------------------------
+
+    def flush(self):
+        """Write every connection's replies (the worker loop calls this after the AOF)."""
+        dirty, self.dirty = self.dirty, []
+        for c in dirty:
+            if not c.out or c.fd not in self.clients:
+                continue
+            data = c.out[0] if len(c.out) == 1 else b"".join(c.out)
+            c.out = []
+            try:
+                n = c.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                self.drop(c)
+                continue
+            self.net_out += n
+            if n < len(data):
+                c.out = [data[n:]]
+                self.hand_back(c, H.BACK_SLOW_READER)
+            else:
+                c.last_io = time.monotonic()
+
+    # ---- cron, configuration, figures ----------------------------------------------------
+
+    def cron(self):
+        """Every 100 ms: idle `timeout`, the totals and slow commands for the front-end."""
+        if self.timeout > 0 and self.clients:
+            limit = time.monotonic() - self.timeout
+            for c in list(self.clients.values()):
+                if c.last_io < limit:
+                    log.log(15, "Closing idle client id=%d", c.id)
+                    self.drop(c)
+        self.report()
+
+    def report(self):
+        out = self.shard.out
+        if self.slow:
+            out.append([H.SLOWLOG_REQID, self.slow])
+            self.slow = []
+        key = (self.commands, self.net_in, self.net_out)
+        if key != self.reported:
+            self.reported = key
+            out.append([H.SERVED_REQID, self.index, self.totals()])
+
+    def totals(self):
+        return {"commands": self.commands, "net_in": self.net_in, "net_out": self.net_out,
+                "calls": {k.decode(): v for k, v in self.calls.items()},
+                "connections": len(self.clients)}
+
+    def configure(self, conf):
+        self.timeout = conf["timeout"]
+        self.slowlog_us = conf["slowlog"]
+        self.table = {typed: (real, route, arity) for typed, real, route, arity in conf["table"]}
+
+    def close_all(self):
+        """The worker stops: what was executed is written (best effort), then closed."""
+        self.flush()
+        for c in list(self.clients.values()):
+            if c.out:
+                try:
+                    c.sock.setblocking(True)
+                    c.sock.settimeout(1.0)
+                    c.sock.sendall(b"".join(c.out))
+                except OSError:
+                    pass
+            self.forget(c)
+            c.sock.close()
+        self.ep.close()
