@@ -223,7 +223,8 @@ def _cache_key(name, fe, workers):
     if name in _BY_SNAPSHOT:
         return 0
     if name == "server":
-        return int(time.time() - fe.started)        # uptime is the only field that moves
+        # uptime and the connections' moves between front-end and workers
+        return (int(time.time() - fe.started), fe.handover.moves)
     if name == "memory":
         # client buffers move without a snapshot change: at most 100 ms stale, as the poll
         return (_self_rss(), int(time.monotonic() * 10))

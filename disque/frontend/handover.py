@@ -43,6 +43,7 @@ class Handover:
         self.base = {}                  # the totals at the last CONFIG RESETSTAT
         self.handoffs = 0
         self.handbacks = 0
+        self.ended = 0                  # handed connections closed while a worker served them
         self.stopping = False
 
     @property
@@ -109,6 +110,7 @@ class Handover:
             t.resume_reading()
             return
         self.handoffs += 1
+        log.debug("Client id=%d handed to worker %d", client.id, w)
         client.handed = w
         client.detached += 1
         client.transport = None
@@ -142,6 +144,7 @@ class Handover:
             os.close(fd)
             return
         self.handbacks += 1
+        log.debug("Client id=%d back from worker %d (reason %d)", cid, w, reason)
         client.handed = -1
         if last_cmd:
             client.last_cmd = last_cmd
@@ -188,6 +191,7 @@ class Handover:
             self.lost(client)
 
     def lost(self, client):
+        self.ended += 1
         client.handed = -1
         if not client.closed:
             client.closing = client.closed = True
@@ -208,6 +212,7 @@ class Handover:
     def kill(self, client):
         """CLIENT KILL / idle timeout of a handed connection."""
         w = client.handed
+        log.debug("Client id=%d killed while worker %d serves it", client.id, w)
         self.handed[w].pop(client.id, None)
         try:
             self.fe.links.channel(w).send([H.KILL, client.id])
@@ -255,6 +260,11 @@ class Handover:
         for k, v in self.base.get("calls", {}).items():
             out[k] = out.get(k, 0) - v
         return {k: v for k, v in out.items() if v > 0}
+
+    @property
+    def moves(self):
+        """Changes whenever a field of info_fields may have (INFO's section cache key)."""
+        return (self.fe.affinity, self.handoffs, self.handbacks, self.ended)
 
     def info_fields(self):
         """INFO server: whether connections move to workers, how many are there now, and

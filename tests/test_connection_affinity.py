@@ -1,0 +1,336 @@
+"""Connections served by the worker that owns their queues (docs/design.md "Connections
+served by their worker"): every feature a connection has must still work once a worker
+serves it, and the same tests pass with `connection-affinity no` (the old path).
+
+A connection counts as handed over when INFO server says so (connections_served_by_workers);
+with affinity off the same steps run through the front-end and the assertions are the same.
+"""
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from support.resp_client import NULL_ARRAY, RawConn, encode_command
+from support.info import parse_info
+from support.slots import queues_on_distinct_workers
+from support.waits import wait_until
+
+MODES = ["yes", "no"]
+Q0, Q1 = queues_on_distinct_workers("aff", nworkers=2)      # one queue on each worker
+
+
+@pytest.fixture(params=MODES, ids=["affinity", "no-affinity"])
+def node(request, start_server):
+    """A 2-worker node with connection-affinity on or off."""
+    srv = start_server(workers=2, extra_args=("--connection-affinity", request.param))
+    srv.affinity = request.param == "yes"
+    return srv
+
+
+def served(srv, via=None):
+    """How many connections the node's workers serve (INFO server), asked on `via` or on
+    a new connection."""
+    if via is not None:
+        return int(parse_info(via.execute("INFO", "server"))["connections_served_by_workers"])
+    return int(srv.info_fields("server")["connections_served_by_workers"])
+
+
+def settle(srv, conn, queue=Q0, via=None):
+    """Make `conn` a connection of one worker; with affinity on, wait until that worker
+    serves it (a connection that came back for a node command needs a few commands)."""
+    before = served(srv, via)
+    for _ in range(40):
+        conn.execute("QLEN", queue)
+        if not srv.affinity or served(srv, via) > before:
+            break
+    if srv.affinity:
+        assert served(srv, via) > before, "the connection was never handed over"
+    else:
+        assert served(srv, via) == 0
+
+
+def addjob(conn, queue, body="body", *opts):
+    reply = conn.execute("ADDJOB", queue, body, 0, *opts)
+    assert isinstance(reply, bytes), reply
+    return reply
+
+
+def test_handed_over_and_back_in_order(node):
+    c = node.raw()
+    settle(node, c)
+    # one pipeline mixing both workers and node commands: replies in request order
+    cmds = [("ADDJOB", Q0, "a", 0), ("PING",), ("ADDJOB", Q1, "b", 0), ("QLEN", Q0),
+            ("QLEN", Q1), ("ECHO", "e"), ("ADDJOB", Q0, "c", 0), ("QLEN", Q0)]
+    c.send(b"".join(encode_command(*cmd) for cmd in cmds))
+    replies = [c.read_parsed() for _ in cmds]
+    assert replies[1] == b"PONG"
+    assert replies[3] == 1 and replies[4] == 1 and replies[5] == b"e" and replies[7] == 2
+    info = node.info_fields("server")
+    if node.affinity:
+        assert int(info["connection_handoffs"]) >= 1 and int(info["connection_handbacks"]) >= 1
+    else:
+        assert int(info["connection_handoffs"]) == 0
+
+
+def test_partial_command_survives_the_hand_over(node):
+    c = node.raw()
+    settle(node, c)
+    wire = encode_command("ADDJOB", Q1, "x" * 5000, 0) + encode_command("QLEN", Q1)
+    for i in range(0, len(wire), 700):          # another worker's command, in pieces
+        c.send(wire[i:i + 700])
+        time.sleep(0.002)
+    assert c.read_parsed().startswith(b"D-")
+    assert c.read_parsed() == 1
+
+
+def test_blocking_getjob_timeout_disconnect_and_other_worker(node):
+    c = node.raw()
+    settle(node, c)
+    t0 = time.monotonic()
+    assert c.execute("GETJOB", "TIMEOUT", 300, "FROM", Q0) is NULL_ARRAY
+    assert time.monotonic() - t0 >= 0.25
+    # blocked on both workers' queues; a producer on another connection wakes it
+    c.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", Q0, Q1))
+    p = node.raw()
+    jid = addjob(p, Q1, "wake")
+    got = c.read_parsed(timeout=5)
+    assert got[0][1] == jid
+    # a consumer that vanishes while blocked loses nothing
+    gone = node.raw()
+    settle(node, gone)
+    gone.send(encode_command("GETJOB", "FROM", Q0))
+    wait_until(lambda: int(node.info_fields("clients")["blocked_clients"]) >= 1)
+    gone.close()
+    wait_until(lambda: int(node.info_fields("clients")["blocked_clients"]) == 0)
+    jid2 = addjob(p, Q0, "kept")
+    assert p.execute("GETJOB", "NOHANG", "FROM", Q0)[0][1] == jid2
+
+
+def test_monitor_sees_served_connections(node):
+    c = node.raw()
+    settle(node, c)
+    m = node.raw()
+    assert m.execute("MONITOR") == b"OK"
+    wait_until(lambda: served(node) == 0, message="MONITOR did not take connections back")
+    addjob(c, Q0, "watched")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if b'"watched"' in m.read_reply(timeout=5):
+            break
+    else:
+        pytest.fail("MONITOR did not show the ADDJOB")
+
+
+def test_client_list_kill_and_name(node):
+    c = node.raw()
+    assert c.execute("CLIENT", "SETNAME", "worker-conn") == b"OK"
+    settle(node, c)
+    admin = node.raw()
+    listing = admin.execute("CLIENT", "LIST").decode()
+    assert "name=worker-conn" in listing
+    cid = c.execute("CLIENT", "ID")
+    settle(node, c)
+    assert admin.execute("CLIENT", "KILL", "ID", cid) == 1
+    assert c.read_until_closed(timeout=5)[1]
+    wait_until(lambda: "name=worker-conn" not in admin.execute("CLIENT", "LIST").decode())
+    assert served(node) == 0
+
+
+def test_client_pause_holds_served_connections(node):
+    c = node.raw()
+    settle(node, c)
+    admin = node.raw()
+    t0 = time.monotonic()
+    admin.execute("CLIENT", "PAUSE", 500)
+    assert addjob(c, Q0, "after-pause").startswith(b"D-")
+    assert time.monotonic() - t0 >= 0.4
+
+
+def test_client_reply_off_on_a_served_connection(node):
+    c = node.raw()
+    settle(node, c)
+    c.send(encode_command("CLIENT", "REPLY", "OFF") + encode_command("ADDJOB", Q0, "quiet", 0)
+           + encode_command("CLIENT", "REPLY", "ON"))
+    assert c.read_parsed() == b"OK"             # CLIENT REPLY ON's, the only reply
+    assert c.execute("QLEN", Q0) == 1
+
+
+def test_slowlog_and_commandstats_count_served_commands(node):
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "slowlog-log-slower-than", 0)
+    admin.execute("SLOWLOG", "RESET")
+    admin.execute("CONFIG", "RESETSTAT")
+    c = node.raw()
+    settle(node, c)
+    for i in range(5):
+        addjob(c, Q0, "s%d" % i)
+    c.execute("QLEN", Q0)
+
+    def counted():
+        stats = node.info_fields("commandstats")
+        return "calls=5," in str(stats.get("cmdstat_addjob", ""))
+    wait_until(counted, message="commandstats did not count the served ADDJOBs")
+
+    def logged():
+        entries = admin.execute("SLOWLOG", "GET", 100)
+        return sum(1 for e in entries if e[3][0].lower() == b"addjob") >= 5
+    wait_until(logged, message="SLOWLOG did not get the served ADDJOBs")
+    total = int(node.info_fields("stats")["total_commands_processed"])
+    assert total >= 6
+
+
+def test_maxclients_counts_served_connections(node):
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "maxclients", 3)
+    a, b = node.raw(), node.raw()
+    settle(node, a, via=admin)
+    settle(node, b, queue=Q1, via=admin)
+    third = RawConn(node.port)
+    try:
+        data, closed = third.read_until_closed(timeout=5)
+        assert b"max number of clients reached" in data
+    finally:
+        third.close()
+
+
+def test_idle_timeout_closes_served_connections(node):
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "timeout", 1)
+    c = node.raw()
+    settle(node, c)
+    data, closed = c.read_until_closed(timeout=6)
+    assert closed, "the idle connection was not closed"
+
+
+def test_output_buffer_limit_applies_to_served_connections(node):
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "client-output-buffer-limit", "normal 1mb 0 0")
+    c = node.raw()
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    cid = c.execute("CLIENT", "ID")
+    settle(node, c)
+    addjob(c, Q0, "x" * 100000)
+    c.send(encode_command("QPEEK", Q0, 1) * 400)       # 40 MB of replies, never read
+    wait_until(lambda: "id=%d " % cid not in admin.execute("CLIENT", "LIST").decode(),
+               timeout=10, message="the slow reader was not closed")
+    assert admin.execute("PING") == b"PONG"
+    assert admin.execute("QLEN", Q0) == 1
+
+
+def test_requirepass_change_needs_auth_on_served_connections(node):
+    c = node.raw()
+    settle(node, c)
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "requirepass", "s3cret")
+    reply = c.call("ADDJOB", Q0, "x", 0)
+    assert reply.startswith(b"-NOAUTH"), reply
+    assert c.execute("AUTH", "s3cret") == b"OK"
+    assert c.call("ADDJOB", Q0, "x", 0).startswith(b"+D-")
+    admin.execute("AUTH", "s3cret")
+    admin.execute("CONFIG", "SET", "requirepass", "")
+
+
+def test_resp3_nulls_from_a_served_connection(node):
+    c = node.raw()
+    c.call("HELLO", 3)
+    settle(node, c)
+    assert c.call("GETJOB", "NOHANG", "FROM", Q0) == b"_\r\n"
+    jid = addjob(c, Q0, "r3")
+    assert c.call("QLEN", Q0) == b":1\r\n"
+    assert jid in c.call("GETJOB", "NOHANG", "FROM", Q0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aof_written_before_a_served_reply(start_server, mode):
+    node = start_server(workers=2, extra_args=("--connection-affinity", mode,
+                                                "--appendonly", "yes"))
+    node.affinity = mode == "yes"
+    c = node.raw()
+    settle(node, c)
+    jid = addjob(c, Q0, "durable")
+    aof = b""
+    for root, _dirs, files in os.walk(node.workdir):
+        for f in files:
+            if "aof" in f:
+                with open(os.path.join(root, f), "rb") as fh:
+                    aof += fh.read()
+    assert jid in aof, "the reply left before its AOF record was written"
+
+
+def test_replicated_addjob_from_a_served_connection(start_cluster):
+    cluster = start_cluster(2, workers=2)
+    a = cluster.nodes[0]
+    c = a.raw()
+    c.execute("QLEN", Q0)
+    jid = c.execute("ADDJOB", Q0, "copied", 0, "REPLICATE", 2)
+    assert isinstance(jid, bytes) and jid.startswith(b"D-"), jid
+    other = cluster.nodes[1].raw()
+    wait_until(lambda: other.execute("SHOW", jid) is not None)
+
+
+def test_oom_on_a_served_connection(node):
+    c = node.raw()
+    settle(node, c)
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "maxmemory", 1)
+
+    def refused():
+        reply = c.call("ADDJOB", Q0, "x", 0)
+        if reply.startswith(b"+"):
+            c.execute("DELJOB", reply[1:-2].decode())
+            return False
+        return reply.startswith(b"-OOM")
+    wait_until(refused, message="ADDJOB was not refused over maxmemory")
+    admin.execute("CONFIG", "SET", "maxmemory", 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_shutdown_loses_no_acknowledged_job(start_server, mode):
+    node = start_server(workers=2, extra_args=("--connection-affinity", mode, "--appendonly",
+                                                "yes", "--appendfsync", "always"))
+    node.affinity = mode == "yes"
+    c = node.raw()
+    settle(node, c)
+    ids = [addjob(c, Q0, "j%d" % i) for i in range(50)]
+    c.send(encode_command("SHUTDOWN"))
+    c.read_until_closed(timeout=10)
+    assert node.wait_exit() == 0
+    node.spawn(port=node.port)          # the AOF files are named after the port
+    node.wait_ready()
+    r = node.raw()
+    for jid in ids:
+        assert r.execute("SHOW", jid) is not None
+
+
+def test_worker_crash_closes_its_connections(node):
+    c = node.raw()
+    settle(node, c)
+    worker = node.worker_pids()[0]
+    os.kill(worker, signal.SIGKILL)
+    if node.affinity:
+        assert c.read_until_closed(timeout=10)[1], "the served connection stayed open"
+    def serving():
+        with RawConn(node.port) as admin:
+            return admin.execute("QLEN", Q0) == 0
+    wait_until(serving, timeout=10, message="the node did not serve again")
+    wait_until(lambda: served(node) == 0)
+
+
+def test_a_client_of_two_workers_is_not_handed_back_and_forth(node):
+    c = node.raw()
+    for i in range(300):
+        c.execute("QLEN", Q0 if i % 2 else Q1)
+    info = node.info_fields("server")
+    assert int(info["connection_handoffs"]) <= 12, info
+
+
+def test_affinity_off_at_run_time_takes_connections_back(node):
+    c = node.raw()
+    settle(node, c)
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "connection-affinity", "no")
+    wait_until(lambda: served(node) == 0)
+    assert addjob(c, Q0, "still served").startswith(b"D-")
+    assert admin.execute("CONFIG", "GET", "connection-affinity")[1] == b"no"
