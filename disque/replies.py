@@ -5,6 +5,7 @@ than one part of the server lives here rather than as a second literal.
 """
 
 OK = b"+OK\r\n"
+PONG = b"+PONG\r\n"
 SYNTAX_ERROR = b"-ERR syntax error\r\n"                                        # SPEC 1.3
 NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"              # SPEC 1.3
 BADID = b"-BADID Invalid Job ID format.\r\n"                                  # SPEC 5

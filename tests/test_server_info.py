@@ -60,8 +60,11 @@ def test_info_every_section_and_field_in_order(server, section):
     for name, fields in SPEC_FIELDS.items():
         got = _fields(secs[name])
         if name == "Server":
-            # ours: the number of workers and their restarts (docs/faults.md)
-            assert got == fields + ["workers", "worker_restarts", "worker_restarting",
+            # ours: the number of workers, the connections they serve themselves
+            # (docs/design.md), their restarts (docs/faults.md)
+            assert got == fields + ["workers", "connection_affinity",
+                                    "connections_served_by_workers", "connection_handoffs",
+                                    "connection_handbacks", "worker_restarts", "worker_restarting",
                                     "worker_last_restart_unavailable_ms",
                                     "worker_max_restart_unavailable_ms"], got
         else:

@@ -16,11 +16,12 @@ worker -> front-end:
         then runs `unparsed_input` (which starts with the command the worker could not
         serve); `totals` as in SERVED below, so INFO on that connection counts them
   [GONE, client_id]                             the peer closed the connection
+  [SLOWLOG, [[client_id, argv, duration_us], ...]]  slow commands it served (SLOWLOG),
+                                                sent before their replies are written
 
 Reports a worker puts in its ordinary reply batches (link entries with reserved reqids):
-  [SERVED_REQID, worker, totals]    totals of the commands it served itself: {"commands", "net_in",
-                            "net_out", "calls": {name: n}}, sent every 100 ms when changed
-  [SLOWLOG_REQID, [[client_id, argv, duration_us], ...]]   its slow commands (SLOWLOG)
+  [SERVED_REQID, worker, totals]    totals of the commands it served itself: {"commands",
+                            "net_in", "net_out", "calls": {name: n}}, every 100 ms if changed
 """
 import array
 import os
@@ -36,10 +37,10 @@ RECALL = 1
 KILL = 2
 HANDBACK = 3
 GONE = 4
+SLOWLOG = 5
 CARRIES_FD = (HANDOFF, HANDBACK)
 
 SERVED_REQID = -3
-SLOWLOG_REQID = -4
 
 # why a worker handed a connection back (HANDBACK's `reason`, logged at debug level)
 BACK_COMMAND = 0        # a command this worker cannot serve alone

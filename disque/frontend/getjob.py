@@ -17,7 +17,7 @@ import time
 from disque._fast import resp
 from disque._fast.jobid import queue_slot
 from disque.contracts import worker_link as P
-from disque.getjob_options import parse_getjob
+from disque.contracts.getjob_options import parse_getjob
 
 NULL_ARRAY = resp.NULL_ARRAY
 

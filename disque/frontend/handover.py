@@ -101,7 +101,7 @@ class Handover:
         if fd < 0:
             return
         t.pause_reading()
-        unparsed = parser.take_unparsed() if parser.pending else b""
+        unparsed = parser.take_unparsed()      # a command parsed in part included
         try:
             links.channel(w).send([H.HANDOFF, client.id, client.resp3, unparsed], fd)
         except OSError:
@@ -125,6 +125,8 @@ class Handover:
                 self.take_back(w, msg, fd)
             elif kind == H.GONE:
                 self.gone(w, msg[1])
+            elif kind == H.SLOWLOG:
+                self.slow_commands(msg[1])
             elif fd is not None:
                 os.close(fd)
         if channel.closed:
@@ -237,12 +239,13 @@ class Handover:
     def worker_report(self, rep):
         if rep[0] == H.SERVED_REQID:
             self.served[rep[1]] = rep[2]
-        elif rep[0] == H.SLOWLOG_REQID:
-            clients = self.fe.clients
-            for cid, argv, duration in rep[1]:
-                client = clients.get(cid)
-                if client is not None:
-                    self.fe.slowlog_push(client, argv, duration)
+
+    def slow_commands(self, entries):
+        clients = self.fe.clients
+        for cid, argv, duration in entries:
+            client = clients.get(cid)
+            if client is not None:
+                self.fe.slowlog_push(client, argv, duration)
 
     def total(self, key):
         n = 0
@@ -260,6 +263,13 @@ class Handover:
         for k, v in self.base.get("calls", {}).items():
             out[k] = out.get(k, 0) - v
         return {k: v for k, v in out.items() if v > 0}
+
+    def serving(self):
+        """Some connection is served by a worker now."""
+        for h in self.handed:
+            if h:
+                return True
+        return False
 
     @property
     def moves(self):

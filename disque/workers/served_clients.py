@@ -26,13 +26,13 @@ from disque._fast.frontcore import resp3 as to_resp3
 from disque._fast.jobid import id_slot, queue_slot, valid_id
 from disque._fast.resp import NULL_ARRAY, ProtocolError, QueryBufferOverflow, RequestParser, bulk
 from disque.contracts import connection_handover as H
-from disque.getjob_options import parse_getjob
+from disque.contracts.getjob_options import parse_getjob
 
 log = logging.getLogger("disque.worker")
 
 READ_SIZE = 64 * 1024
 EPOLLIN = select.EPOLLIN
-PONG = b"+PONG\r\n"
+PONG = R.PONG
 ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS, ROUTE_GETJOB = H.ROUTE_QUEUE, H.ROUTE_ID, H.ROUTE_IDS, H.ROUTE_GETJOB
 
 
@@ -142,6 +142,7 @@ class ServedClients:
 
     def hand_back(self, c, reason, pending=b""):
         """Give the connection back: unwritten replies first, then the unserved input."""
+        self.send_slow()
         self.forget(c)
         unsent = b"".join(c.out) if c.out else b""
         c.out = []
@@ -218,7 +219,8 @@ class ServedClients:
 
     def execute(self, c, argv):
         """The reply of a command this worker serves alone, or None to hand it back."""
-        entry = self.table.get(argv[0].lower())
+        typed = argv[0].lower()
+        entry = self.table.get(typed)
         if entry is None:
             return None
         name, route, arity = entry
@@ -244,8 +246,8 @@ class ServedClients:
         else:                                   # PING
             self.count(c, b"ping")
             return PONG if argc == 1 else (bulk(argv[1]) if argc == 2 else None)
-        if argv[0] != name:
-            argv[0] = name
+        if typed != name:
+            argv[0] = name          # renamed: the shard knows a command by its real name
         reply = shard.execute(0, argv)
         if reply is None:                       # cannot happen off a cluster: say so
             log.error("Served %s waits for copies: answered with an error", name)
@@ -281,6 +283,7 @@ class ServedClients:
 
     def flush(self):
         """Write every connection's replies (the worker loop calls this after the AOF)."""
+        self.send_slow()        # SLOWLOG shows them before their replies are read
         dirty, self.dirty = self.dirty, []
         for c in dirty:
             if not c.out or c.fd not in self.clients:
@@ -313,11 +316,13 @@ class ServedClients:
                     self.drop(c)
         self.report()
 
+    def send_slow(self):
+        if self.slow:
+            slow, self.slow = self.slow, []
+            self.channel.send([H.SLOWLOG, slow])
+
     def report(self):
         out = self.shard.out
-        if self.slow:
-            out.append([H.SLOWLOG_REQID, self.slow])
-            self.slow = []
         key = (self.commands, self.net_in, self.net_out)
         if key != self.reported:
             self.reported = key
