@@ -9,6 +9,8 @@ Loads, each on a fresh server:
   cyclep   the same with the 100 ADDJOBs pipelined
   addp16   redis-py: ADDJOB pipelined 16 at a time
   spread   redis-benchmark ADDJOB, 50 connections, unpipelined, over 1,000 queues
+  repl3    3 nodes of a cluster; redis-benchmark ADDJOB ... REPLICATE 3 on the first node,
+           50 connections, unpipelined (CPU: every process of the three nodes)
 For each: throughput, p50/p99 where the client measures them, and the server's CPU
 microseconds per job for every process (front-end and each worker; the original is one).
 
@@ -23,8 +25,11 @@ next to the original's single-core ceiling (1 / its CPU per job).
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +37,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_single_node as B  # noqa: E402  (the servers, redis-benchmark and the cycle)
 
-LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "spread")
+LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "spread", "repl3")
+CLUSTER_NODES = 3
 SPREAD_QUEUES = 1000
 PROJECT_CORES = (4, 8, 16)
 
@@ -113,9 +119,60 @@ def run_load(args, srv, load: str) -> dict:
     return run_addjob_pipelined(args, srv)
 
 
+def run_replicated(args, kind: str, label: str, workers: int) -> dict:
+    """repl3: ADDJOB REPLICATE 3 on node 0 of a 3-node cluster; the CPU of all nodes."""
+    nodes = [B.new_server(args, kind, f"{label}-n{i}", workers) for i in range(CLUSTER_NODES)]
+    try:
+        for srv in nodes:
+            srv.start(args.start_timeout)
+        clients = [srv.client() for srv in nodes]
+        for i in range(1, CLUSTER_NODES):
+            clients[i].execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
+        deadline = time.monotonic() + 30
+        want = "cluster_reachable_nodes:%d" % (CLUSTER_NODES - 1)
+        while not all(want in c.execute_command("CLUSTER", "INFO").decode() for c in clients):
+            if time.monotonic() > deadline:
+                raise B.BenchError("the 3 nodes did not form a cluster")
+            time.sleep(0.05)
+        B.log(f"{label}: repl3 (cluster of {CLUSTER_NODES} formed)")
+        n = args.n_plain // 2
+        body = B.make_body(args.body_size).decode()
+        argv = [args.redis_benchmark, "-h", "127.0.0.1", "-p", str(nodes[0].port),
+                "-c", str(args.clients), "-n", str(n), "--csv",
+                "ADDJOB", "q", body, "0", "REPLICATE", str(CLUSTER_NODES)]
+        cpu0 = [srv.cpu_snapshot() for srv in nodes]
+        t0 = time.monotonic()
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        elapsed = time.monotonic() - t0
+        cpu1 = [srv.cpu_snapshot() for srv in nodes]
+        if out.returncode != 0 or "ERR" in out.stdout:
+            raise B.BenchError(f"redis-benchmark failed: {out.stdout[-500:]} {out.stderr[-500:]}")
+        rows = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
+        row = list(csv.DictReader(io.StringIO("\n".join(rows))))[-1]
+        cpu = 0.0
+        roles = {}
+        for i, srv in enumerate(nodes):
+            cpu += B.Server.cpu_delta(cpu0[i], cpu1[i])[0]
+            for role, v in srv.cpu_by_role(cpu0[i], cpu1[i]).items():
+                roles[f"n{i}-{role}"] = round(v / n * 1e6, 3)
+        queued = clients[0].execute_command("QLEN", "q")
+        if queued != n:
+            B.warn(f"{label}: repl3 queued {queued} of {n} jobs on the first node")
+        return {"jobs": n, "jobs_per_s": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]),
+                "p99_ms": float(row["p99_latency_ms"]), "wall_s": round(elapsed, 2),
+                "cpu_us_per_job": cpu / n * 1e6, "cpu_us_per_job_by_role": roles}
+    finally:
+        for srv in nodes:
+            srv.stop()
+
+
 def bench(args, kind: str, label: str, workers: int) -> dict:
     out = {}
     for load in args.loads:
+        if load == "repl3":
+            out[load] = r = run_replicated(args, kind, label, workers)
+            B.log(f"{label}:     -> {r['jobs_per_s']:,.0f} jobs/s, {r['cpu_us_per_job']:.2f} us CPU/job")
+            continue
         srv = B.new_server(args, kind, label, workers)
         try:
             srv.start(args.start_timeout)

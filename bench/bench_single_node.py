@@ -420,11 +420,18 @@ def disque_argv(args, port: int, workers: int) -> list[str]:
         else:
             py = os.path.join(REPO, ".venv", "bin", "python")
             base = [py if os.path.exists(py) else sys.executable, "-m", "disque"]
-    return base + ["--port", str(port), "--workers", str(workers), "--bind", "127.0.0.1"]
+    return base + ["--port", str(port), "--workers", str(workers), "--bind", "127.0.0.1",
+                   "--cluster-config-file", nodes_conf(args, port)]
+
+
+def nodes_conf(args, port: int) -> str:
+    """Each node its own cluster file: several nodes share the working directory."""
+    return os.path.join(args.logdir, f"nodes-{port}.conf")
 
 
 def cdisque_argv(args, port: int) -> list[str]:
-    return [args.disque_binary, "--port", str(port), "--bind", "127.0.0.1", "--appendonly", "no"]
+    return [args.disque_binary, "--port", str(port), "--bind", "127.0.0.1", "--appendonly", "no",
+            "--cluster-config-file", nodes_conf(args, port)]
 
 
 def new_server(args, kind: str, label: str, workers: int = 1) -> Server:

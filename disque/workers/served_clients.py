@@ -200,22 +200,31 @@ class ServedClients:
             # the front-end words the error and closes the connection after the replies
             self.hand_back(c, H.BACK_COMMAND)
             return
-        slow = self.slowlog_us >= 0
-        t0 = time.monotonic_ns() if slow else 0
-        for i, argv in enumerate(cmds):
+        # SLOWLOG: as in the front-end, the commands of one read are timed from the read
+        # to their replies, which leave together: two clock readings per read
+        t0 = time.monotonic_ns() if self.slowlog_us >= 0 else 0
+        out = c.out
+        done = 0
+        for argv in cmds:
             reply = self.execute(c, argv)
             if reply is None:
-                self.hand_back(c, H.BACK_COMMAND, H.encode_commands(cmds[i:]))
+                self.log_slow(c, cmds[:done], t0)
+                self.hand_back(c, H.BACK_COMMAND, H.encode_commands(cmds[done:]))
                 return
-            if slow:
-                d = (time.monotonic_ns() - t0) // 1000
-                if d >= self.slowlog_us:
-                    self.slow.append([c.id, argv, d])
             if c.resp3:
                 reply = to_resp3(reply)
-            c.out.append(reply)
-        if c.out:
+            out.append(reply)
+            done += 1
+        if t0:
+            self.log_slow(c, cmds, t0)
+        if out:
             self.dirty.append(c)
+
+    def log_slow(self, c, cmds, t0):
+        if t0 and cmds:
+            d = (time.monotonic_ns() - t0) // 1000
+            if d >= self.slowlog_us:
+                self.slow.extend([c.id, argv, d] for argv in cmds)
 
     def execute(self, c, argv):
         """The reply of a command this worker serves alone, or None to hand it back."""
@@ -223,7 +232,7 @@ class ServedClients:
         entry = self.table.get(typed)
         if entry is None:
             return None
-        name, route, arity = entry
+        name, route, arity, handler = entry
         argc = len(argv)
         if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
             return None
@@ -248,7 +257,7 @@ class ServedClients:
             return PONG if argc == 1 else (bulk(argv[1]) if argc == 2 else None)
         if typed != name:
             argv[0] = name          # renamed: the shard knows a command by its real name
-        reply = shard.execute(0, argv)
+        reply = shard.execute_named(0, name, handler, argv)
         if reply is None:                       # cannot happen off a cluster: say so
             log.error("Served %s waits for copies: answered with an error", name)
             reply = R.INTERNAL_ERROR
@@ -336,7 +345,9 @@ class ServedClients:
     def configure(self, conf):
         self.timeout = conf["timeout"]
         self.slowlog_us = conf["slowlog"]
-        self.table = {typed: (real, route, arity) for typed, real, route, arity in conf["table"]}
+        handlers = self.shard.handlers
+        self.table = {typed: (real, route, arity, handlers.get(real))
+                      for typed, real, route, arity in conf["table"]}
 
     def close_all(self):
         """The worker stops: what was executed is written (best effort), then closed."""

@@ -7,6 +7,7 @@ bytes so the front-end only copies them to the client.
 """
 import collections
 import heapq
+from bisect import bisect_left
 import random
 from time import perf_counter_ns
 
@@ -17,7 +18,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERE
                               STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
-from disque.statslog import TOP_QUEUES, LatencyHistogram
+from disque.statslog import LATENCY_BOUNDS_US, TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job, expire_ms
 from disque.contracts import bus_messages as M
 from disque.workers.consumers import Consumers
@@ -79,6 +80,7 @@ class Shard(ShardCore):
         self.command_count = collections.Counter()  # calls per command (stats log)
         self.n_deleted = 0                          # jobs removed by DELJOB / FASTACK
         self.latency = LatencyHistogram()           # service time distribution (stats log)
+        self.latency_counts = self.latency.counts   # (its list, updated inline per command)
         self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py
         # memory limits (SPEC 9), from the front-end every ~100 ms: see set_memory()
         self.oom_data = NO_LIMIT         # data_bytes above which the node is over 95%
@@ -102,6 +104,11 @@ class Shard(ShardCore):
         handler = self.handlers.get(name)
         if handler is None:
             return err("ERR unknown command '%s'" % argv[0].decode(errors="replace"))
+        return self.execute_named(reqid, name, handler, argv)
+
+    def execute_named(self, reqid, name, handler, argv):
+        """execute() once the handler is known (a worker serving connections looks it up
+        once per command: disque/workers/served_clients.py)."""
         t0 = perf_counter_ns()
         if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
             reply = OOM_ERROR
@@ -109,13 +116,16 @@ class Shard(ShardCore):
             reply = handler(argv)
             if reply is None and name == b"addjob":
                 reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
-        self.account(name, perf_counter_ns() - t0)
+        ns = perf_counter_ns() - t0
+        self.command_ns[name] += ns
+        self.command_count[name] += 1
+        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
         return reply
 
     def account(self, name, ns):
         self.command_ns[name] += ns
         self.command_count[name] += 1
-        self.latency.add(ns // 1000)
+        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
@@ -127,6 +137,11 @@ class Shard(ShardCore):
 
     def ack(self, job):
         """ACK then GC (SPEC 7.4). On a lone node every copy is ours: delete at once."""
+        if self.cluster_size == 1 and job.body is not None and len(job.nodes_delivered) <= 1:
+            if self.aof_on and job.state != ACKED:
+                self.persistence.aof_deljob(job)
+            self.delete_job(job)        # what set_acked + gc come to here, without a timer
+            return
         self.set_acked(job)
         self.gc(job)
 
