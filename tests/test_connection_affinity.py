@@ -334,3 +334,26 @@ def test_affinity_off_at_run_time_takes_connections_back(node):
     wait_until(lambda: served(node) == 0)
     assert addjob(c, Q0, "still served").startswith(b"D-")
     assert admin.execute("CONFIG", "GET", "connection-affinity")[1] == b"no"
+
+
+def test_a_producer_consumer_of_one_queue_stays_with_its_worker(node):
+    """ADDJOB, GETJOB, ACKJOB, NACK, WORKING, SHOW, QLEN, QPEEK, PING on one worker's
+    queue and jobs: served there, never handed back."""
+    c = node.raw()
+    settle(node, c)
+    for _ in range(5):
+        ids = [addjob(c, Q0, "cycle") for _ in range(3)]
+        got = c.execute("GETJOB", "COUNT", 3, "FROM", Q0)
+        assert sorted(j[1] for j in got) == sorted(ids)
+        assert c.execute("WORKING", ids[0]) > 0
+        assert c.execute("NACK", ids[0]) == 1
+        assert c.execute("SHOW", ids[1])
+        assert c.execute("QLEN", Q0) == 1
+        assert c.execute("QPEEK", Q0, 1)[0][1] == ids[0]
+        assert c.execute("PING") == b"PONG"
+        assert c.execute("GETJOB", "NOHANG", "FROM", Q0)[0][1] == ids[0]
+        assert c.execute("ACKJOB", *ids) == 3
+    info = node.info_fields("server")
+    if node.affinity:
+        assert int(info["connection_handbacks"]) == 0, info
+        assert served(node) == 1

@@ -80,6 +80,7 @@ class ServedClients:
         self.calls = {}
         self.reported = None
         self.slow = []
+        self.names = []             # real names of the commands of the read being served
 
     # ---- the worker loop's poll ------------------------------------------------------
 
@@ -200,31 +201,43 @@ class ServedClients:
             # the front-end words the error and closes the connection after the replies
             self.hand_back(c, H.BACK_COMMAND)
             return
-        # SLOWLOG: as in the front-end, the commands of one read are timed from the read
-        # to their replies, which leave together: two clock readings per read
-        t0 = time.monotonic_ns() if self.slowlog_us >= 0 else 0
+        if not cmds:
+            return
+        # The commands of one read are timed together, from the read to their replies
+        # (which leave together), as the front-end times them: two clock readings per
+        # read, each command counted with its share (commandstats, latency histogram)
+        t0 = time.monotonic_ns()
         out = c.out
         done = 0
         for argv in cmds:
             reply = self.execute(c, argv)
             if reply is None:
-                self.log_slow(c, cmds[:done], t0)
+                self.account(c, cmds[:done], t0)
                 self.hand_back(c, H.BACK_COMMAND, H.encode_commands(cmds[done:]))
                 return
             if c.resp3:
                 reply = to_resp3(reply)
             out.append(reply)
             done += 1
-        if t0:
-            self.log_slow(c, cmds, t0)
+        self.account(c, cmds, t0)
         if out:
             self.dirty.append(c)
 
-    def log_slow(self, c, cmds, t0):
-        if t0 and cmds:
-            d = (time.monotonic_ns() - t0) // 1000
-            if d >= self.slowlog_us:
-                self.slow.extend([c.id, argv, d] for argv in cmds)
+    def account(self, c, cmds, t0):
+        names = self.names
+        if not names:
+            return
+        self.names = []
+        d = time.monotonic_ns() - t0
+        n = len(names)
+        self.shard.account_batch(names, d)
+        calls = self.calls
+        for name in names:
+            calls[name] = calls.get(name, 0) + 1
+        self.commands += n
+        c.last_cmd = names[-1]
+        if self.slowlog_us >= 0 and d // 1000 >= self.slowlog_us:
+            self.slow.extend([c.id, argv, d // 1000] for argv in cmds)
 
     def execute(self, c, argv):
         """The reply of a command this worker serves alone, or None to hand it back."""
@@ -232,7 +245,7 @@ class ServedClients:
         entry = self.table.get(typed)
         if entry is None:
             return None
-        name, route, arity, handler = entry
+        name, route, arity = entry
         argc = len(argv)
         if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
             return None
@@ -253,15 +266,19 @@ class ServedClients:
         elif route == ROUTE_GETJOB:
             return self.getjob(c, argv)
         else:                                   # PING
-            self.count(c, b"ping")
-            return PONG if argc == 1 else (bulk(argv[1]) if argc == 2 else None)
+            if argc > 2:
+                return None
+            self.names.append(b"ping")
+            return PONG if argc == 1 else bulk(argv[1])
         if typed != name:
             argv[0] = name          # renamed: the shard knows a command by its real name
-        reply = shard.execute_named(0, name, handler, argv)
+        # looked up each time: while AOF writes fail the write commands' handlers answer
+        # -MISCONF (disque/workers/persistence.py swaps them)
+        reply = shard.run_handler(name, shard.handlers[name], argv)
         if reply is None:                       # cannot happen off a cluster: say so
             log.error("Served %s waits for copies: answered with an error", name)
             reply = R.INTERNAL_ERROR
-        self.count(c, name)
+        self.names.append(name)
         return reply
 
     def getjob(self, c, argv):
@@ -279,14 +296,10 @@ class ServedClients:
                 return None
         if not o.nohang and not shard.any_ready(o.queues):
             return None
-        reply, _ids = shard.getjob(0, c.id, o.count, True, o.withcounters, 0, False, o.queues)
-        self.count(c, b"getjob")
+        reply, _ids = shard.consumers.fetch_or_block(0, c.id, o.count, True, o.withcounters, 0,
+                                                     False, o.queues)
+        self.names.append(b"getjob")
         return reply if reply is not None else NULL_ARRAY
-
-    def count(self, c, name):
-        self.commands += 1
-        self.calls[name] = self.calls.get(name, 0) + 1
-        c.last_cmd = name
 
     # ---- output --------------------------------------------------------------------------
 
@@ -346,8 +359,8 @@ class ServedClients:
         self.timeout = conf["timeout"]
         self.slowlog_us = conf["slowlog"]
         handlers = self.shard.handlers
-        self.table = {typed: (real, route, arity, handlers.get(real))
-                      for typed, real, route, arity in conf["table"]}
+        self.table = {typed: (real, route, arity) for typed, real, route, arity in conf["table"]
+                      if real in handlers or route in (H.ROUTE_PING, H.ROUTE_GETJOB)}
 
     def close_all(self):
         """The worker stops: what was executed is written (best effort), then closed."""

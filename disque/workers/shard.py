@@ -122,6 +122,22 @@ class Shard(ShardCore):
         self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
         return reply
 
+    def run_handler(self, name, handler, argv):
+        """A served command's handler (disque/workers/served_clients.py), timed by the
+        caller per read (account_batch)."""
+        if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
+            return OOM_ERROR
+        return handler(argv)
+
+    def account_batch(self, names, ns):
+        """The commands of one read took `ns` together: each its share."""
+        share = ns // len(names)
+        command_ns, command_count = self.command_ns, self.command_count
+        for name in names:
+            command_ns[name] += share
+            command_count[name] += 1
+        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += len(names)
+
     def account(self, name, ns):
         self.command_ns[name] += ns
         self.command_count[name] += 1

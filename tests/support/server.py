@@ -86,8 +86,14 @@ class DisqueServer:
 
     # -- lifecycle ---------------------------------------------------------
     def command_line(self, port):
+        extra = list(self.extra_args)
+        # DISQUE_TEST_AFFINITY=no runs the whole suite with every connection kept in the
+        # front-end (docs/tests.md); a test that sets connection-affinity itself wins
+        affinity = os.environ.get("DISQUE_TEST_AFFINITY")
+        if affinity and "--connection-affinity" not in extra:
+            extra += ["--connection-affinity", affinity]
         return [sys.executable, "-m", "disque", "--port", str(port), "--workers",
-                str(self.workers), "--bind", "127.0.0.1", *self.extra_args]
+                str(self.workers), "--bind", "127.0.0.1", *extra]
 
     def _env(self):
         env = dict(os.environ)
