@@ -13,6 +13,8 @@ TIMEOUT_NOT_INTEGER = b"-ERR timeout is not an integer or out of range\r\n"   # 
 TIMEOUT_NEGATIVE = b"-ERR timeout is negative\r\n"                            # SPEC 3.1, 3.2
 DELAY_NEGATIVE = b"-ERR DELAY time must be a non negative number\r\n"         # SPEC 3.1
 INTERNAL_ERROR = b"-ERR internal error, check server logs\r\n"
+WORKER_DIED = (b"-ERR worker process died while running this command (the node restarted "
+               b"it); retry\r\n")
 
 
 def misconf(error):

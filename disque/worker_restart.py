@@ -23,6 +23,7 @@ import time
 
 import msgpack
 
+from disque import replies as R
 from disque.contracts import worker_link as P
 from disque.contracts.aof_format import aof_path
 
@@ -31,8 +32,7 @@ log = logging.getLogger("disque.server")
 WORKER_FATAL_EXIT = 3
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
-LOST_REPLY = (b"-ERR worker process died while running this command (the node restarted "
-              b"it); retry\r\n")
+LOST_REPLY = R.WORKER_DIED
 STARTED = "started"
 
 

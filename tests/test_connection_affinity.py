@@ -357,3 +357,56 @@ def test_a_producer_consumer_of_one_queue_stays_with_its_worker(node):
     if node.affinity:
         assert int(info["connection_handbacks"]) == 0, info
         assert served(node) == 1
+
+
+def test_commands_of_the_other_worker_keep_their_order(node):
+    """A served connection's commands for the other worker run there, forwarded by the
+    worker serving it (no hand-back), and every reply keeps its place; a node command
+    behind them waits for their replies."""
+    c = node.raw()
+    settle(node, c)
+    before = node.info_fields("server")
+    cmds = []
+    for i in range(40):
+        cmds.append(("ADDJOB", Q1 if i % 3 else Q0, "m%d" % i, 0))
+        cmds.append(("QLEN", Q1))
+    cmds += [("ECHO", "after"), ("QLEN", Q0), ("QLEN", Q1)]
+    c.send(b"".join(encode_command(*cmd) for cmd in cmds))
+    replies = [c.read_parsed() for _ in cmds]
+    n1 = 0
+    for i in range(40):
+        assert replies[2 * i].startswith(b"D-")
+        n1 += 1 if i % 3 else 0
+        assert replies[2 * i + 1] == n1
+    assert replies[-3:] == [b"after", 40 - n1, n1]
+    jid = replies[2]                                   # a job of Q1, shown through worker 0
+    settle(node, c)
+    assert c.execute("SHOW", jid)[1] == jid
+    assert c.execute("GETJOB", "NOHANG", "COUNT", 1, "FROM", Q1)[0][0] == Q1.encode()
+    after = node.info_fields("server")
+    if node.affinity:
+        # the ECHO took it back once; the two workers' commands never did
+        assert int(after["connection_handbacks"]) - int(before["connection_handbacks"]) == 1
+
+
+def test_forwarding_survives_the_other_worker_dying(node):
+    c = node.raw()
+    settle(node, c)                                    # served by worker 0
+    assert addjob(c, Q1, "before").startswith(b"D-")
+    os.kill(node.worker_pids()[1], signal.SIGKILL)
+
+    def forwarded_again():
+        reply = c.call("ADDJOB", Q1, "after", 0)
+        assert reply.startswith(b"+D-") or b"worker process died" in reply, reply
+        return reply.startswith(b"+D-")
+    wait_until(forwarded_again, timeout=15, message="commands of the restarted worker fail")
+    assert c.execute("QLEN", Q1) >= 1
+    assert addjob(c, Q0, "still here").startswith(b"D-")
+
+
+def test_resp3_null_from_the_other_worker(node):
+    c = node.raw()
+    c.call("HELLO", 3)
+    settle(node, c)
+    assert c.call("GETJOB", "NOHANG", "FROM", Q1) == b"_\r\n"
+    assert c.call("QLEN", Q1) == b":0\r\n"

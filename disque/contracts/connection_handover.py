@@ -10,6 +10,8 @@ front-end -> worker:
   [HANDOFF, client_id, resp3, unparsed_input]   + the client's socket: serve it from now on
   [RECALL]                                      hand every served connection back
   [KILL, client_id]                             close that connection (CLIENT KILL, timeout)
+  [PEER, worker]                                + a socket: the new link to that worker,
+                                                which was restarted (disque/workers/peer_links.py)
 worker -> front-end:
   [HANDBACK, client_id, unsent_output, unparsed_input, last_cmd, reason, totals] + the
         socket: the worker stops serving it; the front-end writes `unsent_output` first,
@@ -38,7 +40,8 @@ KILL = 2
 HANDBACK = 3
 GONE = 4
 SLOWLOG = 5
-CARRIES_FD = (HANDOFF, HANDBACK)
+PEER = 6
+CARRIES_FD = (HANDOFF, HANDBACK, PEER)
 
 SERVED_REQID = -3
 

@@ -15,7 +15,7 @@ import socket
 import zmq
 
 from disque.contracts import worker_link as P
-from disque.contracts.connection_handover import HandoverChannel
+from disque.contracts.connection_handover import PEER, HandoverChannel
 from disque.contracts.worker_link import RECV_SIZE, FrameReader, frame
 
 
@@ -63,6 +63,13 @@ class UnixLinks(HeldSends):
             a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self.pairs.append((a, b))
             self.channel_pairs.append(self.new_channel())
+        # links between workers (disque/workers/peer_links.py): (w, v) -> w's end of the
+        # pair it shares with v, kept here until worker w is spawned with it
+        self.peer_ends = {}
+        for w in range(nworkers):
+            for v in range(w + 1, nworkers):
+                self.peer_ends[(w, v)], self.peer_ends[(v, w)] = socket.socketpair(
+                    socket.AF_UNIX, socket.SOCK_STREAM)
         self.readers = [FrameReader() for _ in range(nworkers)]
         self.on_handover = None     # on_handover(w): worker w's channel is readable
         self.pending_out = [bytearray() for _ in range(nworkers)]
@@ -82,11 +89,16 @@ class UnixLinks(HeldSends):
         """Command-line arguments and fds that hand worker w its end of the link."""
         fd = self.pairs[w][1].fileno()
         cfd = self.channel_pairs[w][1].fileno()
-        return ["--link", "unix:%d,%d" % (fd, cfd)], (fd, cfd)
+        peers = {v: s.fileno() for (x, v), s in self.peer_ends.items() if x == w}
+        spec = ",".join("%d:%d" % (v, f) for v, f in sorted(peers.items()))
+        return (["--link", "unix:%d,%d" % (fd, cfd), "--peers", spec],
+                (fd, cfd) + tuple(peers.values()))
 
     def after_spawn(self, w):
         self.pairs[w][1].close()        # the worker holds its own copy
         self.channel_pairs[w][1].close()
+        for key in [k for k in self.peer_ends if k[0] == w]:
+            self.peer_ends.pop(key).close()
 
     def wait_ready(self, timeout_ms):
         """Blocking, at startup only: return the worker indexes that said READY."""
@@ -176,6 +188,21 @@ class UnixLinks(HeldSends):
         old_b.close()
         self.channel_pairs[w] = self.new_channel()
         self.loop.add_reader(self.channel(w).fileno(), self.channel_readable, w)
+        # new links between worker w's next process and every other worker: their ends
+        # go to them now over their channels (the old ones closed with the dead process)
+        for v in range(len(self.pairs)):
+            if v == w:
+                continue
+            stale = self.peer_ends.pop((w, v), None)
+            if stale is not None:
+                stale.close()
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.peer_ends[(w, v)] = mine
+            try:
+                self.channel(v).send([PEER, w], theirs.fileno())
+            except OSError:
+                pass                    # v is gone too: it gets new links when it restarts
+            theirs.close()
 
     def send_now(self, w, payload):
         data = frame(payload)
@@ -218,6 +245,8 @@ class UnixLinks(HeldSends):
         for a, b in self.channel_pairs:
             a.close()
             b.close()
+        for s in self.peer_ends.values():
+            s.close()
 
 
 class ZmqLinks(HeldSends):

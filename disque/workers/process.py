@@ -22,6 +22,7 @@ from disque._fast.clock import PeriodicTimer
 from disque.contracts import worker_link as P
 from disque.workers.link import worker_link
 from disque.workers.queue_report import queue_report
+from disque.workers.peer_links import peer_sockets
 from disque.workers.served_clients import ServedClients
 from disque.workers.shard import Shard
 
@@ -42,7 +43,7 @@ def die_with_parent():
 
 
 class Worker:
-    def __init__(self, index, nworkers, link_spec, node_id, config):
+    def __init__(self, index, nworkers, link_spec, node_id, config, peers=None):
         self.index = index
         self.parent = os.getppid()
         self.shard = Shard(index, nworkers, node_id, config)
@@ -52,6 +53,7 @@ class Worker:
         self.started = time.time()
         self.ops = 0
         self.served = None          # ServedClients when the front-end hands connections over
+        self.peers = peers          # sockets to the other workers (disque/workers/peer_links.py)
 
     def control(self, name, arg):
         shard = self.shard
@@ -132,7 +134,7 @@ class Worker:
         timer = PeriodicTimer(TICK_MS)
         if link.channel is not None:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
-                                                 link.sock.fileno(), timer.fileno())
+                                                 link.sock.fileno(), timer.fileno(), self.peers)
             wait = served.wait
         else:
             served = None
@@ -183,8 +185,8 @@ class Worker:
                 shard.out.append([P.BUS_REQID, shard.bus_out])
                 shard.bus_out = []
             persistence.aof_flush()         # the AOF is written before the replies leave
-            if served is not None and served.dirty:
-                served.flush()
+            if served is not None:
+                served.flush()              # its connections, and the other workers
             if shard.out:
                 link.send(pack(shard.out))
                 shard.out = []
@@ -224,6 +226,7 @@ def main(argv=None):
     ap.add_argument("--link", required=True, help="unix:<fd> or zmq:<endpoint>")
     ap.add_argument("--node-id", required=True)
     ap.add_argument("--config", default="{}")
+    ap.add_argument("--peers", default="", help="<worker>:<fd>,... links to the other workers")
     args = ap.parse_args(argv)
     die_with_parent()
     config = json.loads(args.config)
@@ -232,7 +235,8 @@ def main(argv=None):
         sys.exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the front-end decides when we stop
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # file size limit: a failed AOF write, not death
-    worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config)
+    peers = peer_sockets(args.peers) if args.link.startswith("unix:") else None
+    worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config, peers)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
     try:
         worker.run()

@@ -27,17 +27,29 @@ from disque._fast.jobid import id_slot, queue_slot, valid_id
 from disque._fast.resp import NULL_ARRAY, ProtocolError, QueryBufferOverflow, RequestParser, bulk
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob
+from disque.workers.peer_links import PeerLinks
 
 log = logging.getLogger("disque.worker")
 
 READ_SIZE = 64 * 1024
 EPOLLIN = select.EPOLLIN
+EPOLLOUT = select.EPOLLOUT
 PONG = R.PONG
-ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS, ROUTE_GETJOB = H.ROUTE_QUEUE, H.ROUTE_ID, H.ROUTE_IDS, H.ROUTE_GETJOB
+ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS = H.ROUTE_QUEUE, H.ROUTE_ID, H.ROUTE_IDS
+ROUTE_GETJOB, ROUTE_PING = H.ROUTE_GETJOB, H.ROUTE_PING
+
+
+class Forwarded:
+    """The place of a reply another worker is producing (PeerLinks.forward)."""
+    __slots__ = ("data",)
+
+    def __init__(self):
+        self.data = None
 
 
 class ServedClient:
-    __slots__ = ("id", "sock", "fd", "parser", "out", "resp3", "last_cmd", "last_io")
+    __slots__ = ("id", "sock", "fd", "parser", "out", "resp3", "last_cmd", "last_io",
+                 "waiting", "back")
 
     def __init__(self, cid, sock, resp3):
         self.id = cid
@@ -48,6 +60,8 @@ class ServedClient:
         self.resp3 = resp3
         self.last_cmd = b""
         self.last_io = time.monotonic()
+        self.waiting = 0            # Forwarded replies still to come
+        self.back = None            # (reason, input) of a hand-back waiting for them
 
 
 class ServedClients:
@@ -55,7 +69,7 @@ class ServedClients:
     cron, totals, configure, close_all. Needs the shard (execute, getjob, cluster_size,
     persistence.aof_flush, out) and the hand-over channel."""
 
-    def __init__(self, index, nworkers, shard, channel, link_fd, timer_fd):
+    def __init__(self, index, nworkers, shard, channel, link_fd, timer_fd, peers=None):
         self.index = index
         self.nworkers = nworkers
         self.shard = shard
@@ -81,6 +95,11 @@ class ServedClients:
         self.reported = None
         self.slow = []
         self.names = []             # real names of the commands of the read being served
+        # the other workers, for the commands of their queues and jobs (None: hand back)
+        self.peers = None
+        self.peer_ready = []
+        if peers is not None:
+            self.peers = PeerLinks(index, peers, self.ep, self.peer_execute, self.peer_answered)
 
     # ---- the worker loop's poll ------------------------------------------------------
 
@@ -89,13 +108,19 @@ class ServedClients:
         serve_ready."""
         link_ready = ticked = False
         ready = self.ready
-        for fd, _ in self.ep.poll(-1 if block else 0):
+        peers = self.peers
+        for fd, ev in self.ep.poll(-1 if block else 0):
             if fd == self.link_fd:
                 link_ready = True
             elif fd == self.timer_fd:
                 ticked = True
             elif fd in self.clients:
                 ready.append(fd)
+            elif peers is not None and fd in peers.by_fd:
+                if ev & EPOLLOUT:
+                    peers.writable(fd)
+                if ev & ~EPOLLOUT:
+                    self.peer_ready.append(fd)
             else:
                 self.channel_ready = True
         return link_ready, ticked
@@ -104,6 +129,10 @@ class ServedClients:
         if self.channel_ready:
             self.channel_ready = False
             self.on_channel()
+        if self.peer_ready:
+            ready, self.peer_ready = self.peer_ready, []
+            for fd in ready:
+                self.peers.readable(fd)
         if self.ready:
             ready, self.ready = self.ready, []
             clients = self.clients
@@ -127,6 +156,12 @@ class ServedClients:
                 c = self.by_id.get(msg[1])
                 if c is not None:
                     self.drop(c, report=False)
+            elif kind == H.PEER and fd is not None:
+                sock = socket.socket(fileno=fd)
+                if self.peers is not None:
+                    self.peers.replace(msg[1], sock)
+                else:
+                    sock.close()
 
     def adopt(self, cid, fd, resp3, unparsed):
         sock = socket.socket(fileno=fd)
@@ -139,13 +174,24 @@ class ServedClients:
             c.parser.feed(unparsed)
             self.run_input(c)
         # input that arrived while the socket travelled is already waiting in it
-        self.read(c)
+        if self.by_id.get(cid) is c and c.back is None:
+            self.read(c)
 
     def hand_back(self, c, reason, pending=b""):
-        """Give the connection back: unwritten replies first, then the unserved input."""
+        """Give the connection back: unwritten replies first, then the unserved input.
+        While replies of other workers are still to come it stops reading and waits."""
+        if c.back is not None:
+            return                  # already on its way back
+        if c.waiting:
+            c.back = (reason, pending + c.parser.take_unparsed())
+            try:
+                self.ep.unregister(c.fd)
+            except (OSError, ValueError):
+                pass
+            return
         self.send_slow()
         self.forget(c)
-        unsent = b"".join(c.out) if c.out else b""
+        unsent = b"".join([x if type(x) is bytes else x.data for x in c.out])
         c.out = []
         if unsent:
             self.shard.persistence.aof_flush()   # no reply leaves before its AOF record
@@ -215,7 +261,7 @@ class ServedClients:
                 self.account(c, cmds[:done], t0)
                 self.hand_back(c, H.BACK_COMMAND, H.encode_commands(cmds[done:]))
                 return
-            if c.resp3:
+            if c.resp3 and type(reply) is bytes:
                 reply = to_resp3(reply)
             out.append(reply)
             done += 1
@@ -252,20 +298,34 @@ class ServedClients:
         shard = self.shard
         me, n = self.index, self.nworkers
         if route == ROUTE_QUEUE:
-            if queue_slot(argv[1]) % n != me or (name == b"addjob" and shard.cluster_size > 1):
-                return None
+            if name == b"addjob" and shard.cluster_size > 1:
+                return None             # it waits for copies: the front-end's path
+            w = queue_slot(argv[1]) % n
+            if w != me:
+                return self.forward(c, w, name, argv)
         elif route == ROUTE_ID:
-            if not valid_id(argv[1]) or id_slot(argv[1]) % n != me:
+            if not valid_id(argv[1]):
                 return None
+            w = id_slot(argv[1]) % n
+            if w != me:
+                return self.forward(c, w, name, argv)
         elif route == ROUTE_IDS:
             if argc < 2 or (name == b"nack" and argc > 3 and argv[-2].lower() == b"delay"):
                 return None
+            w = -1
             for jid in argv[1:]:
-                if not valid_id(jid) or id_slot(jid) % n != me:
+                if not valid_id(jid):
                     return None
+                v = id_slot(jid) % n
+                if w < 0:
+                    w = v
+                elif v != w:
+                    return None         # several workers: the front-end splits it
+            if w != me:
+                return self.forward(c, w, name, argv)
         elif route == ROUTE_GETJOB:
             return self.getjob(c, argv)
-        else:                                   # PING
+        elif route == ROUTE_PING:
             if argc > 2:
                 return None
             self.names.append(b"ping")
@@ -281,6 +341,39 @@ class ServedClients:
         self.names.append(name)
         return reply
 
+    # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
+
+    def forward(self, c, w, name, argv):
+        """Run argv on worker w; its reply takes this place in c's replies."""
+        if self.peers is None:
+            return None
+        slot = Forwarded()
+        argv[0] = name                  # the real name (rename-command)
+        if not self.peers.forward(w, argv, (c, slot)):
+            return None                 # no link to w now (it is being restarted)
+        c.waiting += 1
+        self.names.append(name)
+        return slot
+
+    def peer_answered(self, waiter, reply):
+        c, slot = waiter
+        slot.data = to_resp3(reply) if c.resp3 else reply
+        c.waiting -= 1
+        if self.clients.get(c.fd) is c:
+            self.dirty.append(c)
+
+    def peer_execute(self, argv):
+        """A command another worker forwards: its reply (sent after the AOF write)."""
+        shard = self.shard
+        if argv[0] == b"getjob":        # GETJOB ... NOHANG of our queues
+            error, o = parse_getjob(argv)
+            if error is not None:
+                return error
+            reply, _ids = shard.getjob(0, 0, o.count, True, o.withcounters, 0, False, o.queues)
+            return reply if reply is not None else NULL_ARRAY
+        reply = shard.execute(0, argv)
+        return reply if reply is not None else R.INTERNAL_ERROR
+
     def getjob(self, c, argv):
         """GETJOB whose queues are all here, answered now: a GETJOB that would block (no
         job, no NOHANG) or that the front-end must widen goes back."""
@@ -291,9 +384,16 @@ class ServedClients:
         if error is not None or o.prefix is not None:
             return None
         n, me = self.nworkers, self.index
+        w = -1
         for q in o.queues:
-            if queue_slot(q) % n != me:
-                return None
+            v = queue_slot(q) % n
+            if w < 0:
+                w = v
+            elif v != w:
+                return None             # several workers: the front-end merges them
+        if w != me:
+            # another worker's queues: only a GETJOB that cannot block goes there directly
+            return self.forward(c, w, b"getjob", argv) if o.nohang else None
         if not o.nohang and not shard.any_ready(o.queues):
             return None
         reply, _ids = shard.consumers.fetch_or_block(0, c.id, o.count, True, o.withcounters, 0,
@@ -305,13 +405,30 @@ class ServedClients:
 
     def flush(self):
         """Write every connection's replies (the worker loop calls this after the AOF)."""
+        if self.peers is not None:
+            self.peers.send_all()   # requests to, and replies for, the other workers
         self.send_slow()        # SLOWLOG shows them before their replies are read
         dirty, self.dirty = self.dirty, []
+        clients = self.clients
         for c in dirty:
-            if not c.out or c.fd not in self.clients:
+            if clients.get(c.fd) is not c:
                 continue
-            data = c.out[0] if len(c.out) == 1 else b"".join(c.out)
-            c.out = []
+            out = c.out
+            if not out:
+                self.finish_back(c)
+                continue
+            # the replies ready in order; one of another worker still to come stops it
+            ready = 0
+            for x in out:
+                if type(x) is not bytes:
+                    if x.data is None:
+                        break
+                    out[ready] = x.data
+                ready += 1
+            if not ready:
+                continue
+            data = out[0] if ready == 1 else b"".join(out[:ready])
+            del out[:ready]
             try:
                 n = c.sock.send(data)
             except (BlockingIOError, InterruptedError):
@@ -321,10 +438,24 @@ class ServedClients:
                 continue
             self.net_out += n
             if n < len(data):
-                c.out = [data[n:]]
-                self.hand_back(c, H.BACK_SLOW_READER)
+                out.insert(0, data[n:])
+                if c.back is None:
+                    c.back = (H.BACK_SLOW_READER, b"")
+                    if c.waiting:
+                        try:
+                            self.ep.unregister(c.fd)
+                        except (OSError, ValueError):
+                            pass
             else:
                 c.last_io = time.monotonic()
+            self.finish_back(c)
+
+    def finish_back(self, c):
+        """A hand-back that waited for other workers' replies: go now if none is left."""
+        if c.back is not None and not c.waiting:
+            reason, pending = c.back
+            c.back = None
+            self.hand_back(c, reason, pending)
 
     # ---- cron, configuration, figures ----------------------------------------------------
 
