@@ -410,3 +410,20 @@ def test_resp3_null_from_the_other_worker(node):
     settle(node, c)
     assert c.call("GETJOB", "NOHANG", "FROM", Q1) == b"_\r\n"
     assert c.call("QLEN", Q1) == b":0\r\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_leaving_node_answers_served_connections(start_cluster, mode):
+    cluster = start_cluster(2, workers=2, extra_args=("--connection-affinity", mode))
+    node = cluster.nodes[0]
+    node.affinity = mode == "yes"
+    c = node.raw()
+    jid = c.execute("ADDJOB", Q0, "x", 0, "REPLICATE", 2)
+    assert jid.startswith(b"D-")
+    settle(node, c)
+    with RawConn(node.port) as admin:
+        assert admin.execute("CLUSTER", "LEAVING", "yes") == b"OK"
+    leaving = b"-LEAVING This node is leaving the cluster, please connect to a different one\r\n"
+    assert c.call("GETJOB", "TIMEOUT", 100, "FROM", Q1) == leaving
+    assert c.execute("GETJOB", "NOHANG", "FROM", Q1) is NULL_ARRAY
+    assert c.execute("SHOW", jid)[1] == jid

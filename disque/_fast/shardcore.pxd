@@ -69,6 +69,7 @@ cdef class ShardCore:
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef Job fetch(self, Queue q)
+    cpdef list fetch_many(self, Queue q, Py_ssize_t count)
     cpdef move_to_dead_letter(self, Job job)
     cpdef object cmd_addjob(self, list argv)
 

@@ -159,6 +159,15 @@ cpdef bytes encode_job(Job job, bint withcounters):
     return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (len(q), q, job.id, len(b), b)
 
 
+cpdef bytes encode_jobs(list jobs, bint withcounters):
+    """GETJOB's whole reply for `jobs` (not empty)."""
+    cdef list parts = [b"*%d\r\n" % len(jobs)]
+    cdef Job job
+    for job in jobs:
+        parts.append(encode_job(job, withcounters))
+    return b"".join(parts)
+
+
 cpdef long long expire_ms(Job job):
     """When `job` expires, in ms (docs/timers.md). `etime` holds whole seconds, the creation
     second + TTL as upstream; adding the creation's millisecond (from ctime) makes the job
@@ -347,6 +356,24 @@ cdef class ShardCore:
         q.jobs_out += 1
         self.n_delivered += 1
         return job
+
+    cpdef list fetch_many(self, Queue q, Py_ssize_t count):
+        """Up to `count` jobs from the head of one queue (GETJOB FROM a single queue):
+        fetch() in a loop without a Python call per job."""
+        cdef list out = []
+        cdef Job job
+        while len(out) < count:
+            job = q.jobs.pop()
+            if job is None:
+                break
+            mark_active(job)
+            job.flags |= JOB_FLAG_DELIVERED
+            out.append(job)
+        if out:
+            q.atime = self.now_s
+            q.jobs_out += len(out)
+            self.n_delivered += len(out)
+        return out
 
     cpdef object cmd_addjob(self, list argv):
         """ADDJOB <queue> <body> <ms-timeout> [options] (SPEC 3.1, in its order)."""

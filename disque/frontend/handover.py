@@ -57,14 +57,22 @@ class Handover:
             links.on_handover = self.channel_readable
         self.apply()
 
+    def wanted(self):
+        return bool(self.cfg.connection_affinity) and self.possible and not self.stopping
+
     def apply(self):
+        """connection-affinity at start-up or by CONFIG SET: off at once (every connection
+        taken back); on once every worker has the table of what it may serve."""
         fe = self.fe
-        on = bool(self.cfg.connection_affinity) and self.possible and not self.stopping
-        if fe.affinity and not on:
-            self.recall_all()
-        fe.affinity = on
-        if on:
-            fe.control_all("served_config", self.worker_config(), lambda values: None)
+        if not self.wanted():
+            if fe.affinity:
+                fe.affinity = False
+                self.recall_all()
+            return
+
+        def configured(values):
+            fe.affinity = self.wanted()
+        fe.control_all("served_config", self.worker_config(), configured)
 
     def worker_config(self):
         return {"table": H.served_table({typed: entry[2] for typed, entry in self.fe.table.items()}), "timeout": self.cfg.timeout,

@@ -6,7 +6,7 @@ The front-end half is disque/frontend/getjob.py (`Getjobs`); `Shard.getjob` is t
 import heapq
 
 from disque._fast import resp
-from disque._fast.shardcore import encode_job
+from disque._fast.shardcore import encode_job, encode_jobs
 from disque.workers.replication import LEAVING_ERROR
 
 NULL_ARRAY = resp.NULL_ARRAY
@@ -61,6 +61,29 @@ class Consumers:
                 if name not in seen:
                     seen.add(name)
                     queues.append(self.shard.get_queue(name, create=True))
+        if len(queues) == 1:
+            # one queue (the usual GETJOB): fetched in one Cython call
+            q = queues[0]
+            jobs = [] if q.paused & PAUSE_OUT else self.shard.fetch_many(q, count)
+        else:
+            jobs = self.fetch_rounds(queues, count)
+        clustered = self.shard.cluster_size > 1
+        if clustered and (jobs or nohang):
+            # a consumer about to block asks once it is blocked (INTEREST, below)
+            for q in queues:
+                if not len(q.jobs) or q.paused & PAUSE_OUT:
+                    # "clients waiting" when nothing came from it, else "reached zero"
+                    self.shard.federation.needjobs(q, reached_zero=bool(jobs))
+        if jobs:
+            ids = [j.id for j in jobs]
+            if proxy:
+                return [encode_job(j, withcounters) for j in jobs], ids
+            return encode_jobs(jobs, withcounters), ids
+        return self.nothing_fetched(reqid, client, nohang, withcounters, timeout_ms, proxy,
+                                    queues, prefix, clustered)
+
+    def fetch_rounds(self, queues, count):
+        """One job per queue per round, left to right, until `count` or none is left."""
         jobs = []
         while len(jobs) < count:
             got = False
@@ -73,19 +96,12 @@ class Consumers:
                     break
             if not got:
                 break
-        clustered = self.shard.cluster_size > 1
-        if clustered and (jobs or nohang):
-            # a consumer about to block asks once it is blocked (INTEREST, below)
-            for q in queues:
-                if not len(q.jobs) or q.paused & PAUSE_OUT:
-                    # "clients waiting" when nothing came from it, else "reached zero"
-                    self.shard.federation.needjobs(q, reached_zero=bool(jobs))
-        if jobs:
-            encoded = [encode_job(j, withcounters) for j in jobs]
-            ids = [j.id for j in jobs]
-            if proxy:
-                return encoded, ids
-            return b"*%d\r\n" % len(encoded) + b"".join(encoded), ids
+        return jobs
+
+    def nothing_fetched(self, reqid, client, nohang, withcounters, timeout_ms, proxy, queues,
+                        prefix, clustered):
+        """No job for this GETJOB: the empty reply (NOHANG), -LEAVING, or the consumer
+        blocks (the reply comes later)."""
         if nohang:
             return ([] if proxy else NULL_ARRAY), None
         if self.shard.leaving:

@@ -241,14 +241,20 @@ class ServedClients:
         self.run_input(c)
 
     def run_input(self, c):
-        try:
-            cmds = c.parser.commands()
-        except ProtocolError:
-            # the front-end words the error and closes the connection after the replies
-            self.hand_back(c, H.BACK_COMMAND)
-            return
-        if not cmds:
-            return
+        # commands() returns what came before a protocol error and raises on the next
+        # call, so it is called until it has nothing more, as the front-end does
+        while c.back is None and self.by_id.get(c.id) is c:
+            try:
+                cmds = c.parser.commands()
+            except ProtocolError:
+                # the front-end words the error and closes the connection after the replies
+                self.hand_back(c, H.BACK_COMMAND)
+                return
+            if not cmds:
+                return
+            self.run_commands(c, cmds)
+
+    def run_commands(self, c, cmds):
         # The commands of one read are timed together, from the read to their replies
         # (which leave together), as the front-end times them: two clock readings per
         # read, each command counted with its share (commandstats, latency histogram)
@@ -352,7 +358,11 @@ class ServedClients:
         if not self.peers.forward(w, argv, (c, slot)):
             return None                 # no link to w now (it is being restarted)
         c.waiting += 1
-        self.names.append(name)
+        # counted as served here (commandstats calls); the worker that runs it counts its
+        # time and its call in its own figures (stats log, metrics)
+        self.calls[name] = self.calls.get(name, 0) + 1
+        self.commands += 1
+        c.last_cmd = name
         return slot
 
     def peer_answered(self, waiter, reply):
