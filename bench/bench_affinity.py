@@ -20,6 +20,7 @@ cores: limited by the total CPU per job (cores / total) and by the busiest singl
 next to the original's single-core ceiling (1 / its CPU per job).
 
     python bench/bench_affinity.py --disque-binary <original>/src/disque-server
+    python bench/bench_affinity.py --rounds 3 --disque-binary ...   # median of 3 alternating rounds
     python bench/bench_affinity.py --quick --disque-binary ...      # a smoke run
 """
 from __future__ import annotations
@@ -186,6 +187,16 @@ def bench(args, kind: str, label: str, workers: int) -> dict:
     return out
 
 
+def median_round(runs: list[dict], loads) -> dict:
+    """Per load, the round with the median throughput (its CPU figures with it)."""
+    out = {}
+    for load in loads:
+        got = sorted((r[load] for r in runs if load in r), key=lambda r: r["jobs_per_s"])
+        if got:
+            out[load] = got[len(got) // 2]
+    return out
+
+
 def projection(ours: dict, original: dict | None) -> list[str]:
     """Throughput at more cores from the spread load's CPU per job, per process."""
     lines = []
@@ -220,19 +231,27 @@ def main(argv=None) -> int:
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the servers this many times; the median round is shown")
     mine = ap.parse_args(argv)
     args = B.parse_args(["--quick"] if mine.quick else [])
     args.disque_binary = mine.disque_binary
     args.loads = [x for x in mine.loads.split(",") if x]
     args.logdir = tempfile.mkdtemp(prefix="disque-bench-affinity-")
-    results = {}
+    targets = []
+    if args.disque_binary:
+        targets.append(("original", "cdisque", "C-disque", 1))
+    for w in [int(x) for x in mine.workers.split(",")]:
+        targets.append((f"ours_w{w}", "disque", f"ours(w={w})", w))
+    rounds = {key: [] for key, *_ in targets}
     try:
-        if args.disque_binary:
-            results["original"] = bench(args, "cdisque", "C-disque", 1)
-        for w in [int(x) for x in mine.workers.split(",")]:
-            results[f"ours_w{w}"] = bench(args, "disque", f"ours(w={w})", w)
+        for n in range(mine.rounds):
+            for key, kind, label, w in targets:       # alternating: a slow moment of the
+                B.log(f"round {n + 1}/{mine.rounds}: {label}")   # machine hits all alike
+                rounds[key].append(bench(args, kind, label, w))
     finally:
         B.cleanup_all()
+    results = {key: median_round(runs, args.loads) for key, runs in rounds.items()}
     original = results.get("original")
     print("\nload     | " + " | ".join(f"{k:>28}" for k in results))
     for load in args.loads:
