@@ -37,6 +37,7 @@ EPOLLOUT = select.EPOLLOUT
 PONG = R.PONG
 ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS = H.ROUTE_QUEUE, H.ROUTE_ID, H.ROUTE_IDS
 ROUTE_GETJOB, ROUTE_PING = H.ROUTE_GETJOB, H.ROUTE_PING
+REQUEUES = (b"nack", b"enqueue")     # commands that may dead-letter a job
 
 
 class Forwarded:
@@ -327,6 +328,8 @@ class ServedClients:
                     w = v
                 elif v != w:
                     return None         # several workers: the front-end splits it
+            if name in REQUEUES and self.may_dead_letter(w, argv):
+                return None
             if w != me:
                 return self.forward(c, w, name, argv)
         elif route == ROUTE_GETJOB:
@@ -346,6 +349,20 @@ class ServedClients:
             reply = R.INTERNAL_ERROR
         self.names.append(name)
         return reply
+
+    def may_dead_letter(self, w, argv):
+        """NACK / ENQUEUE that may move a job to a dead-letter queue, which can put that
+        queue on a worker other than its slot's: the front-end must learn it (QUEUE_ELSEWHERE
+        arrives with the reply on its path) before this client's next QLEN or GETJOB.
+        Another worker's jobs cannot be checked from here: those go back too."""
+        if w != self.index:
+            return True
+        jobs = self.shard.jobs
+        for jid in argv[1:]:
+            job = jobs.get(jid)
+            if job is not None and job.ext is not None:
+                return True
+        return False
 
     # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
 
