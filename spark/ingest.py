@@ -41,6 +41,7 @@ PARTITIONED = ("worker_rates", "node_rates", "queue_backlog")
 STAGING = "_staging"
 FOLLOW_DIR = "_follow"
 REPORT_DIR = "report"
+PARTITION_BYTES = 128 << 20
 WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false", "spark.sql.maxConcurrentOutputFileWriters": "16"}
 
 
@@ -109,6 +110,7 @@ class BatchPipeline:
         self.spark = spark
         self.full = full
         self.meta = None
+        self.incremental = False
         self.node_t0 = {}
         self._new_node_min = {}
         self.new_manifest = None
@@ -121,11 +123,28 @@ class BatchPipeline:
         self.bucket_s = bucket_s
         self.report = report
         self.keep_staging = keep_staging
+        self.cached = None          # the parsed samples, partitioned and sorted (see _run)
+        self.observed = {}          # table -> metrics observed while it was written
 
     def path(self, *parts: str) -> str:
         return storage.join(self.output, *parts)
 
     def run(self) -> IngestResult:
+        try:
+            return self._run()
+        finally:
+            if self.cached is not None:
+                self.cached.unpersist()
+                self.cached = None
+
+    def _partitions(self, nbytes: int | None) -> int:
+        """Partitions of the parsed samples: enough for every core twice (a straggler's
+        share stays small), more when the input is large (~128 MB of lines each)."""
+        cores = max(1, self.spark.sparkContext.defaultParallelism)
+        return max(2 * cores, -(-(nbytes or 0) // PARTITION_BYTES))
+
+    def _run(self) -> IngestResult:
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from disque_spark import increment, schema, transform
@@ -149,6 +168,7 @@ class BatchPipeline:
             state_dir = os.path.join(storage.local_path(self.output), increment.STATE_DIR) if can_increment else None
             meta = None if self.full or not can_increment else self._load_meta(state_dir)
             self.meta = meta
+            self.incremental = meta is not None
             if meta is None:
                 for name in TABLES + (STAGING, FOLLOW_DIR, REPORT_DIR, increment.STATE_DIR):
                     storage.delete(spark, self.path(name))
@@ -172,7 +192,6 @@ class BatchPipeline:
             self._count_tables()
             return res
 
-        staging = self.path(STAGING, "samples")
         with pr.stage("parse + validate (explicit schema)") as st:
             reader = spark.read.option("recursiveFileLookup", "true")
             if files is None:
@@ -185,13 +204,20 @@ class BatchPipeline:
                                   F.lit(orig)).otherwise(file_col)
             text = text.select("value", file_col.alias("_file"))
             parsed = schema.parse_lines(text, file_col="_file")
-            parsed.write.mode("overwrite").parquet(staging)
-            staged = spark.read.parquet(staging)
+            # The one shuffle of the run: every worker's samples into one partition, in time
+            # order, kept in memory (spilling to disk). Both windows below read this layout
+            # as it is (no further exchange or sort), and every table derives from it, so the
+            # input is read and parsed once (docs/spark.md, "How the job is laid out").
+            parts = self._partitions(res.new_bytes if res.new_bytes is not None else res.input_bytes)
+            staged = (parsed.repartition(parts, "node", "worker").sortWithinPartitions("node", "worker", "ts")
+                      .persist(StorageLevel.MEMORY_AND_DISK))
+            self.cached = staged
             good = F.col("bad_reason").isNull()
             # one small group per (node, worker) and per bad reason: summed up here
             groups = staged.groupBy(
                 "bad_reason", F.when(good, F.col("node")).alias("n"), F.when(good, F.col("worker")).alias("w")
-            ).agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("lat_counts")).alias("k")).collect()
+            ).agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("lat_counts")).alias("k"),
+                  F.min("ts").alias("t0")).collect()
             rows = sum(int(g["rows"]) for g in groups)
             bad_by_reason = {}
             for g in groups:
@@ -203,11 +229,13 @@ class BatchPipeline:
             nbad = sum(bad_by_reason.values())
             if nbad:
                 bad = staged.where(~good).select("file", "bad_reason", "line")
-                bad.write.mode("append" if meta else "overwrite").parquet(self.path("bad_lines"))
+                self._write("bad_lines", bad, partitioned=False, append=meta is not None)
                 res.bad_examples = [tuple(r) for r in bad.limit(5).collect()]
+            if self.keep_staging:
+                staged.write.mode("overwrite").parquet(self.path(STAGING, "samples"))
             k = counts["k"]
             st.detail = (f"rows read {fmt_int(rows)}, bad lines {fmt_int(nbad)}"
-                         + (f" {bad_by_reason}" if nbad else "") + f", {len(ok)} workers")
+                         + (f" {bad_by_reason}" if nbad else "") + f", {len(ok)} workers, {parts} partitions")
 
         samples = staged.where(good).drop("bad_reason", "line", "file")
         wcols = [c for c in samples.columns if c not in ("top_queues", "qmap")]
@@ -215,26 +243,30 @@ class BatchPipeline:
         qtail_dir = self.state_path("queue_tail")
 
         with pr.stage("worker_rates (window per node/worker)") as st:
+            prev = None
             if meta is not None and storage.exists(spark, tail_dir):
-                # the previous run's last sample of every worker: deltas across the boundary
+                # the previous run's last sample of every worker: the first delta of each worker
+                # is taken against it; samples not newer than it are late (dropped, counted)
                 tail = spark.read.parquet(tail_dir).select(*wcols)
-                marks = tail.select("node", "worker", F.col("ts").alias("_tail_ts"))
+                marks = tail.select("node", "worker", F.col("ts").alias("_tail_ts"),
+                                    transform.prev_struct(tail, transform.WORKER_PREV_COLS).alias("_prev"))
                 joined = samples.join(F.broadcast(marks), ["node", "worker"], "left")
                 late_cond = F.coalesce(F.col("ts") <= F.col("_tail_ts"), F.lit(False))
                 late = joined.where(late_cond).count()
                 samples = joined.where(~late_cond).drop("_tail_ts")
-                wsrc = tail.withColumn("_tail", F.lit(True)).unionByName(
-                    samples.select(*wcols, F.lit(False).alias("_tail")))
+                prev = "_prev"
             else:
                 late, tail = 0, None
-                wsrc = samples.select(*wcols)
             counts["late"] = counts.get("late", 0) + late
-            firsts = samples.groupBy("node").agg(F.min("ts").alias("t0")).collect()
-            self._new_node_min = {r["node"]: float(r["t0"]) for r in firsts}
-            wr = transform.worker_rates(wsrc, self.first_sample, k)
-            if tail is not None:
-                wr = wr.where(~F.col("_tail")).drop("_tail")
-            n = self._write("worker_rates", wr, append=meta is not None)
+            # nodes first seen in this run anchor their node_rates grid at their first sample
+            self._new_node_min = {}
+            for g in ok:
+                if g["t0"] is not None:
+                    self._new_node_min[g["n"]] = min(float(g["t0"]), self._new_node_min.get(g["n"], float("inf")))
+            wr = transform.worker_rates(samples.select(*wcols, *([prev] if prev else [])), self.first_sample, k,
+                                        prev=prev)
+            n = self._write("worker_rates", wr, append=meta is not None,
+                            metrics=[F.min("ts").alias("start_ts"), F.max("ts").alias("end_ts")])
             st.detail = f"{fmt_int(n)} rows" + (f", {fmt_int(late)} late rows dropped" if late else "")
 
         with pr.stage("queue_backlog (window per node/worker/queue)") as st:
@@ -242,13 +274,18 @@ class BatchPipeline:
                                                         "qmap"))
             if meta is not None and storage.exists(spark, qtail_dir):
                 qtail = spark.read.parquet(qtail_dir)
-                qsrc = qtail.withColumn("_tail", F.lit(True)).unionByName(qs.withColumn("_tail", F.lit(False)))
-                qb = transform.queue_backlog(qsrc, self.first_sample).where(~F.col("_tail")).drop("_tail")
+                qmarks = qtail.select("node", "worker", "queue",
+                                      transform.prev_struct(qtail, transform.QUEUE_PREV_COLS).alias("_qprev"))
+                qb = transform.queue_backlog(qs.join(F.broadcast(qmarks), ["node", "worker", "queue"], "left"),
+                                             self.first_sample, prev="_qprev")
             else:
-                qtail, qsrc = None, qs
+                qtail = None
                 qb = transform.queue_backlog(qs, self.first_sample)
             n = self._write("queue_backlog", qb, append=meta is not None)
             st.detail = f"{fmt_int(n)} rows"
+        # what the state keeps: the last sample of every worker and queue, old ones included
+        wsrc = samples.select(*wcols) if tail is None else tail.unionByName(samples.select(*wcols))
+        qsrc = qs if qtail is None else qtail.unionByName(qs)
 
         with pr.stage("node_rates (per node and time bucket)") as st:
             wr_all = spark.read.parquet(self.path("worker_rates"))
@@ -388,20 +425,37 @@ class BatchPipeline:
             res.nodes = len(rows) - len(tot)
             if tot:
                 res.workers, res.restarts = int(tot[0]["workers"] or 0), int(tot[0]["restarts"] or 0)
-        if storage.exists(spark, self.path("worker_rates")):
+        seen = self.observed.get("worker_rates")
+        if seen is not None and not self.incremental:      # this run wrote the whole table
+            res.start_ts, res.end_ts = seen["start_ts"], seen["end_ts"]
+        elif storage.exists(spark, self.path("worker_rates")):
             agg = spark.read.parquet(self.path("worker_rates")).agg(F.min("ts"), F.max("ts")).first()
             res.start_ts, res.end_ts = agg[0], agg[1]
 
-    def _write(self, name: str, df, partitioned: bool | None = None, append: bool = False):
-        """Write a table (replace it, or append to it), read back its row count."""
+    def _write(self, name: str, df, partitioned: bool | None = None, append: bool = False,
+               metrics: list | None = None) -> int:
+        """Write a table (replace it, or append to it); returns the table's row count.
+
+        The rows written (and ``metrics``, kept in self.observed[name]) are observed while
+        the table is written, so a replaced table is not read back to be counted."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
         path = self.path(name)
+        obs = Observation(name)
+        df = df.observe(obs, F.count(F.lit(1)).alias("rows"), *(metrics or []))
         w = df.write.mode("append" if append else "overwrite")
         if partitioned is None:
             partitioned = name in PARTITIONED
         if partitioned:
             w = w.partitionBy("date")
         w.parquet(path)
-        return self._count(name)
+        self.observed[name] = dict(obs.get)
+        if append:
+            return self._count(name)
+        n = int(self.observed[name]["rows"])
+        self.result.tables[name] = n
+        self.result.table_paths[name] = path
+        return n
 
     def _count(self, name: str) -> int:
         path = self.path(name)

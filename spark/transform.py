@@ -158,17 +158,37 @@ def _hist_delta(cur: Column, prev: Column, cur_b: Column, prev_b: Column, fresh:
             .otherwise(F.array(*[(c - p).cast("long") for c, p in zip(ci, pi)])))
 
 
-def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14) -> DataFrame:
+#: What a worker's sample contributes to the next one's deltas (the window's previous row).
+WORKER_PREV_COLS = ["ts", "uptime_s", "pid"] + _SCALAR_COUNTERS + _DOUBLE_COUNTERS + _MAP_COUNTERS + [
+    "lat_bounds", "lat_counts"]
+QUEUE_PREV_COLS = ["ts", "uptime_s", "pid", "len"] + list(QUEUE_COUNTERS)
+
+
+def prev_struct(df: DataFrame, cols: list[str]) -> Column:
+    """A saved sample (a worker's or a queue's last one) as the struct the window's lag yields."""
+    return F.struct(*[df[c] for c in cols])
+
+
+def _previous(cols: list[str], w, prev: str | None) -> Column:
+    """The previous sample in the window; for the first row of a key, the ``prev`` column's
+    struct (the last sample an earlier run saw) when given."""
+    lagged = F.lag(F.struct(*cols)).over(w)
+    return F.coalesce(lagged, F.col(prev)) if prev else lagged
+
+
+def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, prev: str | None = None) -> DataFrame:
     """Per (node, worker, sample): deltas and rates of every counter, gauges, latency.
 
     ``samples`` are good rows as produced by schema.parse_lines (top_queues not needed);
     ``k`` is the longest latency histogram (number of buckets) in the data.
     A boolean ``_tail`` column, when present, is carried through (used by --follow).
+    ``prev``: a struct column (``prev_struct(tail, WORKER_PREV_COLS)``) with the worker's
+    last sample of an earlier run, null for a worker seen for the first time: an incremental
+    run's first delta is taken against it (no union with the old rows, so a cached input
+    that is already partitioned and sorted by (node, worker, ts) needs no shuffle or sort).
     """
-    prev_cols = ["ts", "uptime_s", "pid"] + _SCALAR_COUNTERS + _DOUBLE_COUNTERS + _MAP_COUNTERS + [
-        "lat_bounds", "lat_counts"]
     w = Window.partitionBy("node", "worker").orderBy("ts")
-    df = samples.select("*", F.lag(F.struct(*prev_cols)).over(w).alias("_p"))
+    df = samples.select("*", _previous(WORKER_PREV_COLS, w, prev).alias("_p"))
     first, restart, fresh, start = _interval_flags("_p", first_sample)
     df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
                    start.alias("_start"))
@@ -254,11 +274,14 @@ def queue_samples(samples: DataFrame) -> DataFrame:
     return v1.unionByName(v2).where(F.col("queue").isNotNull())
 
 
-def queue_backlog(qsamples: DataFrame, first_sample: str = "start") -> DataFrame:
-    """Per (node, queue, sample): len, growth, in/out/nack/redelivery deltas and rates."""
+def queue_backlog(qsamples: DataFrame, first_sample: str = "start", prev: str | None = None) -> DataFrame:
+    """Per (node, queue, sample): len, growth, in/out/nack/redelivery deltas and rates.
+
+    ``prev``: as for worker_rates, a struct column (QUEUE_PREV_COLS) with the queue's last
+    sample of an earlier run.
+    """
     w = Window.partitionBy("node", "worker", "queue").orderBy("ts")
-    prev_cols = ["ts", "uptime_s", "pid", "len"] + list(QUEUE_COUNTERS)
-    df = qsamples.select("*", F.lag(F.struct(*prev_cols)).over(w).alias("_p"))
+    df = qsamples.select("*", _previous(QUEUE_PREV_COLS, w, prev).alias("_p"))
     first, restart, fresh, start = _interval_flags("_p", first_sample)
     df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
                    start.alias("_start"))
