@@ -257,6 +257,37 @@ class MemorySampler(threading.Thread):
             self.peak_total = max(self.peak_total, py + jvm)
 
 
+THREAD_KINDS = (("JIT compiler", ("C1 CompilerThre", "C2 CompilerThre")),
+                ("tasks", ("Executor task launch",)),
+                ("GC", ("GC Thread", "G1 ")))
+
+
+def jvm_thread_cpu(sampler) -> dict:
+    """CPU seconds of the Spark JVM's live threads by kind (Linux /proc; {} elsewhere): how much
+    of a run is the JIT compiling Spark's generated code rather than the tasks running it."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for ch in sampler.me.children(recursive=True):
+        task_dir = f"/proc/{ch.pid}/task"
+        if not os.path.isdir(task_dir) or "java" not in ch.name():
+            continue
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"{task_dir}/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            kind = next((k for k, prefixes in THREAD_KINDS if name.startswith(prefixes)), "other")
+            out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_cpu_delta(before: dict, after: dict) -> dict:
+    return {k: max(0.0, after.get(k, 0.0) - before.get(k, 0.0)) for k in after}
+
+
 def bare_scan(spark, inp: str, out: str, version: int) -> float:
     """What Spark alone costs for the same files: read with the explicit schema, write Parquet."""
     from disque_spark import schema
@@ -290,6 +321,9 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the generated input and the output")
     ap.add_argument("--no-report", action="store_true", help="skip the HTML report stage")
     ap.add_argument("--json", default=None, help="write the figures as JSON here")
+    ap.add_argument("--warm-run", action="store_true",
+                    help="run the job a second time in the same session and print that time too "
+                         "(the first run pays the JIT warm-up of every generated plan)")
     args = ap.parse_args(argv)
 
     try:
@@ -333,17 +367,26 @@ def main(argv=None):
         inp, out = os.path.join(work, f"in-v{v}"), os.path.join(work, f"out-v{v}")
         scan_out = os.path.join(work, f"bare-v{v}")
         _, b1, b1cpu, b1mem, _ = measure(sampler, lambda: bare_scan(spark, inp, scan_out, v))
+        threads0 = jvm_thread_cpu(sampler)
         res, job, cpu, peak, peak_jvm = measure(sampler, lambda: ingest.run(
             inp, out, spark=spark, report=not args.no_report, full=True, progress=True))
+        threads = thread_cpu_delta(threads0, jvm_thread_cpu(sampler))
         _, b2, b2cpu, _, _ = measure(sampler, lambda: bare_scan(spark, inp, scan_out, v))
         bare = min(b1, b2)
+        warm = None
+        if args.warm_run:       # the same job again in this JVM: what is left once the JIT is warm
+            _, warm, warm_cpu, _, _ = measure(sampler, lambda: ingest.run(
+                inp, out, spark=spark, report=not args.no_report, full=True, progress=False))
         f = {"lines": res.rows_read, "bad_lines": res.bad_lines, "input_bytes": res.input_bytes,
              "bytes_per_line": (res.input_bytes or 0) / max(1, res.rows_read), "files": res.files,
              "job_seconds": job, "bare_scan_seconds": [b1, b2], "ratio": job / bare if bare else None,
              "rows_per_s": res.rows_read / job, "cpu_seconds": cpu, "bare_scan_cpu_seconds": [b1cpu, b2cpu],
              "cpu_ratio": cpu / min(b1cpu, b2cpu) if min(b1cpu, b2cpu) else None,
              "peak_rss_total": peak, "peak_rss_jvm": peak_jvm, "bare_scan_peak_rss": b1mem,
-             "stages": res.stages, "tables": res.tables, "generation": gens[v], "loadavg": os.getloadavg()}
+             "stages": res.stages, "tables": res.tables, "generation": gens[v], "loadavg": os.getloadavg(),
+             "jvm_thread_cpu_seconds": threads,
+             "warm_job_seconds": warm, "warm_ratio": warm / bare if warm and bare else None,
+             "warm_cpu_seconds": warm_cpu if warm else None}
         figs["versions"][f"v{v}"] = f
         print()
         print(f"schema v{v}: {res.rows_read:,} lines, {(res.input_bytes or 0) / 1e6:,.0f} MB "
@@ -356,6 +399,12 @@ def main(argv=None):
               f"the figures that depend least on other load)")
         print(f"  peak memory        {peak / 2**20:8,.0f} MiB total (JVM {peak_jvm / 2**20:,.0f} MiB); "
               f"bare scan {b1mem / 2**20:,.0f} MiB")
+        if warm:
+            print(f"  same job, warm JVM {warm:8.1f} s   (ratio {warm / bare:.2f} x, CPU {warm_cpu:.1f} s: run again "
+                  f"in the same session)")
+        if threads:
+            print("  JVM CPU by thread   " + ", ".join(f"{k} {threads.get(k, 0.0):.1f} s" for k in
+                                                      ("tasks", "JIT compiler", "GC", "other")))
         for name, sec in res.stages:
             print(f"    {name:48s} {sec:8.1f} s")
         print("  tables: " + ", ".join(f"{k} {n:,}" for k, n in res.tables.items()))
