@@ -258,7 +258,7 @@ class MemorySampler(threading.Thread):
 
 
 THREAD_KINDS = (("JIT compiler", ("C1 CompilerThre", "C2 CompilerThre")),
-                ("tasks", ("Executor task launch",)),
+                ("tasks", ("Executor task",)),   # /proc comm keeps 15 characters
                 ("GC", ("GC Thread", "G1 ")))
 
 

@@ -41,7 +41,7 @@ PARTITIONED = ("worker_rates", "node_rates", "queue_backlog")
 STAGING = "_staging"
 FOLLOW_DIR = "_follow"
 REPORT_DIR = "report"
-PARTITION_BYTES = 128 << 20
+PARTITION_BYTES = 64 << 20
 WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false", "spark.sql.maxConcurrentOutputFileWriters": "16"}
 
 
@@ -139,7 +139,8 @@ class BatchPipeline:
 
     def _partitions(self, nbytes: int | None) -> int:
         """Partitions of the parsed samples: enough for every core twice (a straggler's
-        share stays small), more when the input is large (~128 MB of lines each)."""
+        share stays small), more when the input is large (~64 MB of lines each, so that a
+        task's sort stays well inside its share of a 2g heap)."""
         cores = max(1, self.spark.sparkContext.defaultParallelism)
         return max(2 * cores, -(-(nbytes or 0) // PARTITION_BYTES))
 
@@ -205,12 +206,13 @@ class BatchPipeline:
             text = text.select("value", file_col.alias("_file"))
             parsed = schema.parse_lines(text, file_col="_file")
             # The one shuffle of the run: every worker's samples into one partition, in time
-            # order, kept in memory (spilling to disk). Both windows below read this layout
+            # order, persisted on local disk (serialized: held in memory, a full day ran a 2g
+            # driver out of heap while the cache was built). Both windows below read this layout
             # as it is (no further exchange or sort), and every table derives from it, so the
-            # input is read and parsed once (docs/spark.md, "How the job is laid out").
+            # input is read and parsed once (docs/spark.md#how-the-job-is-laid-out).
             parts = self._partitions(res.new_bytes if res.new_bytes is not None else res.input_bytes)
             staged = (parsed.repartition(parts, "node", "worker").sortWithinPartitions("node", "worker", "ts")
-                      .persist(StorageLevel.MEMORY_AND_DISK))
+                      .persist(StorageLevel.DISK_ONLY))
             self.cached = staged
             good = F.col("bad_reason").isNull()
             # one small group per (node, worker) and per bad reason: summed up here
@@ -379,10 +381,11 @@ class BatchPipeline:
         spark = self.spark
         known = dict((self.meta or {}).get("nodes") or {})
         if not incremental:
-            grid_rows = transform.node_grid(wr_all).collect()
-            self.node_t0 = {r["node"]: float(r["t0"]) for r in grid_rows}
-            nr = transform.node_rates(wr_all, bucket, transform.node_grid(wr_all), k)
-            return self._write("node_rates", nr)
+            # each node's first sample is known from the parse stage's counts: no pass over
+            # worker_rates to find it
+            self.node_t0 = dict(self._new_node_min)
+            grid = spark.createDataFrame(sorted(self.node_t0.items()), "node string, t0 double")
+            return self._write("node_rates", transform.node_rates(wr_all, bucket, grid, k))
         # nodes first seen now anchor their grid at their first sample
         for node, t0 in self._new_node_min.items():
             known.setdefault(node, t0)

@@ -314,13 +314,10 @@ def queue_backlog(qsamples: DataFrame, first_sample: str = "start", prev: str | 
 _NODE_SUMS = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
 
 
-def node_grid(wr: DataFrame) -> DataFrame:
-    """(node, t0): the first timestamp of each node, which anchors its time buckets."""
-    return wr.groupBy("node").agg(F.min("ts").alias("t0"))
-
-
 def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int) -> DataFrame:
     """Per (node, time bucket): rates summed over the node's workers, skew, latency.
+
+    ``grid`` is (node, t0): each node's first sample, which anchors its time buckets.
 
     Each worker's rate in a bucket is sum(deltas) / sum(interval seconds) of its samples
     that fall into the bucket (normally exactly one); the node rate is the sum over its
