@@ -53,7 +53,7 @@ def add_percentiles(df: DataFrame, k: int, counts: str = "lat_counts", bounds: s
     so a quantile falling there is reported as the last bound (a lower bound of the true
     value). Linear interpolation inside a bucket. Null when the histogram is empty.
 
-    Written with scalar columns (the k counts, their cumulative sums, the k-1 bounds, each
+    Written with scalar columns (the k counts, their cumulative sums, the bounds, each
     extracted once) and one CASE chain per percentile over those columns, rather than
     higher-order array functions (they run interpreted) or array lookups repeated inside the
     chains (the generated code, and the JIT's work on it, grows with every repetition).
@@ -64,10 +64,10 @@ def add_percentiles(df: DataFrame, k: int, counts: str = "lat_counts", bounds: s
     arr, bnd = F.col(counts), F.col(bounds)
     cs = [f"_pc{i}" for i in range(1, k + 1)]
     cums = [f"_pcum{i}" for i in range(1, k + 1)]
-    bs = [f"_pb{i}" for i in range(1, k)]
+    bs = [f"_pb{i}" for i in range(1, k + 1)]
     df = df.select("*", *[F.coalesce(F.try_element_at(arr, F.lit(i)), F.lit(0)).cast("long").alias(cs[i - 1])
                           for i in range(1, k + 1)],
-                   *[F.try_element_at(bnd, F.lit(i)).cast("double").alias(bs[i - 1]) for i in range(1, k)])
+                   *[F.try_element_at(bnd, F.lit(i)).cast("double").alias(bs[i - 1]) for i in range(1, k + 1)])
     cum_exprs, acc = [], None
     for c in cs:
         acc = F.col(c) if acc is None else acc + F.col(c)
@@ -80,9 +80,9 @@ def add_percentiles(df: DataFrame, k: int, counts: str = "lat_counts", bounds: s
         expr = None
         for i in range(1, k + 1):
             lo = F.lit(0.0) if i == 1 else F.col(bs[i - 2])
-            hi = F.col(bs[i - 1]) if i < k else F.lit(None).cast("double")
+            hi = F.col(bs[i - 1])
             before = F.lit(0.0) if i == 1 else F.col(cums[i - 2])
-            val = F.when(hi.isNull(), lo).otherwise(lo + (hi - lo) * ((t - before) / F.col(cs[i - 1])))
+            val = F.when(hi.isNull(), lo).otherwise(lo + (hi - lo) * F.try_divide(t - before, F.col(cs[i - 1])))
             cond = F.col(cums[i - 1]) >= t
             expr = F.when(cond, val) if expr is None else expr.when(cond, val)
         out.append(F.when(arr.isNotNull() & (total > 0), expr).alias(f"lat_p{p}_us"))

@@ -159,6 +159,8 @@ def test_client_reply_off_on_a_served_connection(node):
 
 def test_slowlog_and_commandstats_count_served_commands(node):
     admin = node.raw()
+    # every command is logged, the polls below too: room for all of them
+    admin.execute("CONFIG", "SET", "slowlog-max-len", 100000)
     admin.execute("CONFIG", "SET", "slowlog-log-slower-than", 0)
     admin.execute("SLOWLOG", "RESET")
     admin.execute("CONFIG", "RESETSTAT")
@@ -174,11 +176,33 @@ def test_slowlog_and_commandstats_count_served_commands(node):
     wait_until(counted, message="commandstats did not count the served ADDJOBs")
 
     def logged():
-        entries = admin.execute("SLOWLOG", "GET", 100)
+        entries = admin.execute("SLOWLOG", "GET", 100000)
         return sum(1 for e in entries if e[3][0].lower() == b"addjob") >= 5
     wait_until(logged, message="SLOWLOG did not get the served ADDJOBs")
     total = int(node.info_fields("stats")["total_commands_processed"])
     assert total >= 6
+
+
+def test_config_set_is_in_effect_for_served_connections_once_it_replies(node):
+    """CONFIG SET replies only after the workers applied a value they serve connections with:
+    a served command sent right after the OK already sees it (here: is logged or not; 10 s
+    as the threshold logs nothing)."""
+    admin = node.raw()
+    admin.execute("CONFIG", "SET", "slowlog-max-len", 100000)
+    admin.execute("SLOWLOG", "RESET")
+    c = node.raw()
+    settle(node, c)
+    for i in range(20):
+        assert admin.execute("CONFIG", "SET", "slowlog-log-slower-than", 0) == b"OK"
+        addjob(c, Q0, "on%d" % i)
+        assert admin.execute("CONFIG", "SET", "slowlog-log-slower-than", 10_000_000) == b"OK"
+        addjob(c, Q0, "off%d" % i)
+
+    def bodies():
+        entries = admin.execute("SLOWLOG", "GET", 100000)
+        return {e[3][2] for e in entries if e[3][0].lower() == b"addjob"}
+    wait_until(lambda: len(bodies()) >= 20, message="SLOWLOG did not get the ADDJOBs sent after OK")
+    assert bodies() == {b"on%d" % i for i in range(20)}
 
 
 def test_maxclients_counts_served_connections(node):

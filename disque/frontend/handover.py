@@ -78,13 +78,18 @@ class Handover:
         return {"table": H.served_table({typed: entry[2] for typed, entry in self.fe.table.items()}), "timeout": self.cfg.timeout,
                 "slowlog": self.cfg.slowlog_log_slower_than}
 
-    def config_changed(self, name):
+    def config_changed(self, name, done=None):
+        """A directive the workers serve connections with changed. Returns True when the new
+        value goes to the workers: `done` (if given) then runs once every worker applied it,
+        so that CONFIG SET replies only when a command sent after its OK sees the value."""
         if name == "connection-affinity":
             self.apply()
         elif name == "requirepass":
             self.recall_all()       # every command is checked against the new password
         elif self.fe.affinity:      # timeout, slowlog-log-slower-than
-            self.fe.control_all("served_config", self.worker_config(), lambda values: None)
+            self.fe.control_all("served_config", self.worker_config(), lambda values: done and done())
+            return True
+        return False
 
     # ---- handing over ----------------------------------------------------------------------
 
