@@ -45,6 +45,8 @@ class Handover:
         self.handbacks = 0
         self.ended = 0                  # handed connections closed while a worker served them
         self.stopping = False
+        self.configuring = 0            # served_config controls not yet applied by every worker
+        self.after_configured = []      # callbacks waiting for that count to reach 0
 
     @property
     def possible(self):
@@ -78,18 +80,30 @@ class Handover:
         return {"table": H.served_table({typed: entry[2] for typed, entry in self.fe.table.items()}), "timeout": self.cfg.timeout,
                 "slowlog": self.cfg.slowlog_log_slower_than}
 
-    def config_changed(self, name, done=None):
-        """A directive the workers serve connections with changed. Returns True when the new
-        value goes to the workers: `done` (if given) then runs once every worker applied it,
-        so that CONFIG SET replies only when a command sent after its OK sees the value."""
+    def config_changed(self, name):
         if name == "connection-affinity":
             self.apply()
         elif name == "requirepass":
             self.recall_all()       # every command is checked against the new password
         elif self.fe.affinity:      # timeout, slowlog-log-slower-than
-            self.fe.control_all("served_config", self.worker_config(), lambda values: done and done())
-            return True
-        return False
+            self.configuring += 1
+            self.fe.control_all("served_config", self.worker_config(), self._configured)
+
+    def _configured(self, values):
+        self.configuring -= 1
+        if not self.configuring:
+            waiting, self.after_configured = self.after_configured, []
+            for done in waiting:
+                done()
+
+    def when_configured(self, done):
+        """Run `done` once every worker applied the values it serves connections with (at
+        once when nothing is on its way): CONFIG SET replies then, so a command sent after
+        its OK sees the new value."""
+        if self.configuring:
+            self.after_configured.append(done)
+        else:
+            done()
 
     # ---- handing over ----------------------------------------------------------------------
 

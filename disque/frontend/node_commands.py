@@ -37,22 +37,13 @@ class NodeCommands:
             self.config_changed(name)
         self.started_up = True
 
-    def config_changed(self, name, done=None):
+    def config_changed(self, name):
         """Apply the front-end side effect of a directive (startup and CONFIG SET).
-        Returns an error reply when the new value cannot be applied (it is then undone).
-        `done(error_or_None)`, when given, runs once the value is in effect everywhere: at
-        once, or after the workers serving connections have applied it."""
-        deferred = False
+        Returns an error reply when the new value cannot be applied (it is then undone)."""
+        fe = self.fe
         if self.started_up and name in ("connection-affinity", "requirepass", "timeout",
                                         "slowlog-log-slower-than"):
-            deferred = self.fe.handover.config_changed(name, (lambda: done(None)) if done else None)
-        err = self._apply_in_frontend(name)
-        if done is not None and not deferred:
-            done(err)
-        return err
-
-    def _apply_in_frontend(self, name):
-        fe = self.fe
+            fe.handover.config_changed(name)
         if name == "requirepass":
             fe.auth.apply_requirepass()
         elif name == "maxclients":
@@ -145,8 +136,12 @@ class NodeCommands:
             elif sub == b"set" and len(argv) == 4:
                 name = argv[2].decode(errors="replace")
                 cfg.config_set(name, argv[3].decode(errors="replace"))
-                s = client.slot()       # the reply waits until the value is in effect
-                self.config_changed(name.lower(), lambda err: s.fill(err or resp.OK))
+                err = self.config_changed(name.lower())     # front-end side effects
+                if err:
+                    client.reply(err)
+                else:                   # OK once the workers serving connections have it too
+                    s = client.slot()
+                    self.fe.handover.when_configured(lambda: s.fill(resp.OK))
             elif sub == b"rewrite" and len(argv) == 2:
                 cfg.rewrite()
                 client.reply(resp.OK)
