@@ -4,6 +4,8 @@ cdef class RequestParser:
     cdef long long mb_left     # bulk arguments still expected in the current multibulk
     cdef long long bulk_len    # length of the bulk being read, -1 while reading its header
     cdef list args
+    cdef int feed_raw(self, const char *data, Py_ssize_t n) except -1
+    cpdef list commands(self)
     cdef list next_command(self)
     cdef list parse_inline(self, char *base, Py_ssize_t size)
     cdef list parse_multibulk_header(self, char *base, Py_ssize_t size)

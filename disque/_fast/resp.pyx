@@ -5,8 +5,8 @@ The parser keeps Redis' limits and error strings exactly; it is incremental, so 
 bulk argument arriving in many reads is scanned once.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
-from libc.string cimport memchr
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from libc.string cimport memchr, memcpy
 
 DEF INLINE_MAX = 64 * 1024
 DEF MBULK_MAX = 1024 * 1024
@@ -165,6 +165,22 @@ cdef class RequestParser:
         if PyByteArray_GET_SIZE(self.buf) > QUERYBUF_MAX:
             raise QueryBufferOverflow()
 
+    cdef int feed_raw(self, const char *data, Py_ssize_t n) except -1:
+        """feed() from a C buffer (a worker's recv buffer: disque/_fast/servedcore.pyx)."""
+        cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.buf)
+        if self.pos:
+            if self.pos == size:
+                size = 0
+            else:
+                del self.buf[:self.pos]
+                size -= self.pos
+            self.pos = 0
+        PyByteArray_Resize(self.buf, size + n)
+        memcpy(PyByteArray_AS_STRING(self.buf) + size, data, n)
+        if size + n > QUERYBUF_MAX:
+            raise QueryBufferOverflow()
+        return 0
+
     @property
     def pending(self):
         """Bytes received but not yet consumed (client_biggest_input_buf)."""
@@ -189,7 +205,7 @@ cdef class RequestParser:
         self.args = None
         return b"".join(parts)
 
-    def commands(self):
+    cpdef list commands(self):
         """Return every complete command in the buffer as a list of argument lists.
 
         Raises ProtocolError (after which nothing more can be parsed) with the exact

@@ -107,8 +107,7 @@ class Shard(ShardCore):
         return self.execute_named(reqid, name, handler, argv)
 
     def execute_named(self, reqid, name, handler, argv):
-        """execute() once the handler is known (a worker serving connections looks it up
-        once per command: disque/workers/served_clients.py)."""
+        """execute() once the handler is known."""
         t0 = perf_counter_ns()
         if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
             reply = OOM_ERROR
@@ -121,22 +120,6 @@ class Shard(ShardCore):
         self.command_count[name] += 1
         self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
         return reply
-
-    def run_handler(self, name, handler, argv):
-        """A served command's handler (disque/workers/served_clients.py), timed by the
-        caller per read (account_batch)."""
-        if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
-            return OOM_ERROR
-        return handler(argv)
-
-    def account_batch(self, names, ns):
-        """The commands of one read took `ns` together: each its share."""
-        share = ns // len(names)
-        command_ns, command_count = self.command_ns, self.command_count
-        for name in names:
-            command_ns[name] += share
-            command_count[name] += 1
-        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += len(names)
 
     def account(self, name, ns):
         self.command_ns[name] += ns

@@ -1,0 +1,455 @@
+# cython: language_level=3
+"""The hot half of the connections a worker serves itself (`connection-affinity yes`;
+docs/design.md "Connections served by their worker").
+
+The poll, the reads, the parse, the commands one read brings, their accounting and the
+writes run here as C calls: epoll_wait, recv into one buffer, the Cython RESP parser, the
+shard's handlers, send. `disque.workers.served_clients.ServedClients` subclasses
+`ServedCore` with the rest (the hand-over channel, hand-backs, commands forwarded to other
+workers, cron, configuration), which the core calls on `self` as Python methods, off the
+path of a plain command.
+"""
+import logging
+from bisect import bisect_left
+
+from cpython.exc cimport PyErr_SetFromErrno, PyErr_CheckSignals
+from libc.errno cimport errno, EAGAIN, EINTR
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+from disque._fast.frontcore import resp3 as to_resp3
+from disque._fast.jobid cimport id_slot, queue_slot, valid_id
+from disque._fast.resp cimport RequestParser
+from disque._fast.resp import ProtocolError, QueryBufferOverflow, bulk
+from disque import replies as R
+from disque.contracts import connection_handover as H
+from disque.statslog import LATENCY_BOUNDS_US
+from disque._fast.shardcore cimport ShardCore
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        void *ptr
+        int fd
+        unsigned int u32
+        unsigned long long u64
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
+    int EPOLL_CLOEXEC
+    int EPOLL_CTL_ADD
+    int EPOLL_CTL_MOD
+    int EPOLL_CTL_DEL
+    unsigned int EPOLLIN
+    unsigned int EPOLLOUT
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t c_recv "recv"(int fd, void *buf, size_t n, int flags)
+    ssize_t c_send "send"(int fd, const void *buf, size_t n, int flags)
+    int MSG_NOSIGNAL
+
+cdef extern from "<unistd.h>" nogil:
+    int c_close "close"(int fd)
+
+log = logging.getLogger("disque.worker")
+
+DEF READ_SIZE = 65536
+DEF MAX_EVENTS = 256
+cdef char read_buf[READ_SIZE]          # one worker, one thread: every read lands here
+
+cdef bytes PONG_REPLY = R.PONG
+cdef bytes INTERNAL_ERROR = R.INTERNAL_ERROR
+cdef int ROUTE_QUEUE = H.ROUTE_QUEUE
+cdef int ROUTE_ID = H.ROUTE_ID
+cdef int ROUTE_IDS = H.ROUTE_IDS
+cdef int ROUTE_GETJOB = H.ROUTE_GETJOB
+cdef int ROUTE_PING = H.ROUTE_PING
+cdef int BACK_COMMAND = H.BACK_COMMAND
+cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
+cdef object encode_commands = H.encode_commands
+cdef tuple REQUEUES = (b"nack", b"enqueue")     # commands that may dead-letter a job
+
+
+cdef inline long long now_ns() noexcept:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cpdef double monotonic():
+    """time.monotonic() (the same clock), without the call through the time module."""
+    return now_ns() / 1e9
+
+
+cdef class Epoll:
+    """An epoll set with select.epoll's register / modify / unregister / close, which the
+    core polls in C (PeerLinks registers its sockets in it too)."""
+    cdef readonly int fd
+
+    def __cinit__(self):
+        self.fd = epoll_create1(EPOLL_CLOEXEC)
+        if self.fd < 0:
+            PyErr_SetFromErrno(OSError)
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    cdef int ctl(self, int op, int fd, unsigned int mask) except -1:
+        cdef epoll_event ev
+        ev.events = mask
+        ev.data.u64 = 0
+        ev.data.fd = fd
+        if epoll_ctl(self.fd, op, fd, &ev) < 0:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        return 0
+
+    def register(self, int fd, unsigned int mask):
+        self.ctl(EPOLL_CTL_ADD, fd, mask)
+
+    def modify(self, int fd, unsigned int mask):
+        self.ctl(EPOLL_CTL_MOD, fd, mask)
+
+    def unregister(self, int fd):
+        self.ctl(EPOLL_CTL_DEL, fd, 0)
+
+    def fileno(self):
+        return self.fd
+
+    def close(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+
+cdef class Forwarded:
+    """The place of a reply another worker is producing (PeerLinks.forward)."""
+    cdef public object data
+
+    def __init__(self):
+        self.data = None
+
+
+cdef class ServedClient:
+    cdef public long long id
+    cdef public object sock
+    cdef public int fd
+    cdef public RequestParser parser
+    cdef public list out
+    cdef public bint resp3
+    cdef public bytes last_cmd
+    cdef public double last_io
+    cdef public int waiting         # Forwarded replies still to come
+    cdef public object back         # (reason, input) of a hand-back waiting for them
+
+    def __init__(self, long long cid, sock, bint resp3):
+        self.id = cid
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.parser = RequestParser()
+        self.out = []
+        self.resp3 = resp3
+        self.last_cmd = b""
+        self.last_io = monotonic()
+        self.waiting = 0
+        self.back = None
+
+
+cdef class ServedCore:
+    """Offers: wait (the worker loop's poll), serve_ready, read, run_input, flush. The
+    subclass supplies on_channel, drop, hand_back, forward, getjob, may_dead_letter,
+    finish_back and send_slow."""
+    cdef public int index, nworkers, link_fd, timer_fd
+    cdef public object shard, channel, peers
+    cdef public Epoll ep
+    cdef public dict clients        # fd -> ServedClient
+    cdef public dict by_id          # client id -> ServedClient
+    cdef public dict table          # typed name -> (real name, route, arity)
+    cdef public dict calls          # real name -> calls served (commandstats)
+    cdef public double timeout
+    cdef public long long slowlog_us
+    cdef public list ready          # client fds readable after the last wait
+    cdef public list peer_ready
+    cdef public bint channel_ready
+    cdef public list dirty          # clients with replies to write
+    cdef public long long commands, net_in, net_out
+    cdef public list slow
+    cdef public list names          # real names of the commands of the read being served
+    cdef public object denyoom      # commands refused over maxmemory, and their error (Shard's)
+    cdef public bytes oom_error
+
+    def __cinit__(self):
+        self.ep = Epoll()
+        self.clients = {}
+        self.by_id = {}
+        self.table = {}
+        self.calls = {}
+        self.timeout = 0
+        self.slowlog_us = -1
+        self.ready = []
+        self.peer_ready = []
+        self.channel_ready = False
+        self.dirty = []
+        self.slow = []
+        self.names = []
+        self.peers = None
+
+    # ---- the worker loop's poll ------------------------------------------------------
+
+    def wait(self, bint block):
+        """(link readable, timer fired); readable clients and channel are kept for
+        serve_ready."""
+        cdef epoll_event evs[MAX_EVENTS]
+        cdef int n, i, fd, epfd = self.ep.fd
+        cdef unsigned int ev
+        cdef bint link_ready = False, ticked = False
+        if block:
+            with nogil:         # the AOF's fsync thread runs while this worker waits
+                n = epoll_wait(epfd, evs, MAX_EVENTS, -1)
+        else:
+            n = epoll_wait(epfd, evs, MAX_EVENTS, 0)
+        if n < 0:
+            if errno != EINTR:
+                PyErr_SetFromErrno(OSError)
+            PyErr_CheckSignals()    # a signal: its handler runs, the loop looks again
+            return False, False
+        cdef dict clients = self.clients
+        peers = self.peers
+        for i in range(n):
+            fd = evs[i].data.fd
+            ev = evs[i].events
+            if fd == self.link_fd:
+                link_ready = True
+            elif fd == self.timer_fd:
+                ticked = True
+            elif fd in clients:
+                self.ready.append(fd)
+            elif peers is not None and fd in peers.by_fd:
+                if ev & EPOLLOUT:
+                    peers.writable(fd)
+                if ev & ~EPOLLOUT:
+                    self.peer_ready.append(fd)
+            else:
+                self.channel_ready = True
+        return link_ready, ticked
+
+    def serve_ready(self):
+        cdef list ready
+        cdef ServedClient c
+        if self.channel_ready:
+            self.channel_ready = False
+            (<object>self).on_channel()
+        if self.peer_ready:
+            ready, self.peer_ready = self.peer_ready, []
+            for fd in ready:
+                self.peers.readable(fd)
+        if self.ready:
+            ready, self.ready = self.ready, []
+            clients = self.clients
+            for fd in ready:
+                c = clients.get(fd)
+                if c is not None:
+                    self.read(c)
+
+    # ---- input ---------------------------------------------------------------------------
+
+    cpdef read(self, ServedClient c):
+        cdef ssize_t n = c_recv(c.fd, read_buf, READ_SIZE, 0)
+        if n < 0:
+            if errno == EAGAIN or errno == EINTR:
+                return
+            n = 0
+        if n == 0:
+            (<object>self).drop(c)
+            return
+        self.net_in += n
+        c.last_io = monotonic()
+        try:
+            c.parser.feed_raw(read_buf, n)
+        except QueryBufferOverflow:
+            log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
+            (<object>self).drop(c)
+            return
+        self.run_input(c)
+
+    cpdef run_input(self, ServedClient c):
+        # commands() returns what came before a protocol error and raises on the next
+        # call, so it is called until it has nothing more, as the front-end does
+        cdef list cmds
+        while c.back is None and self.by_id.get(c.id) is c:
+            try:
+                cmds = c.parser.commands()
+            except ProtocolError:
+                # the front-end words the error and closes the connection after the replies
+                (<object>self).hand_back(c, BACK_COMMAND)
+                return
+            if not cmds:
+                return
+            self.run_commands(c, cmds)
+
+    cdef run_commands(self, ServedClient c, list cmds):
+        # The commands of one read are timed together, from the read to their replies
+        # (which leave together), as the front-end times them: two clock readings per
+        # read, each command counted with its share (commandstats, latency histogram)
+        cdef long long t0 = now_ns()
+        cdef list out = c.out
+        cdef Py_ssize_t done = 0
+        for argv in cmds:
+            reply = self.execute(c, <list>argv)
+            if reply is None:
+                self.account(c, cmds[:done], t0)
+                (<object>self).hand_back(c, BACK_COMMAND, encode_commands(cmds[done:]))
+                return
+            if c.resp3 and type(reply) is bytes:
+                reply = to_resp3(reply)
+            out.append(reply)
+            done += 1
+        self.account(c, cmds, t0)
+        if out:
+            self.dirty.append(c)
+
+    cdef account(self, ServedClient c, list cmds, long long t0):
+        cdef list names = self.names
+        if not names:
+            return
+        self.names = []
+        cdef long long d = now_ns() - t0
+        cdef Py_ssize_t n = len(names)
+        cdef long long share = d // n
+        shard = self.shard
+        # the shard's commandstats (Counters) and latency histogram: each command its share
+        cdef dict command_ns = <dict>shard.command_ns, command_count = <dict>shard.command_count
+        cdef dict calls = self.calls
+        for name in names:
+            command_ns[name] = command_ns.get(name, 0) + share
+            command_count[name] = command_count.get(name, 0) + 1
+            calls[name] = calls.get(name, 0) + 1
+        shard.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
+        self.commands += n
+        c.last_cmd = names[n - 1]
+        if self.slowlog_us >= 0 and d // 1000 >= self.slowlog_us:
+            self.slow.extend([[c.id, argv, d // 1000] for argv in cmds])
+
+    cdef object execute(self, ServedClient c, list argv):
+        """The reply of a command this worker serves alone, or None to hand it back."""
+        cdef bytes typed = (<bytes>argv[0]).lower()
+        entry = self.table.get(typed)
+        if entry is None:
+            return None
+        cdef bytes name = entry[0]
+        cdef int route = entry[1], arity = entry[2], w, v
+        cdef Py_ssize_t argc = len(argv)
+        if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
+            return None
+        shard = self.shard
+        cdef int me = self.index, nw = self.nworkers
+        if route == ROUTE_QUEUE:
+            if name == b"addjob" and shard.cluster_size > 1:
+                return None             # it waits for copies: the front-end's path
+            w = queue_slot(argv[1]) % nw
+            if w != me:
+                return (<object>self).forward(c, w, name, argv)
+        elif route == ROUTE_ID:
+            if not valid_id(argv[1]):
+                return None
+            w = id_slot(argv[1]) % nw
+            if w != me:
+                return (<object>self).forward(c, w, name, argv)
+        elif route == ROUTE_IDS:
+            if argc < 2 or (name == b"nack" and argc > 3 and (<bytes>argv[argc - 2]).lower() == b"delay"):
+                return None
+            w = -1
+            for jid in argv[1:]:
+                if not valid_id(jid):
+                    return None
+                v = id_slot(jid) % nw
+                if w < 0:
+                    w = v
+                elif v != w:
+                    return None         # several workers: the front-end splits it
+            if name in REQUEUES and (<object>self).may_dead_letter(w, argv):
+                return None
+            if w != me:
+                return (<object>self).forward(c, w, name, argv)
+        elif route == ROUTE_GETJOB:
+            return (<object>self).getjob(c, argv)
+        elif route == ROUTE_PING:
+            if argc > 2:
+                return None
+            self.names.append(b"ping")
+            return PONG_REPLY if argc == 1 else bulk(argv[1])
+        if typed != name:
+            argv[0] = name          # renamed: the shard knows a command by its real name
+        # looked up each time: while AOF writes fail the write commands' handlers answer
+        # -MISCONF (disque/workers/persistence.py swaps them)
+        handler = shard.handlers[name]
+        if ((<ShardCore>shard).data_bytes > shard.oom_data and name in self.denyoom
+                and not shard.free_memory()):
+            reply = self.oom_error
+        else:
+            reply = handler(argv)
+        if reply is None:                       # cannot happen off a cluster: say so
+            log.error("Served %s waits for copies: answered with an error", name)
+            reply = INTERNAL_ERROR
+        self.names.append(name)
+        return reply
+
+    # ---- output --------------------------------------------------------------------------
+
+    def flush(self):
+        """Write every connection's replies (the worker loop calls this after the AOF)."""
+        cdef ServedClient c
+        cdef list out, dirty
+        cdef Py_ssize_t ready, size
+        cdef ssize_t n
+        cdef bytes data
+        if self.peers is not None:
+            self.peers.send_all()   # requests to, and replies for, the other workers
+        if self.slow:
+            (<object>self).send_slow()      # SLOWLOG shows them before their replies are read
+        dirty, self.dirty = self.dirty, []
+        clients = self.clients
+        for c in dirty:
+            if clients.get(c.fd) is not c:
+                continue
+            out = c.out
+            if not out:
+                if c.back is not None:
+                    (<object>self).finish_back(c)
+                continue
+            # the replies ready in order; one of another worker still to come stops it
+            ready = 0
+            for x in out:
+                if type(x) is not bytes:
+                    if (<Forwarded>x).data is None:
+                        break
+                    out[ready] = (<Forwarded>x).data
+                ready += 1
+            if not ready:
+                continue
+            data = out[0] if ready == 1 else b"".join(out[:ready])
+            del out[:ready]
+            size = len(data)
+            n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
+            if n < 0:
+                if errno == EAGAIN or errno == EINTR:
+                    n = 0
+                else:
+                    (<object>self).drop(c)
+                    continue
+            self.net_out += n
+            if n < size:
+                out.insert(0, data[n:])
+                if c.back is None:
+                    c.back = (BACK_SLOW_READER, b"")
+                    if c.waiting:
+                        try:
+                            self.ep.unregister(c.fd)
+                        except (OSError, ValueError):
+                            pass
+            else:
+                c.last_io = monotonic()
+            if c.back is not None:
+                (<object>self).finish_back(c)
