@@ -123,7 +123,7 @@ class Node:
         self.nworkers = cfg.workers
         self.node_id = None             # from the cluster config file (start_cluster)
         self.cluster = None
-        self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % cfg.port)
+        self.ipc_dir = None             # made by start_workers, removed by cleanup
         self.links = None
         self.procs = []
         self.exit_code = 0
@@ -141,6 +141,7 @@ class Node:
         return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "", **aof_worker_config(cfg)}
 
     def start_workers(self):
+        self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.port)
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
         for k in range(self.nworkers):
             self.procs.append(None)
@@ -211,7 +212,8 @@ class Node:
             self.links.close()
         if self.cron_timer is not None:
             self.cron_timer.close()
-        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        if self.ipc_dir is not None:
+            shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def run(self):
         cfg = self.cfg

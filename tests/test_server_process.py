@@ -1,9 +1,11 @@
 """Process lifecycle: worker processes, SIGKILL/SIGTERM/SIGINT, SHUTDOWN, bad configuration
 (SPEC 4.5, 13; ARCHITECTURE "one node, several processes")."""
 
+import glob
 import os
 import signal
 import socket
+import tempfile
 import time
 
 import psutil
@@ -144,11 +146,15 @@ def test_port_in_use_fails_fast(start_server):
     try:
         blocker.bind(("127.0.0.1", lease.port))
         blocker.listen(1)
+        ipc_dirs = os.path.join(tempfile.gettempdir(), "disque-%d-*" % lease.port)
+        before = set(glob.glob(ipc_dirs))
         srv = start_server(workers=1, wait=False, port=lease.port)
         rc = srv.wait_exit(10)
         assert rc is not None and rc != 0, f"server did not fail; log:\n{srv.log_tail()}"
         assert srv.log_text().strip()
         assert not srv.surviving_descendants(timeout=5)
+        # nothing of the failed start is left behind (the workers' ipc directory)
+        assert set(glob.glob(ipc_dirs)) == before
     finally:
         blocker.close()
         lease.release()
