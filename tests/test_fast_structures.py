@@ -111,6 +111,49 @@ def test_job_queue_matches_sorted_model(ops):
         assert (q.first() is model[0]) if model else q.first() is None
 
 
+def test_job_queue_append_path_keeps_every_level_linked():
+    """Fresh jobs (newest ctime) take the O(1) append path, which links them after the
+    last node of each level. Interleaved with pops, removals from the middle and older
+    jobs pushed near the head, every level must stay linked: removal searches through
+    the upper levels, and would miss a job linked wrong there."""
+    import random
+    rng = random.Random(12)
+    maker = IdMaker(NODE)
+    q = JobQueue()
+    model = []
+    key = lambda j: (j.ctime, j.id)
+    ctime = 10_000
+    for step in range(6000):
+        r = rng.random()
+        if r < 0.55:
+            ctime += rng.choice((0, 1, 5))          # equal ctimes: the ID breaks the tie
+            job = make_job(maker, ctime)
+        elif r < 0.62:
+            job = make_job(maker, rng.randint(0, ctime))    # an old job: the search path
+        else:
+            job = None
+        if job is not None:
+            assert q.push(job)
+            model.append(job)
+            model.sort(key=key)
+        elif r < 0.75 and model:
+            assert q.pop() is model.pop(0)
+        elif r < 0.95 and model:
+            victim = model.pop(rng.randrange(len(model)))
+            assert q.remove(victim)
+        elif model and r >= 0.995:
+            q.clear()
+            model = []
+        assert len(q) == len(model)
+    assert q.peek(len(model)) == model
+    assert q.peek_tail(len(model)) == model[::-1]
+    for job in list(model):                 # every job found through the upper levels
+        assert q.remove(job)
+    assert len(q) == 0 and q.first() is None and q.peek_tail(1) == []
+    fresh = make_job(maker, ctime + 1)
+    assert q.push(fresh) and q.peek(2) == [fresh]
+
+
 def test_queue_order_is_ctime_then_id():
     maker = IdMaker(NODE)
     a, b = make_job(maker, 5), make_job(maker, 5)

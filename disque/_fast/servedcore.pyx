@@ -24,6 +24,7 @@ from disque import replies as R
 from disque.contracts import connection_handover as H
 from disque.statslog import LATENCY_BOUNDS_US
 from disque._fast.shardcore cimport ShardCore
+from disque._fast.peerlinks cimport PeerLinks
 
 cdef extern from "<sys/epoll.h>" nogil:
     ctypedef union epoll_data_t:
@@ -158,9 +159,10 @@ cdef class ServedClient:
 
 
 cdef class ServedCore:
-    """Offers: wait (the worker loop's poll), serve_ready, read, run_input, flush. The
-    subclass supplies on_channel, drop, hand_back, forward, getjob, may_dead_letter,
-    finish_back and send_slow."""
+    """Offers: wait (the worker loop's poll), serve_ready, read, run_input, flush, and the
+    forwarding to other workers (forward, peer_execute, peer_answered). The subclass
+    supplies on_channel, drop, hand_back, getjob, peer_getjob, may_dead_letter, finish_back
+    and send_slow."""
     cdef public int index, nworkers, link_fd, timer_fd
     cdef public object shard, channel, peers
     cdef public Epoll ep
@@ -317,16 +319,10 @@ cdef class ServedCore:
         self.names = []
         cdef long long d = now_ns() - t0
         cdef Py_ssize_t n = len(names)
-        cdef long long share = d // n
-        shard = self.shard
-        # the shard's commandstats (Counters) and latency histogram: each command its share
-        cdef dict command_ns = <dict>shard.command_ns, command_count = <dict>shard.command_count
+        self.account_shard(names, d)
         cdef dict calls = self.calls
         for name in names:
-            command_ns[name] = command_ns.get(name, 0) + share
-            command_count[name] = command_count.get(name, 0) + 1
             calls[name] = calls.get(name, 0) + 1
-        shard.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
         self.commands += n
         c.last_cmd = names[n - 1]
         if self.slowlog_us >= 0 and d // 1000 >= self.slowlog_us:
@@ -350,13 +346,13 @@ cdef class ServedCore:
                 return None             # it waits for copies: the front-end's path
             w = queue_slot(argv[1]) % nw
             if w != me:
-                return (<object>self).forward(c, w, name, argv)
+                return self.forward(c, w, name, argv)
         elif route == ROUTE_ID:
             if not valid_id(argv[1]):
                 return None
             w = id_slot(argv[1]) % nw
             if w != me:
-                return (<object>self).forward(c, w, name, argv)
+                return self.forward(c, w, name, argv)
         elif route == ROUTE_IDS:
             if argc < 2 or (name == b"nack" and argc > 3 and (<bytes>argv[argc - 2]).lower() == b"delay"):
                 return None
@@ -372,7 +368,7 @@ cdef class ServedCore:
             if name in REQUEUES and (<object>self).may_dead_letter(w, argv):
                 return None
             if w != me:
-                return (<object>self).forward(c, w, name, argv)
+                return self.forward(c, w, name, argv)
         elif route == ROUTE_GETJOB:
             return (<object>self).getjob(c, argv)
         elif route == ROUTE_PING:
@@ -395,6 +391,64 @@ cdef class ServedCore:
             reply = INTERNAL_ERROR
         self.names.append(name)
         return reply
+
+    # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
+
+    cpdef object forward(self, ServedClient c, int w, bytes name, list argv):
+        """Run argv on worker w; its reply takes this place in c's replies."""
+        if self.peers is None:
+            return None
+        slot = Forwarded()
+        argv[0] = name                  # the real name (rename-command)
+        if not (<PeerLinks>self.peers).forward(w, argv, (c, slot)):
+            return None                 # no link to w now (it is being restarted)
+        c.waiting += 1
+        # counted as served here (commandstats calls); the worker that runs it counts its
+        # time and its call in its own figures (stats log, metrics)
+        self.calls[name] = self.calls.get(name, 0) + 1
+        self.commands += 1
+        c.last_cmd = name
+        return slot
+
+    cpdef peer_answered(self, tuple waiter, bytes reply):
+        cdef ServedClient c = waiter[0]
+        (<Forwarded>waiter[1]).data = to_resp3(reply) if c.resp3 else reply
+        c.waiting -= 1
+        if self.clients.get(c.fd) is c:
+            self.dirty.append(c)
+
+    cpdef object peer_execute(self, list argv):
+        """A command another worker forwards: its reply (sent after the AOF write). Timed
+        and counted here, one command at a time, as Shard.execute does."""
+        cdef bytes name = argv[0]
+        if name == b"getjob":                   # GETJOB ... NOHANG of our queues
+            return (<object>self).peer_getjob(argv)
+        shard = self.shard
+        handler = shard.handlers.get(name)
+        if handler is None:
+            return shard.execute(0, argv)       # the shard words the error
+        cdef long long t0 = now_ns()
+        if ((<ShardCore>shard).data_bytes > shard.oom_data and name in self.denyoom
+                and not shard.free_memory()):
+            reply = self.oom_error
+        else:
+            reply = handler(argv)
+        if reply is None:                       # waits for copies: not off a cluster
+            reply = INTERNAL_ERROR
+        self.account_shard([name], now_ns() - t0)
+        return reply
+
+    cdef account_shard(self, list names, long long d):
+        """The shard's commandstats (Counters) and latency histogram: `names` took `d` ns
+        together, each its share."""
+        cdef Py_ssize_t n = len(names)
+        cdef long long share = d // n
+        shard = self.shard
+        cdef dict command_ns = <dict>shard.command_ns, command_count = <dict>shard.command_count
+        for name in names:
+            command_ns[name] = command_ns.get(name, 0) + share
+            command_count[name] = command_count.get(name, 0) + 1
+        shard.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
 
     # ---- output --------------------------------------------------------------------------
 

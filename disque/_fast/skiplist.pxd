@@ -9,6 +9,7 @@ cdef struct SkipNode:
 cdef class JobQueue:
     cdef SkipNode *header
     cdef SkipNode *tail
+    cdef SkipNode *last[32]    # last node on each level (header if none): the append path
     cdef int level
     cdef Py_ssize_t length
     cdef unsigned long long rng

@@ -21,11 +21,9 @@ import select
 import socket
 import time
 
-from disque import replies as R
-from disque._fast.frontcore import resp3 as to_resp3
 from disque._fast.jobid import queue_slot
 from disque._fast.resp import NULL_ARRAY
-from disque._fast.servedcore import Forwarded, ServedClient, ServedCore
+from disque._fast.servedcore import ServedClient, ServedCore
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob
 from disque.workers.peer_links import PeerLinks
@@ -149,42 +147,17 @@ class ServedClients(ServedCore):
                 return True
         return False
 
-    # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
+    # ---- commands of the other workers (disque/workers/peer_links.py; forward, peer_execute
+    # and peer_answered are ServedCore's) ------------------------------------------------
 
-    def forward(self, c, w, name, argv):
-        """Run argv on worker w; its reply takes this place in c's replies."""
-        if self.peers is None:
-            return None
-        slot = Forwarded()
-        argv[0] = name                  # the real name (rename-command)
-        if not self.peers.forward(w, argv, (c, slot)):
-            return None                 # no link to w now (it is being restarted)
-        c.waiting += 1
-        # counted as served here (commandstats calls); the worker that runs it counts its
-        # time and its call in its own figures (stats log, metrics)
-        self.calls[name] = self.calls.get(name, 0) + 1
-        self.commands += 1
-        c.last_cmd = name
-        return slot
-
-    def peer_answered(self, waiter, reply):
-        c, slot = waiter
-        slot.data = to_resp3(reply) if c.resp3 else reply
-        c.waiting -= 1
-        if self.clients.get(c.fd) is c:
-            self.dirty.append(c)
-
-    def peer_execute(self, argv):
-        """A command another worker forwards: its reply (sent after the AOF write)."""
-        shard = self.shard
-        if argv[0] == b"getjob":        # GETJOB ... NOHANG of our queues
-            error, o = parse_getjob(argv)
-            if error is not None:
-                return error
-            reply, _ids = shard.getjob(0, 0, o.count, True, o.withcounters, 0, False, o.queues)
-            return reply if reply is not None else NULL_ARRAY
-        reply = shard.execute(0, argv)
-        return reply if reply is not None else R.INTERNAL_ERROR
+    def peer_getjob(self, argv):
+        """GETJOB ... NOHANG of our queues that another worker forwards (ServedCore's
+        peer_execute runs the other commands itself)."""
+        error, o = parse_getjob(argv)
+        if error is not None:
+            return error
+        reply, _ids = self.shard.getjob(0, 0, o.count, True, o.withcounters, 0, False, o.queues)
+        return reply if reply is not None else NULL_ARRAY
 
     def getjob(self, c, argv):
         """GETJOB whose queues are all here, answered now: a GETJOB that would block (no
