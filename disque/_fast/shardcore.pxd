@@ -56,6 +56,7 @@ cdef class ShardCore:
     # Hooks: what the core calls on the Python parts, bound once by disque.workers.shard.Shard
     # (SHARD_HOOKS there); a C field holding the bound method, None until bound (tested).
     cdef public object aof_loadjob       # (job) a job to log as LOADJOB, if the AOF is on
+    cdef public object aof_deljob        # (job) a job to log as DELJOB, if the AOF is on
     cdef public object queue_created     # (queue) a new queue (GETJOB FROM-PREFIX waiters)
 
     cpdef long long rand_err(self)
@@ -68,6 +69,7 @@ cdef class ShardCore:
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
+    cpdef long long ack_lone(self, list argv, list left) except -1
     cpdef Job fetch(self, Queue q)
     cpdef list fetch_many(self, Queue q, Py_ssize_t count)
     cpdef move_to_dead_letter(self, Job job)

@@ -85,7 +85,9 @@ class Handover:
             self.apply()
         elif name == "requirepass":
             self.recall_all()       # every command is checked against the new password
-        elif self.fe.affinity:      # timeout, slowlog-log-slower-than
+        elif self.wanted():         # timeout, slowlog-log-slower-than
+            # pushed even before fe.affinity is on: the start-up configuration may still be
+            # on its way with the old values, and this one must follow it
             self.configuring += 1
             self.fe.control_all("served_config", self.worker_config(), self._configured)
 

@@ -130,7 +130,7 @@ class Worker:
     def run(self):
         link = self.link
         shard = self.shard
-        persistence, replication = shard.persistence, shard.replication
+        persistence, replication, consumers = shard.persistence, shard.replication, shard.consumers
         timer = PeriodicTimer(TICK_MS)
         if link.channel is not None:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
@@ -151,7 +151,8 @@ class Worker:
             shard.tick()
             # timers first and again between batches: a request never sees a job whose
             # TTL passed before the request came in, however long the batches take
-            shard.run_timers()
+            if shard.timers_due() or consumers.deadlines:
+                shard.run_timers()
             if readable:
                 for msg in link.recv_all():
                     self.handle_batch(unpack(msg, use_list=True))

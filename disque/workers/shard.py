@@ -58,6 +58,7 @@ def err(msg):
 # the hooks the Cython core calls (declared in shardcore.pxd): hook -> method
 SHARD_HOOKS = {
     "aof_loadjob": "persistence.write_loadjob",
+    "aof_deljob": "persistence.aof_deljob",
     "queue_created": "features.offer_new_queue",
 }
 
@@ -260,7 +261,11 @@ class Shard(ShardCore):
 
     def cmd_ackjob(self, argv):
         count = 0
-        for jid in argv[1:]:
+        ids = argv[1:]
+        if self.cluster_size == 1:
+            ids = []
+            count = self.ack_lone(argv, ids)    # the jobs all ours, in Cython; the rest here
+        for jid in ids:
             job = self.jobs.get(jid)
             if job is None:
                 if self.cluster_size > 1 and not self.leaving and id_ttl_minutes(jid) & 1:
