@@ -51,7 +51,7 @@ cdef inline long long option_value(object arg, long long lo, long long hi):
 JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
 BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
 NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
-QUEUE_COST = 1200       # Queue, its skiplist, dict and scan-log entries, beyond its name
+QUEUE_COST = 1650       # Queue, its skiplist (256 B of last nodes), dict and scan-log entries, beyond its name
 
 
 cdef class Queue:
