@@ -1,11 +1,9 @@
 """Process lifecycle: worker processes, SIGKILL/SIGTERM/SIGINT, SHUTDOWN, bad configuration
 (SPEC 4.5, 13; ARCHITECTURE "one node, several processes")."""
 
-import glob
 import os
 import signal
 import socket
-import tempfile
 import time
 
 import psutil
@@ -13,6 +11,7 @@ import pytest
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
+from support.server import ipc_dirs, remove_new_ipc_dirs
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 
 
@@ -146,15 +145,14 @@ def test_port_in_use_fails_fast(start_server):
     try:
         blocker.bind(("127.0.0.1", lease.port))
         blocker.listen(1)
-        ipc_dirs = os.path.join(tempfile.gettempdir(), "disque-%d-*" % lease.port)
-        before = set(glob.glob(ipc_dirs))
+        before = ipc_dirs(lease.port)
         srv = start_server(workers=1, wait=False, port=lease.port)
         rc = srv.wait_exit(10)
         assert rc is not None and rc != 0, f"server did not fail; log:\n{srv.log_tail()}"
         assert srv.log_text().strip()
         assert not srv.surviving_descendants(timeout=5)
         # nothing of the failed start is left behind (the workers' ipc directory)
-        assert set(glob.glob(ipc_dirs)) == before
+        assert ipc_dirs(lease.port) == before
     finally:
         blocker.close()
         lease.release()
@@ -177,6 +175,7 @@ def test_workers_import_the_installed_package_not_the_current_directory(tmp_path
     (fake / "__init__.py").write_text("raise ImportError('shadowing package imported')\n")
     (fake / "workers" / "__init__.py").write_text("")
     lease = _c.lease_port()
+    before = ipc_dirs(lease.port)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     log = open(tmp_path / "server.log", "wb")
     proc = subprocess.Popen([script, "--port", str(lease.port), "--workers", "2"], cwd=tmp_path,
@@ -199,4 +198,5 @@ def test_workers_import_the_installed_package_not_the_current_directory(tmp_path
             proc.kill()
             proc.wait()
         log.close()
+        remove_new_ipc_dirs(lease.port, before)     # a SIGTERM during start-up kills it outright
         lease.release()

@@ -2,8 +2,10 @@
 PID (workers included) and kill them all by PID at the end, even when a test fails."""
 from __future__ import annotations
 
+import glob
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,6 +66,17 @@ def _is_helper(proc: psutil.Process) -> bool:
     return any(m in cmd for m in _HELPER_MARKERS)
 
 
+def ipc_dirs(port):
+    """The workers' ipc directories of nodes on `port` (disque/server.py, start_workers)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "disque-%d-*" % port)))
+
+
+def remove_new_ipc_dirs(port, before):
+    """Remove those not in `before`: a node killed outright leaves its own behind."""
+    for d in ipc_dirs(port) - before:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 class DisqueServer:
     """One ``python -m disque`` process tree."""
 
@@ -76,6 +89,8 @@ class DisqueServer:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        # port -> the workers' ipc directories of that port before this server first used it
+        self._ipc_before: dict[int, set[str]] = {}
         self._lease: _PortLease | None = None
         self._tracked: dict[int, psutil.Process] = {}
         self._clients: list = []
@@ -107,6 +122,8 @@ class DisqueServer:
             self._lease = lease_port()
             port = self._lease.port
         self.port = port
+        if port not in self._ipc_before:
+            self._ipc_before[port] = ipc_dirs(port)
         self._log_fh = open(self.log_path, "ab")
         self._log_fh.write(f"=== start {time.strftime('%H:%M:%S')} {' '.join(self.command_line(port))}\n".encode())
         self._log_fh.flush()
@@ -236,6 +253,13 @@ class DisqueServer:
         return "\n".join(self.log_text().splitlines()[-n:])
 
     # -- shutdown ------------------------------------------------------------
+    def _remove_ipc_dirs(self):
+        """The workers' ipc directories a node could not remove (it was SIGKILLed): those
+        of the ports this server used, made since it first used them, once its process
+        tree is gone."""
+        for port, before in self._ipc_before.items():
+            remove_new_ipc_dirs(port, before)
+
     def _release_port(self):
         if self._lease is not None:
             self._lease.release()
@@ -316,6 +340,7 @@ class DisqueServer:
         if self._log_fh:
             self._log_fh.close()
             self._log_fh = None
+        self._remove_ipc_dirs()
         self._release_port()
         if survivors and check_orphans:
             raise AssertionError(
