@@ -39,6 +39,7 @@ WORKER_BOOT = ("import os, sys\n"
                "    sys.path.pop(0)\n"
                "from disque.workers.process import main\n"
                "main()\n")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
 LOADING_HOLD_S = 0.25   # a longer AOF load serves clients during the load, with -LOADING
@@ -217,6 +218,12 @@ class Node:
 
     def run(self):
         cfg = self.cfg
+        # SIGTERM / SIGINT before the loop's handlers are in place (the node is starting):
+        # noted here and acted on once they are, so the node stops through its cleanup
+        # instead of dying with its ipc directory and unix socket left behind
+        early = []
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, lambda signum, frame: early.append(signum))
         socks = listen_sockets(cfg)
         metrics_socks = metrics_listen(cfg, socks)
         try:
@@ -260,8 +267,15 @@ class Node:
                 loop.call_later(LOADING_HOLD_S, self.serve_cb)
             else:
                 self.serve_cb()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.on_signal, sig)
+
+            def arm_signals():
+                # from inside run_forever: uvloop lost a signal that came between
+                # add_signal_handler and the start of the loop (the node then hung)
+                for sig in STOP_SIGNALS:
+                    loop.add_signal_handler(sig, self.on_signal, sig)
+                if early:
+                    self.on_signal(early[0])
+            loop.call_soon(arm_signals)
             # the cron tick comes from a timerfd, so the loop never holds a timer and
             # waits in epoll with no timeout (see disque/_fast/clock.pyx)
             self.cron_timer = PeriodicTimer(CRON_MS)

@@ -11,6 +11,7 @@ import pytest
 
 
 import conftest as _c  # pytest registers tests/conftest.py under this name
+from support.resp_client import RawConn
 from support.server import ipc_dirs, remove_new_ipc_dirs
 addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
 
@@ -79,6 +80,35 @@ def test_signal_clean_exit(start_server, workers, sig):
     data, closed = blocked.read_until_closed(5)
     assert closed
     assert "Traceback" not in srv.log_text(), srv.log_tail()
+
+
+def test_sigterm_as_soon_as_it_answers_stops_it_cleanly(start_server):
+    """A SIGTERM that comes while the node finishes starting (its first PONG can be sent
+    before the loop runs) stops it through its cleanup: exit 0, no ipc directory left."""
+    lease = _c.lease_port()
+    try:
+        before = ipc_dirs(lease.port)
+        srv = start_server(workers=2, wait=False, port=lease.port)
+
+        def pong():
+            try:
+                r = RawConn(lease.port, timeout=2)
+            except OSError:
+                return False
+            try:
+                return r.call("PING") == b"+PONG\r\n"
+            except OSError:
+                return False
+            finally:
+                r.close()
+        _c.wait_until(pong, timeout=20, message="the node never answered")
+        os.kill(srv.pid, signal.SIGTERM)
+        rc = srv.wait_exit(10)
+        assert rc == 0, f"exit code {rc}; log:\n{srv.log_tail()}"
+        assert ipc_dirs(lease.port) == before
+        assert not srv.surviving_descendants(timeout=5)
+    finally:
+        lease.release()
 
 
 @pytest.mark.parametrize("workers", [1, 3])
@@ -198,5 +228,5 @@ def test_workers_import_the_installed_package_not_the_current_directory(tmp_path
             proc.kill()
             proc.wait()
         log.close()
-        remove_new_ipc_dirs(lease.port, before)     # a SIGTERM during start-up kills it outright
+        remove_new_ipc_dirs(lease.port, before)     # a SIGTERM before run() kills it outright
         lease.release()
