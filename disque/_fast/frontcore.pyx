@@ -26,7 +26,7 @@ import msgpack
 
 from disque.contracts import worker_link as _link
 
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from disque._fast.sysio cimport mono_us
 from libc.string cimport memchr
 
 from disque._fast.resp cimport RequestParser
@@ -66,12 +66,6 @@ cdef bytes BADID = _replies.BADID
 cdef bytes OK = _replies.OK
 cdef bytes NOAUTH = b"-NOAUTH Authentication required.\r\n"
 cdef bytes NULL3 = b"_\r\n"
-
-
-cdef inline long long mono_us() noexcept:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <long long>ts.tv_sec * 1000000 + ts.tv_nsec // 1000
 
 
 def monotonic_us():

@@ -20,11 +20,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from libc.string cimport memcpy
 
 from disque import replies as R
-
-cdef extern from "<sys/socket.h>" nogil:
-    ssize_t c_recv "recv"(int fd, void *buf, size_t n, int flags)
-    ssize_t c_send "send"(int fd, const void *buf, size_t n, int flags)
-    int MSG_NOSIGNAL
+from disque._fast.sysio cimport c_recv, c_send, MSG_NOSIGNAL
 
 log = logging.getLogger("disque.worker")
 
@@ -52,7 +48,10 @@ cdef class Peer:
 
 
 cdef inline bytes framed(bytes payload):
-    """<u32 length, little endian><payload> in one bytes object."""
+    """<u32 length, little endian><payload> in one bytes object: the writing half of
+    disque/contracts/worker_link.py's format (frame). Calling frame() itself (a Python call
+    and a second copy per batch) measured about 1 µs more per job on the 1,000-queue load
+    with 2 workers."""
     cdef Py_ssize_t n = len(payload)
     cdef bytes data = PyBytes_FromStringAndSize(NULL, n + 4)
     cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(data)
@@ -65,7 +64,9 @@ cdef inline bytes framed(bytes payload):
 
 
 cdef Py_ssize_t split_frames(const unsigned char *base, Py_ssize_t size, list frames):
-    """Append the whole frames in base[:size] to `frames`; returns the bytes they took."""
+    """Append the whole frames in base[:size] to `frames`; returns the bytes they took.
+    The reading half of disque/contracts/worker_link.py's format (FrameReader.feed), over
+    the C read buffer."""
     cdef Py_ssize_t pos = 0, flen
     while size - pos >= 4:
         flen = (<Py_ssize_t>base[pos] | (<Py_ssize_t>base[pos + 1] << 8)

@@ -4,7 +4,7 @@
 The parser keeps Redis' limits and error strings exactly; it is incremental, so a huge
 bulk argument arriving in many reads is scanned once.
 """
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.string cimport memchr, memcpy
 
@@ -158,15 +158,12 @@ cdef class RequestParser:
         self.args = None
 
     def feed(self, data):
-        if self.pos:
-            del self.buf[:self.pos]
-            self.pos = 0
-        self.buf += data
-        if PyByteArray_GET_SIZE(self.buf) > QUERYBUF_MAX:
-            raise QueryBufferOverflow()
+        cdef bytes b = data if type(data) is bytes else bytes(data)
+        self.feed_raw(PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
 
     cdef int feed_raw(self, const char *data, Py_ssize_t n) except -1:
-        """feed() from a C buffer (a worker's recv buffer: disque/_fast/servedcore.pyx)."""
+        """Append received bytes (feed(), or a worker's C read buffer:
+        disque/_fast/servedcore.pyx), dropping what was already parsed."""
         cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.buf)
         if self.pos:
             if self.pos == size:

@@ -10,11 +10,9 @@ workers, cron, configuration), which the core calls on `self` as Python methods,
 path of a plain command.
 """
 import logging
-from bisect import bisect_left
 
 from cpython.exc cimport PyErr_SetFromErrno, PyErr_CheckSignals
 from libc.errno cimport errno, EAGAIN, EINTR
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from disque._fast.frontcore import resp3 as to_resp3
 from disque._fast.jobid cimport id_slot, queue_slot, valid_id
@@ -22,9 +20,9 @@ from disque._fast.resp cimport RequestParser
 from disque._fast.resp import ProtocolError, QueryBufferOverflow, bulk
 from disque import replies as R
 from disque.contracts import connection_handover as H
-from disque.statslog import LATENCY_BOUNDS_US
 from disque._fast.shardcore cimport ShardCore
 from disque._fast.peerlinks cimport PeerLinks
+from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
 
 cdef extern from "<sys/epoll.h>" nogil:
     ctypedef union epoll_data_t:
@@ -44,11 +42,6 @@ cdef extern from "<sys/epoll.h>" nogil:
     int EPOLL_CTL_DEL
     unsigned int EPOLLIN
     unsigned int EPOLLOUT
-
-cdef extern from "<sys/socket.h>" nogil:
-    ssize_t c_recv "recv"(int fd, void *buf, size_t n, int flags)
-    ssize_t c_send "send"(int fd, const void *buf, size_t n, int flags)
-    int MSG_NOSIGNAL
 
 cdef extern from "<unistd.h>" nogil:
     int c_close "close"(int fd)
@@ -72,15 +65,9 @@ cdef object encode_commands = H.encode_commands
 cdef tuple REQUEUES = (b"nack", b"enqueue")     # commands that may dead-letter a job
 
 
-cdef inline long long now_ns() noexcept:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <long long>ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
 cpdef double monotonic():
     """time.monotonic() (the same clock), without the call through the time module."""
-    return now_ns() / 1e9
+    return mono_ns() / 1e9
 
 
 cdef class Epoll:
@@ -295,7 +282,7 @@ cdef class ServedCore:
         # The commands of one read are timed together, from the read to their replies
         # (which leave together), as the front-end times them: two clock readings per
         # read, each command counted with its share (commandstats, latency histogram)
-        cdef long long t0 = now_ns()
+        cdef long long t0 = mono_ns()
         cdef list out = c.out
         cdef Py_ssize_t done = 0
         for argv in cmds:
@@ -317,9 +304,9 @@ cdef class ServedCore:
         if not names:
             return
         self.names = []
-        cdef long long d = now_ns() - t0
+        cdef long long d = mono_ns() - t0
         cdef Py_ssize_t n = len(names)
-        self.account_shard(names, d)
+        (<ShardCore>self.shard).account_share(names, d)
         cdef dict calls = self.calls
         for name in names:
             calls[name] = calls.get(name, 0) + 1
@@ -380,17 +367,21 @@ cdef class ServedCore:
             argv[0] = name          # renamed: the shard knows a command by its real name
         # looked up each time: while AOF writes fail the write commands' handlers answer
         # -MISCONF (disque/workers/persistence.py swaps them)
-        handler = shard.handlers[name]
-        if ((<ShardCore>shard).data_bytes > shard.oom_data and name in self.denyoom
-                and not shard.free_memory()):
-            reply = self.oom_error
-        else:
-            reply = handler(argv)
+        reply = self.run_handler(name, shard.handlers[name], argv)
         if reply is None:                       # cannot happen off a cluster: say so
             log.error("Served %s waits for copies: answered with an error", name)
             reply = INTERNAL_ERROR
         self.names.append(name)
         return reply
+
+    cdef object run_handler(self, bytes name, handler, list argv):
+        """The shard's handler, or the OOM error over maxmemory for the commands that add
+        (the check Shard.execute makes for the commands of the link)."""
+        shard = self.shard
+        if ((<ShardCore>shard).data_bytes > shard.oom_data and name in self.denyoom
+                and not shard.free_memory()):
+            return self.oom_error
+        return handler(argv)
 
     # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
 
@@ -427,28 +418,12 @@ cdef class ServedCore:
         handler = shard.handlers.get(name)
         if handler is None:
             return shard.execute(0, argv)       # the shard words the error
-        cdef long long t0 = now_ns()
-        if ((<ShardCore>shard).data_bytes > shard.oom_data and name in self.denyoom
-                and not shard.free_memory()):
-            reply = self.oom_error
-        else:
-            reply = handler(argv)
+        cdef long long t0 = mono_ns()
+        reply = self.run_handler(name, handler, argv)
         if reply is None:                       # waits for copies: not off a cluster
             reply = INTERNAL_ERROR
-        self.account_shard([name], now_ns() - t0)
+        (<ShardCore>shard).account(name, mono_ns() - t0)
         return reply
-
-    cdef account_shard(self, list names, long long d):
-        """The shard's commandstats (Counters) and latency histogram: `names` took `d` ns
-        together, each its share."""
-        cdef Py_ssize_t n = len(names)
-        cdef long long share = d // n
-        shard = self.shard
-        cdef dict command_ns = <dict>shard.command_ns, command_count = <dict>shard.command_count
-        for name in names:
-            command_ns[name] = command_ns.get(name, 0) + share
-            command_count[name] = command_count.get(name, 0) + 1
-        shard.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
 
     # ---- output --------------------------------------------------------------------------
 

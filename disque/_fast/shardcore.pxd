@@ -53,6 +53,9 @@ cdef class ShardCore:
     cdef public list prefix_waiters      # consumers blocked in GETJOB FROM-PREFIX
     cdef public dict dead_lettered       # origin queue -> jobs moved to its dead-letter queue
     cdef public list out                 # entries for the front-end's next batch (replies, offers)
+    cdef public object command_ns        # Counter: service ns per command (INFO commandstats)
+    cdef public object command_count     # Counter: calls per command (stats log)
+    cdef public list latency_counts      # the stats log's latency histogram (its list)
     # Hooks: what the core calls on the Python parts, bound once by disque.workers.shard.Shard
     # (SHARD_HOOKS there); a C field holding the bound method, None until bound (tested).
     cdef public object aof_loadjob       # (job) a job to log as LOADJOB, if the AOF is on
@@ -69,6 +72,8 @@ cdef class ShardCore:
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
+    cpdef account(self, bytes name, long long ns)
+    cpdef account_share(self, list names, long long ns)
     cpdef long long ack_lone(self, list argv, list left) except -1
     cpdef Job fetch(self, Queue q)
     cpdef list fetch_many(self, Queue q, Py_ssize_t count)

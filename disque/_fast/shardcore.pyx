@@ -14,7 +14,10 @@ from libc.stdlib cimport realloc, free
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
+from bisect import bisect_left
+
 from disque._fast.resp import parse_int
+from disque.statslog import LATENCY_BOUNDS_US
 from disque._fast.jobid import IdMaker
 
 DEF PAUSE_IN = 1
@@ -344,6 +347,25 @@ cdef class ShardCore:
         if self.jobs.pop(job.id, None) is job:
             self.job_log.kill((<unsigned long long>job.scan_hi << 32) | job.scan_lo)
             self.data_bytes -= self.job_cost(job)
+
+    cpdef account(self, bytes name, long long ns):
+        """One command took `ns`: commandstats (command_ns, command_count) and the latency
+        histogram of the stats log."""
+        cdef dict command_ns = <dict>self.command_ns, command_count = <dict>self.command_count
+        command_ns[name] = command_ns.get(name, 0) + ns
+        command_count[name] = command_count.get(name, 0) + 1
+        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
+
+    cpdef account_share(self, list names, long long ns):
+        """The commands `names` took `ns` together (one read of a served connection): each
+        is counted with its share."""
+        cdef Py_ssize_t n = len(names)
+        cdef long long share = ns // n
+        cdef dict command_ns = <dict>self.command_ns, command_count = <dict>self.command_count
+        for name in names:
+            command_ns[name] = command_ns.get(name, 0) + share
+            command_count[name] = command_count.get(name, 0) + 1
+        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
 
     cpdef long long ack_lone(self, list argv, list left) except -1:
         """ACKJOB's common case on a lone node (Shard.cmd_ackjob): every job whose copies

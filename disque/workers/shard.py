@@ -7,7 +7,6 @@ bytes so the front-end only copies them to the client.
 """
 import collections
 import heapq
-from bisect import bisect_left
 import random
 from time import perf_counter_ns
 
@@ -18,7 +17,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERE
                               STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
-from disque.statslog import LATENCY_BOUNDS_US, TOP_QUEUES, LatencyHistogram
+from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, encode_job, expire_ms
 from disque.contracts import bus_messages as M
 from disque.workers.consumers import Consumers
@@ -105,10 +104,6 @@ class Shard(ShardCore):
         handler = self.handlers.get(name)
         if handler is None:
             return err("ERR unknown command '%s'" % argv[0].decode(errors="replace"))
-        return self.execute_named(reqid, name, handler, argv)
-
-    def execute_named(self, reqid, name, handler, argv):
-        """execute() once the handler is known."""
         t0 = perf_counter_ns()
         if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
             reply = OOM_ERROR
@@ -116,16 +111,8 @@ class Shard(ShardCore):
             reply = handler(argv)
             if reply is None and name == b"addjob":
                 reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
-        ns = perf_counter_ns() - t0
-        self.command_ns[name] += ns
-        self.command_count[name] += 1
-        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
+        self.account(name, perf_counter_ns() - t0)
         return reply
-
-    def account(self, name, ns):
-        self.command_ns[name] += ns
-        self.command_count[name] += 1
-        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
