@@ -442,9 +442,9 @@ def test_leaving_node_answers_served_connections(start_cluster, mode):
     node = cluster.nodes[0]
     node.affinity = mode == "yes"
     c = node.raw()
-    jid = c.execute("ADDJOB", Q0, "x", 0, "REPLICATE", 2)
-    assert jid.startswith(b"D-")
     settle(node, c)
+    jid = c.execute("ADDJOB", Q0, "x", 0, "REPLICATE", 2)     # its worker serves it
+    assert jid.startswith(b"D-")
     with RawConn(node.port) as admin:
         assert admin.execute("CLUSTER", "LEAVING", "yes") == b"OK"
     leaving = b"-LEAVING This node is leaving the cluster, please connect to a different one\r\n"

@@ -353,6 +353,15 @@ cdef class Client:
             self.transport.close()
 
 
+cdef inline void note_affine(Client client, int w):
+    """One more command of `client` for worker w: the run that hands it over (Client.flush)."""
+    if client.affine == w:
+        client.affine_run += 1
+    else:
+        client.affine = w
+        client.affine_run = 1
+
+
 cdef class Core:
     def __init__(self, links, int nworkers, loop, commands):
         self.links = links
@@ -441,11 +450,7 @@ cdef class Core:
         self.links.poll_now()
 
     cpdef forward(self, Client client, int w, list argv):
-        if client.affine == w:
-            client.affine_run += 1
-        else:
-            client.affine = w
-            client.affine_run = 1
+        note_affine(client, w)
         self.next_reqid += 1
         cdef long long reqid = self.next_reqid * self.nworkers + w
         cdef Slot s = client.slot()
@@ -524,9 +529,12 @@ cdef class Core:
                 self.slowlog_push(client, argv, t0)
 
     cdef route(self, Client client, int route, bytes name, list argv):
+        cdef int w
         if route == ROUTE_QUEUE:
             if self.clustered and name == b"addjob":
-                self.addjob_clustered(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
+                w = queue_slot(<bytes>argv[1]) % self.nworkers
+                note_affine(client, w)      # its worker serves it too (ServedCore.addjob_clustered)
+                self.addjob_clustered(client, w, argv)
             elif self.queues_spread and name == b"qlen":
                 self.qlen_spread(client, argv)
             else:

@@ -50,6 +50,7 @@ log = logging.getLogger("disque.worker")
 
 DEF READ_SIZE = 65536
 DEF MAX_EVENTS = 256
+DEF WAIT_ID_BASE = -(1 << 40)    # below the link's special request ids (-1, -3 ...)
 cdef char read_buf[READ_SIZE]          # one worker, one thread: every read lands here
 
 cdef bytes PONG_REPLY = R.PONG
@@ -131,6 +132,8 @@ cdef class ServedClient:
     cdef public double last_io
     cdef public int waiting         # Forwarded replies still to come
     cdef public object back         # (reason, input) of a hand-back waiting for them
+    cdef public long long blocked_on    # the wait id of its ADDJOB waiting for copies, or 0
+    cdef public list held           # commands read after that ADDJOB, run once it is answered
 
     def __init__(self, long long cid, sock, bint resp3):
         self.id = cid
@@ -143,6 +146,8 @@ cdef class ServedClient:
         self.last_io = monotonic()
         self.waiting = 0
         self.back = None
+        self.blocked_on = 0
+        self.held = None
 
 
 cdef class ServedCore:
@@ -168,6 +173,9 @@ cdef class ServedCore:
     cdef public list names          # real names of the commands of the read being served
     cdef public object denyoom      # commands refused over maxmemory, and their error (Shard's)
     cdef public bytes oom_error
+    cdef public dict repl_waits     # wait id -> (client, Forwarded) of ADDJOBs waiting for copies
+    cdef public list unblocked      # clients whose ADDJOB was answered: their held commands next
+    cdef public long long last_wait_id
 
     def __cinit__(self):
         self.ep = Epoll()
@@ -184,6 +192,9 @@ cdef class ServedCore:
         self.slow = []
         self.names = []
         self.peers = None
+        self.repl_waits = {}
+        self.unblocked = []
+        self.last_wait_id = 0
 
     # ---- the worker loop's poll ------------------------------------------------------
 
@@ -194,7 +205,7 @@ cdef class ServedCore:
         cdef int n, i, fd, epfd = self.ep.fd
         cdef unsigned int ev
         cdef bint link_ready = False, ticked = False
-        if block:
+        if block and not self.unblocked:
             with nogil:         # the AOF's fsync thread runs while this worker waits
                 n = epoll_wait(epfd, evs, MAX_EVENTS, -1)
         else:
@@ -241,6 +252,8 @@ cdef class ServedCore:
                 c = clients.get(fd)
                 if c is not None:
                     self.read(c)
+        if self.unblocked:
+            self.resume_unblocked()
 
     # ---- input ---------------------------------------------------------------------------
 
@@ -267,7 +280,7 @@ cdef class ServedCore:
         # commands() returns what came before a protocol error and raises on the next
         # call, so it is called until it has nothing more, as the front-end does
         cdef list cmds
-        while c.back is None and self.by_id.get(c.id) is c:
+        while c.back is None and not c.blocked_on and self.by_id.get(c.id) is c:
             try:
                 cmds = c.parser.commands()
             except ProtocolError:
@@ -295,6 +308,13 @@ cdef class ServedCore:
                 reply = to_resp3(reply)
             out.append(reply)
             done += 1
+            if c.blocked_on:
+                # like upstream, a producer waiting for its copies runs nothing more until
+                # it is answered: the rest of this read is held (resume_unblocked)
+                if done < len(cmds):
+                    c.held = cmds[done:]
+                    cmds = cmds[:done]
+                break
         self.account(c, cmds, t0)
         if out:
             self.dirty.append(c)
@@ -329,9 +349,10 @@ cdef class ServedCore:
         shard = self.shard
         cdef int me = self.index, nw = self.nworkers
         if route == ROUTE_QUEUE:
-            if name == b"addjob" and shard.cluster_size > 1:
-                return None             # it waits for copies: the front-end's path
             w = queue_slot(argv[1]) % nw
+            if name == b"addjob" and shard.cluster_size > 1:
+                # it may wait for copies: served here when the queue is ours
+                return self.addjob_clustered(c, argv) if w == me else None
             if w != me:
                 return self.forward(c, w, name, argv)
         elif route == ROUTE_ID:
@@ -373,6 +394,64 @@ cdef class ServedCore:
             reply = INTERNAL_ERROR
         self.names.append(name)
         return reply
+
+    cdef object addjob_clustered(self, ServedClient c, list argv):
+        """ADDJOB on a node of a cluster, queue of ours: the reply now (an error, ASYNC,
+        REPLICATE 1), else a Forwarded place that Shard.answer fills once the copies are
+        confirmed (or the wait fails), with the client blocked meanwhile."""
+        argv[0] = b"addjob"
+        shard = self.shard
+        self.names.append(b"addjob")
+        reply = self.run_handler(b"addjob", shard.handlers[b"addjob"], argv)
+        if reply is not None:
+            return reply
+        # wait ids are negative, apart from the front-end's request ids and the link's
+        # special ones: Shard.answer sends the reply of a negative one here
+        self.last_wait_id -= 1
+        cdef long long wid = WAIT_ID_BASE + self.last_wait_id
+        reply = shard.replication.replicate_new(wid, argv)
+        if reply is not None:
+            return reply
+        slot = Forwarded()
+        self.repl_waits[wid] = (c, slot)
+        c.waiting += 1
+        c.blocked_on = wid
+        return slot
+
+    cpdef repl_answered(self, long long wid, bytes reply):
+        """The reply of a served producer's ADDJOB that waited (Shard.answer)."""
+        cdef ServedClient c
+        entry = self.repl_waits.pop(wid, None)
+        if entry is None:
+            return
+        c = entry[0]
+        (<Forwarded>entry[1]).data = to_resp3(reply) if c.resp3 else reply
+        c.waiting -= 1
+        c.blocked_on = 0
+        if self.clients.get(c.fd) is c:
+            self.dirty.append(c)
+            if c.back is None:
+                self.unblocked.append(c)    # its next commands run at the next serve_ready
+
+    cpdef cancel_wait(self, ServedClient c):
+        """The client of a waiting ADDJOB is gone: its copies are dropped, like upstream."""
+        cdef long long wid = c.blocked_on
+        if wid and self.repl_waits.pop(wid, None) is not None:
+            c.blocked_on = 0
+            c.waiting -= 1
+            self.shard.replication.cancel_replication(wid)
+
+    cdef resume_unblocked(self):
+        cdef ServedClient c
+        cdef list held
+        unblocked, self.unblocked = self.unblocked, []
+        for c in unblocked:
+            if c.back is not None or c.blocked_on or self.by_id.get(c.id) is not c:
+                continue
+            held, c.held = c.held, None
+            if held:
+                self.run_commands(c, held)
+            self.run_input(c)
 
     cdef object run_handler(self, bytes name, handler, list argv):
         """The shard's handler, or the OOM error over maxmemory for the commands that add

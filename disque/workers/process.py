@@ -135,6 +135,7 @@ class Worker:
         if link.channel is not None:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
                                                  link.sock.fileno(), timer.fileno(), self.peers)
+            shard.served = served
             wait = served.wait
         else:
             served = None
@@ -163,6 +164,8 @@ class Worker:
                 served.serve_ready()        # connections this worker serves itself
             if ticked:
                 ticks += timer.drain()
+                if replication.repl_waits:
+                    replication.repl_cron()     # producers' timeouts, one more node each 50 ms
                 cluster_ticks += 1
                 if cluster_ticks >= CLUSTER_CRON_TICKS:
                     cluster_ticks = 0
@@ -173,8 +176,6 @@ class Worker:
                     ticks = 0
                     if not self.slow_cron():
                         break
-            if replication.repl_waits:
-                replication.repl_cron()
             if shard.ready:
                 shard.consumers.serve_ready()
             if shard.interest_due:

@@ -159,7 +159,7 @@ class Replication:
         else:
             job.nodes_confirmed = None
             self.activate(job)
-        self.shard.out.append([wait.reqid, b"+" + job.id + b"\r\n"])
+        self.shard.answer(wait.reqid, b"+" + job.id + b"\r\n")
 
     def end_wait(self, wait):
         self.repl_waits.pop(wait.job.id, None)
@@ -173,7 +173,7 @@ class Replication:
             self.send_bus(job.nodes_delivered, M.DELJOB, [job.id, 0])
             self.shard.delete_job(job)
         if reply is not None:
-            self.shard.out.append([wait.reqid, reply])
+            self.shard.answer(wait.reqid, reply)
 
     def cancel_replication(self, reqid):
         """The producer vanished (front-end UNBLOCK): True when it was waiting here."""
@@ -212,10 +212,10 @@ class Replication:
         original (right away when it has none, rather than blocking it forever)."""
         if self.shard.jobs.get(wait.job.id) is not wait.job:
             self.end_wait(wait)
-            self.shard.out.append([wait.reqid, NOREPL_REMOVED])
+            self.shard.answer(wait.reqid, NOREPL_REMOVED)
         elif not wait.deadline or now >= wait.deadline:
             self.end_wait(wait)
-            self.shard.out.append([wait.reqid, NOREPL_TIMEOUT])
+            self.shard.answer(wait.reqid, NOREPL_TIMEOUT)
 
     def repl_leaving_cron(self):
         """Every cluster cron pass (100 ms) while LEAVING: producers still waiting for their

@@ -97,6 +97,9 @@ class ServedClients(ServedCore):
         While replies of other workers are still to come it stops reading and waits."""
         if c.back is not None:
             return                  # already on its way back
+        if c.held:                  # read behind an ADDJOB still waiting for copies
+            pending = H.encode_commands(c.held) + pending
+            c.held = None
         if c.waiting:
             c.back = (reason, pending + c.parser.take_unparsed())
             try:
@@ -127,6 +130,7 @@ class ServedClients(ServedCore):
 
     def drop(self, c, report=True):
         """Close the connection (peer gone, CLIENT KILL, idle timeout)."""
+        self.cancel_wait(c)
         self.forget(c)
         c.out = []
         c.sock.close()
@@ -202,7 +206,7 @@ class ServedClients(ServedCore):
         if self.timeout > 0 and self.clients:
             limit = time.monotonic() - self.timeout
             for c in list(self.clients.values()):
-                if c.last_io < limit:
+                if c.last_io < limit and not c.blocked_on:  # a waiting producer is not idle
                     log.log(15, "Closing idle client id=%d", c.id)
                     self.drop(c)
         self.report()

@@ -91,6 +91,7 @@ class Shard(ShardCore):
         self.federation = Federation(self)
         self.persistence = Persistence(self)
         self.replication = Replication(self)     # its bus handlers include federation's
+        self.served = None       # ServedClients, when this worker serves connections itself
         for hook, handler in SHARD_HOOKS.items():
             setattr(self, hook, commands_mod.resolve(self, handler))
 
@@ -113,6 +114,15 @@ class Shard(ShardCore):
                 reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
         self.account(name, perf_counter_ns() - t0)
         return reply
+
+    def answer(self, reqid, reply):
+        """The late reply of a producer's ADDJOB that waited for its copies: to the
+        front-end, or (a negative wait id) to the connection this worker serves
+        (ServedCore.repl_answered)."""
+        if reqid < 0:
+            self.served.repl_answered(reqid, reply)
+        else:
+            self.out.append([reqid, reply])
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
@@ -559,7 +569,7 @@ class Shard(ShardCore):
         null array, producers waiting for copies -NOREPL."""
         for wait in list(self.replication.repl_waits.values()):
             self.replication.end_wait(wait)
-            self.out.append([wait.reqid, NOREPL_REMOVED])
+            self.answer(wait.reqid, NOREPL_REMOVED)
         for b in list(self.consumers.by_client.values()):
             self.consumers.unblock(b)
             self.out.append([b.reqid, None if b.proxy else NULL_ARRAY, None])

@@ -1,0 +1,136 @@
+"""Producers on a node of a cluster, served by the worker that owns their queue
+(docs/design.md "Producers waiting for copies"): an ADDJOB that waits for its copies blocks its
+connection in that worker as it does in the front-end, and every way a wait can end is the
+same with `connection-affinity yes` and `no`.
+
+A node's incoming bus traffic is cut with DEBUG BUS DROP-IN to hold an ADDJOB in its wait:
+the copy it sends is dropped, so no GOTJOB comes until the bus is restored (the originator
+sends the copy again every 50 ms). The node timeout is long so that the cut node stays
+reachable meanwhile.
+"""
+import time
+
+import pytest
+
+from support.info import parse_info
+from support.resp_client import Err, encode_command
+from support.slots import queues_on_distinct_workers
+from support.waits import wait_until
+
+MODES = ["yes", "no"]
+Q0, Q1 = queues_on_distinct_workers("prod", nworkers=2)
+NODE_TIMEOUT_MS = 20000
+
+
+@pytest.fixture(params=MODES, ids=["affinity", "no-affinity"])
+def pair(request, start_cluster):
+    """Two joined 2-worker nodes with connection-affinity on or off."""
+    cluster = start_cluster(2, workers=2, node_timeout=NODE_TIMEOUT_MS,
+                            extra_args=("--connection-affinity", request.param))
+    cluster.affinity = request.param == "yes"
+    return cluster
+
+
+def served(node):
+    return int(node.info_fields("server")["connections_served_by_workers"])
+
+
+def settle_producer(cluster, conn):
+    """Make `conn` a producer of Q0 on node 0; with affinity on, wait until Q0's worker
+    serves it."""
+    node = cluster.nodes[0]
+    before = served(node)
+    for _ in range(40):
+        assert conn.execute("ADDJOB", Q0, "settle", 0, "REPLICATE", 2).startswith(b"D-")
+        if not cluster.affinity or served(node) > before:
+            break
+    assert served(node) == before + 1 if cluster.affinity else served(node) == 0
+
+
+def registered_jobs(node):
+    return int(node.info_fields("jobs")["registered_jobs"])
+
+
+def test_a_served_producer_gets_its_copies(pair):
+    a, b = pair.nodes
+    c = a.raw()
+    settle_producer(pair, c)
+    jid = c.execute("ADDJOB", Q0, "copied", 0, "REPLICATE", 2)
+    assert jid.startswith(b"D-")
+    assert b.raw().execute("SHOW", jid) is not None     # the copy is there when it replies
+    assert c.execute("ADDJOB", Q0, "async", 0, "REPLICATE", 2, "ASYNC").startswith(b"D-")
+    # a queue of the other worker goes back to the front-end, in order
+    assert c.execute("ADDJOB", Q1, "other", 0, "REPLICATE", 2).startswith(b"D-")
+    err = c.execute("ADDJOB", Q0, "x", 0, "REPLICATE", 3)
+    assert isinstance(err, Err) and err.startswith(b"NOREPL"), err
+
+
+def test_commands_behind_a_waiting_addjob_run_after_it(pair):
+    a, b = pair.nodes
+    c = a.raw()
+    settle_producer(pair, c)
+    assert b.execute("DEBUG", "BUS", "DROP-IN") == b"OK"
+    sent = time.time()
+    c.send(encode_command("ADDJOB", Q0, "held", 300, "REPLICATE", 2)
+           + encode_command("ADDJOB", Q0, "behind", 0, "REPLICATE", 1))
+    first = c.read_parsed(timeout=5)
+    assert isinstance(first, Err) and first.startswith(b"NOREPL Timeout"), first
+    behind = c.read_parsed(timeout=5)
+    assert behind.startswith(b"D-"), behind
+    show = c.execute("SHOW", behind)
+    ctime_s = show[show.index(b"ctime") + 1] / 1e9
+    # the second ADDJOB ran once the first had timed out, not when it arrived
+    assert ctime_s >= sent + 0.25, (ctime_s - sent)
+    assert b.execute("DEBUG", "BUS", "RESTORE") == b"OK"
+    if pair.affinity:
+        assert served(a) == 1, "the waiting producer was handed back"
+
+
+def test_a_producer_gone_while_waiting_drops_its_copies(pair):
+    a, b = pair.nodes
+    c = a.raw()
+    settle_producer(pair, c)
+    before = registered_jobs(a)
+    assert b.execute("DEBUG", "BUS", "DROP-IN") == b"OK"
+    c.send(encode_command("ADDJOB", Q0, "orphan", 0, "REPLICATE", 2))
+    wait_until(lambda: registered_jobs(a) == before + 1, message="the ADDJOB never started")
+    c.abort()
+    wait_until(lambda: registered_jobs(a) == before,
+               message="the job of a vanished producer was kept")
+    assert b.execute("DEBUG", "BUS", "RESTORE") == b"OK"
+
+
+def test_a_waiting_producer_is_not_idle(pair):
+    a, b = pair.nodes
+    c, idle = a.raw(), a.raw()
+    settle_producer(pair, c)
+    settle_producer(pair, idle)
+    assert a.execute("CONFIG", "SET", "timeout", "1") == b"OK"
+    assert b.execute("DEBUG", "BUS", "DROP-IN") == b"OK"
+    c.send(encode_command("ADDJOB", Q0, "patient", 0, "REPLICATE", 2))
+    # the idle connection is closed within about 2 s by whoever serves it; the producer,
+    # idle as long, waits on
+    assert idle.read_until_closed(timeout=5) == (b"", True)
+    assert not c.has_data(0), "the waiting producer got a reply or was closed"
+    assert b.execute("DEBUG", "BUS", "RESTORE") == b"OK"
+    jid = c.read_parsed(timeout=5)
+    assert jid.startswith(b"D-"), jid
+
+
+def test_a_recall_while_waiting_keeps_the_order(pair):
+    a, b = pair.nodes
+    c = a.raw()
+    settle_producer(pair, c)
+    queued = c.execute("QLEN", Q0)
+    assert b.execute("DEBUG", "BUS", "DROP-IN") == b"OK"
+    c.send(encode_command("ADDJOB", Q0, "recalled", 0, "REPLICATE", 2)
+           + encode_command("QLEN", Q0))
+    wait_until(lambda: registered_jobs(a) == queued + 1, message="the ADDJOB never started")
+    # every connection goes back to the front-end (affinity off): this one after its reply
+    assert a.execute("CONFIG", "SET", "connection-affinity", "no") == b"OK"
+    assert b.execute("DEBUG", "BUS", "RESTORE") == b"OK"
+    jid = c.read_parsed(timeout=5)
+    assert jid.startswith(b"D-"), jid
+    assert c.read_parsed(timeout=5) == queued + 1       # QLEN ran after the ADDJOB
+    assert c.execute("PING") == b"PONG"
+    wait_until(lambda: served(a) == 0)
