@@ -176,6 +176,7 @@ cdef class ServedCore:
     cdef public dict repl_waits     # wait id -> (client, Forwarded) of ADDJOBs waiting for copies
     cdef public list unblocked      # clients whose ADDJOB was answered: their held commands next
     cdef public long long last_wait_id
+    cdef public bint link_ready, ticked     # what the last poll found besides the clients
 
     def __cinit__(self):
         self.ep = Epoll()
@@ -198,9 +199,36 @@ cdef class ServedCore:
 
     # ---- the worker loop's poll ------------------------------------------------------
 
+    def turn(self, bint block):
+        """One turn of the worker loop when only served connections and peer links have
+        news: poll, serve, write, all in C; True when the turn is done. False leaves the rest
+        of the turn to the worker's Python loop (disque/workers/process.py), in its usual
+        order, with what the poll found in link_ready / ticked: the link, the timer, the
+        hand-over channel, due job timers, consumer deadlines, replies or bus messages for
+        the front-end, consumers to serve, the AOF. Serving again there finds nothing left."""
+        cdef ShardCore core = <ShardCore>self.shard
+        self.poll(block)
+        if self.link_ready or self.ticked or self.channel_ready or core.aof_on:
+            return False
+        core.tick()
+        shard = self.shard
+        if (core.timers_due() or core.ready or core.out or core.bus_out
+                or shard.consumers.deadlines or shard.interest_due
+                or shard.persistence.aof_busy):
+            return False
+        self.serve_ready()
+        if core.ready or core.out or core.bus_out or shard.interest_due:
+            return False
+        self.flush()
+        return True
+
     def wait(self, bint block):
         """(link readable, timer fired); readable clients and channel are kept for
         serve_ready."""
+        self.poll(block)
+        return self.link_ready, self.ticked
+
+    cdef poll(self, bint block):
         cdef epoll_event evs[MAX_EVENTS]
         cdef int n, i, fd, epfd = self.ep.fd
         cdef unsigned int ev
@@ -210,11 +238,12 @@ cdef class ServedCore:
                 n = epoll_wait(epfd, evs, MAX_EVENTS, -1)
         else:
             n = epoll_wait(epfd, evs, MAX_EVENTS, 0)
+        self.link_ready = self.ticked = False
         if n < 0:
             if errno != EINTR:
                 PyErr_SetFromErrno(OSError)
             PyErr_CheckSignals()    # a signal: its handler runs, the loop looks again
-            return False, False
+            return
         cdef dict clients = self.clients
         peers = self.peers
         for i in range(n):
@@ -233,7 +262,8 @@ cdef class ServedCore:
                     self.peer_ready.append(fd)
             else:
                 self.channel_ready = True
-        return link_ready, ticked
+        self.link_ready = link_ready
+        self.ticked = ticked
 
     def serve_ready(self):
         cdef list ready

@@ -68,6 +68,7 @@ cdef class ShardCore:
     cpdef remove_queue(self, Queue q)
     cpdef long long job_cost(self, Job job)
     cpdef schedule(self, Job job)
+    cpdef tick(self)
     cpdef bint timers_due(self)
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)

@@ -6,7 +6,7 @@ machine in Python; the code here follows SPEC 3.1, 3.2 ("Fetching a job"), 7.1 a
 line by line.
 """
 import os
-import time
+from disque._fast.sysio cimport real_ms
 from collections import deque
 
 from libc.stdlib cimport realloc, free
@@ -206,8 +206,8 @@ cdef class ShardCore:
         self.dead_lettered = {}
         self.tick()
 
-    def tick(self):
-        self.now_ms = <long long>(time.time() * 1000)
+    cpdef tick(self):
+        self.now_ms = real_ms()
         self.now_s = self.now_ms // 1000
 
     cpdef long long rand_err(self):

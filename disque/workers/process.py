@@ -136,7 +136,7 @@ class Worker:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
                                                  link.sock.fileno(), timer.fileno(), self.peers)
             shard.served = served
-            wait = served.wait
+            turn = served.turn
         else:
             served = None
             wait = link.waiter(timer.fileno())
@@ -148,7 +148,13 @@ class Worker:
         cluster_ticks = 0
         while self.running and not link.closed:
             # an AOF load or a rewrite with slices left goes on at once, not at the next tick
-            readable, ticked = wait(not persistence.aof_busy or not persistence.aof_has_slices())
+            block = not persistence.aof_busy or not persistence.aof_has_slices()
+            if served is None:
+                readable, ticked = wait(block)
+            elif turn(block):
+                continue            # only served connections had news: the turn ran in C
+            else:
+                readable, ticked = served.link_ready, served.ticked
             shard.tick()
             # timers first and again between batches: a request never sees a job whose
             # TTL passed before the request came in, however long the batches take

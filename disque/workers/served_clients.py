@@ -10,7 +10,7 @@ connections share the worker's one epoll loop.
 Only the plain case is served here. Anything else goes back to the front-end with the
 connection, unexecuted, replies still in order: a command of another worker's queue or job,
 a node command (INFO, CONFIG, CLIENT, HELLO, ...), a GETJOB that would block, an ADDJOB on a
-node of a cluster (it waits for copies), any error the front-end words (arity, bad ID,
+node of a cluster for another worker's queue, any error the front-end words (arity, bad ID,
 syntax), and a client that reads its replies slower than they come (the front-end buffers
 and applies the output limits). The front-end takes every connection back (RECALL) when a
 node-wide state needs it: MONITOR, CLIENT PAUSE, requirepass, OOM / MISCONF / LOADING, cluster
