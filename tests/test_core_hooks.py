@@ -83,7 +83,20 @@ def test_the_shard_binds_every_declared_hook():
     assert set(SHARD_HOOKS) == declared_hooks("shardcore")
     shard = Shard(0, 1, b"a" * 40, {})
     for hook, handler in SHARD_HOOKS.items():
-        part, method = handler.split(".")
+        # "part.method" on one of the shard's parts, or "method" on the shard itself
+        *part, method = handler.split(".")
+        owner = getattr(shard, part[0]) if part else shard
         bound = getattr(shard, hook)
         assert bound is not None, hook
-        assert bound.__self__ is getattr(shard, part) and bound.__name__ == method, hook
+        assert bound.__self__ is owner and bound.__name__ == method, hook
+
+
+def test_the_served_core_calls_only_what_its_subclass_defines():
+    """ServedCore (Cython) calls the Python half of served connections on itself as
+    `(<object>self).name(...)`: each such name must be a method of ServedClients."""
+    from disque.workers.served_clients import ServedClients
+    pyx = (FAST / "servedcore.pyx").read_text()
+    called = set(re.findall(r"\(<object>self\)\.(\w+)\(", pyx))
+    assert {"drop", "hand_back", "getjob"} <= called     # the scan finds them
+    missing = {name for name in called if not callable(getattr(ServedClients, name, None))}
+    assert not missing, f"servedcore.pyx calls {sorted(missing)}, which ServedClients lacks"

@@ -171,8 +171,6 @@ cdef class ServedCore:
     cdef public long long commands, net_in, net_out
     cdef public list slow
     cdef public list names          # real names of the commands of the read being served
-    cdef public object denyoom      # commands refused over maxmemory, and their error (Shard's)
-    cdef public bytes oom_error
     cdef public dict repl_waits     # wait id -> (client, Forwarded) of ADDJOBs waiting for copies
     cdef public list unblocked      # clients whose ADDJOB was answered: their held commands next
     cdef public long long last_wait_id
@@ -418,7 +416,7 @@ cdef class ServedCore:
             argv[0] = name          # renamed: the shard knows a command by its real name
         # looked up each time: while AOF writes fail the write commands' handlers answer
         # -MISCONF (disque/workers/persistence.py swaps them)
-        reply = self.run_handler(name, shard.handlers[name], argv)
+        reply = (<ShardCore>shard).run_command(name, shard.handlers[name], argv)
         if reply is None:                       # cannot happen off a cluster: say so
             log.error("Served %s waits for copies: answered with an error", name)
             reply = INTERNAL_ERROR
@@ -432,7 +430,7 @@ cdef class ServedCore:
         argv[0] = b"addjob"
         shard = self.shard
         self.names.append(b"addjob")
-        reply = self.run_handler(b"addjob", shard.handlers[b"addjob"], argv)
+        reply = (<ShardCore>shard).run_command(b"addjob", shard.handlers[b"addjob"], argv)
         if reply is not None:
             return reply
         # wait ids are negative, apart from the front-end's request ids and the link's
@@ -483,15 +481,6 @@ cdef class ServedCore:
                 self.run_commands(c, held)
             self.run_input(c)
 
-    cdef object run_handler(self, bytes name, handler, list argv):
-        """The shard's handler, or the OOM error over maxmemory for the commands that add
-        (the check Shard.execute makes for the commands of the link)."""
-        shard = self.shard
-        if ((<ShardCore>shard).data_bytes > shard.oom_data and name in self.denyoom
-                and not shard.free_memory()):
-            return self.oom_error
-        return handler(argv)
-
     # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
 
     cpdef object forward(self, ServedClient c, int w, bytes name, list argv):
@@ -528,7 +517,7 @@ cdef class ServedCore:
         if handler is None:
             return shard.execute(0, argv)       # the shard words the error
         cdef long long t0 = mono_ns()
-        reply = self.run_handler(name, handler, argv)
+        reply = (<ShardCore>shard).run_command(name, handler, argv)
         if reply is None:                       # waits for copies: not off a cluster
             reply = INTERNAL_ERROR
         (<ShardCore>shard).account(name, mono_ns() - t0)

@@ -58,6 +58,8 @@ cdef class ShardCore:
     cdef public list latency_counts      # the stats log's latency histogram (its list)
     # Hooks: what the core calls on the Python parts, bound once by disque.workers.shard.Shard
     # (SHARD_HOOKS there); a C field holding the bound method, None until bound (tested).
+    cdef public long long oom_data       # data_bytes above which the node is over 95% of maxmemory
+    cdef public object evict_for_oom     # () eviction before a refused `m` command: True if it may run
     cdef public object aof_loadjob       # (job) a job to log as LOADJOB, if the AOF is on
     cdef public object aof_deljob        # (job) a job to log as DELJOB, if the AOF is on
     cdef public object queue_created     # (queue) a new queue (GETJOB FROM-PREFIX waiters)
@@ -69,6 +71,7 @@ cdef class ShardCore:
     cpdef long long job_cost(self, Job job)
     cpdef schedule(self, Job job)
     cpdef tick(self)
+    cpdef object run_command(self, bytes name, handler, list argv)
     cpdef bint timers_due(self)
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)

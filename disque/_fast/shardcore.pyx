@@ -51,6 +51,9 @@ cdef inline long long option_value(object arg, long long lo, long long hi):
 
 # Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
 # fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
+NO_LIMIT = 1 << 62       # oom_data with no maxmemory
+DENYOOM = frozenset((b"addjob", b"enqueue", b"nack"))      # flag `m` (SPEC 2)
+OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
 BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
 NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
@@ -196,6 +199,7 @@ cdef class ShardCore:
         self.last_added = None
         self.last_async = False
         self.memory_level = 0
+        self.oom_data = NO_LIMIT
         self.job_log = ScanLog()
         self.queue_log = ScanLog()
         self.data_bytes = 0
@@ -205,6 +209,15 @@ cdef class ShardCore:
         self.prefix_waiters = []
         self.dead_lettered = {}
         self.tick()
+
+    cpdef object run_command(self, bytes name, handler, list argv):
+        """The handler's reply, or -OOM for a command that adds (flag `m`) while the node is
+        over 95% of maxmemory and eviction cannot make room (SPEC 9; docs/memory.md). Every
+        road to a handler passes here: Shard.execute (the link) and ServedCore (served and
+        forwarded commands)."""
+        if self.data_bytes > self.oom_data and name in DENYOOM and not self.evict_for_oom():
+            return OOM_ERROR
+        return handler(argv)
 
     cpdef tick(self):
         self.now_ms = real_ms()

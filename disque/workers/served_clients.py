@@ -27,7 +27,6 @@ from disque._fast.servedcore import ServedClient, ServedCore
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob
 from disque.workers.peer_links import PeerLinks
-from disque.workers.shard import DENYOOM, OOM_ERROR
 
 log = logging.getLogger("disque.worker")
 
@@ -51,7 +50,6 @@ class ServedClients(ServedCore):
         ep.register(timer_fd, EPOLLIN)
         ep.register(channel.fileno(), EPOLLIN)
         self.reported = None
-        self.denyoom, self.oom_error = DENYOOM, OOM_ERROR
         # the other workers, for the commands of their queues and jobs (None: hand back)
         if peers is not None:
             self.peers = PeerLinks(index, peers, self.ep, self.peer_execute, self.peer_answered)

@@ -18,7 +18,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERE
                               retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
-from disque._fast.shardcore import ShardCore, encode_job, expire_ms
+from disque._fast.shardcore import NO_LIMIT, ShardCore, encode_job, expire_ms
 from disque.contracts import bus_messages as M
 from disque.workers.consumers import Consumers
 from disque.workers.federation import Federation
@@ -40,9 +40,6 @@ QUEUE_MAX_IDLE_BY_LEVEL = (300, 10, 2)    # seconds, by memory level (SPEC 8.2)
 SCHEDULER_BATCH = 10000
 QPEEK_MAX = 1 << 62
 
-NO_LIMIT = 1 << 62
-DENYOOM = frozenset((b"addjob", b"enqueue", b"nack"))      # flag `m` (SPEC 2)
-OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 # the structures of an empty shard (dicts, timer heap, scan logs), measured; also what keeps
 # `used` above 0, so that `maxmemory 1` means "over the limit" as upstream
 SHARD_BASE_COST = 8192
@@ -59,6 +56,7 @@ SHARD_HOOKS = {
     "aof_loadjob": "persistence.write_loadjob",
     "aof_deljob": "persistence.aof_deljob",
     "queue_created": "features.offer_new_queue",
+    "evict_for_oom": "free_memory",
 }
 
 
@@ -83,7 +81,6 @@ class Shard(ShardCore):
         self.latency_counts = self.latency.counts   # (its list, updated inline per command)
         self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py
         # memory limits (SPEC 9), from the front-end every ~100 ms: see set_memory()
-        self.oom_data = NO_LIMIT         # data_bytes above which the node is over 95%
         self.mem_data_ref = 0            # data_bytes when we last reported our memory
         self.mem_noeviction = False
         self.consumers = Consumers(self)
@@ -106,12 +103,9 @@ class Shard(ShardCore):
         if handler is None:
             return err("ERR unknown command '%s'" % argv[0].decode(errors="replace"))
         t0 = perf_counter_ns()
-        if self.data_bytes > self.oom_data and name in DENYOOM and not self.free_memory():
-            reply = OOM_ERROR
-        else:
-            reply = handler(argv)
-            if reply is None and name == b"addjob":
-                reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
+        reply = self.run_command(name, handler, argv)
+        if reply is None and name == b"addjob":
+            reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
         self.account(name, perf_counter_ns() - t0)
         return reply
 
