@@ -163,10 +163,10 @@ class ServedClients(ServedCore):
 
     def getjob(self, c, argv):
         """GETJOB whose queues are all here, answered now: a GETJOB that would block (no
-        job, no NOHANG) or that the front-end must widen goes back."""
+        job, no NOHANG) or that the front-end must widen goes back. On a node of a cluster
+        too: a queue it empties, or a NOHANG that finds nothing, asks the other nodes for
+        jobs (NEEDJOBS) through the shard's bus messages, as on the front-end's path."""
         shard = self.shard
-        if shard.cluster_size > 1:
-            return None
         error, o = parse_getjob(argv)
         if error is not None or o.prefix is not None:
             return None

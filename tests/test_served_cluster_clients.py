@@ -1,7 +1,8 @@
-"""Producers on a node of a cluster, served by the worker that owns their queue
-(docs/design.md "Producers waiting for copies"): an ADDJOB that waits for its copies blocks its
-connection in that worker as it does in the front-end, and every way a wait can end is the
-same with `connection-affinity yes` and `no`.
+"""Producers and consumers on a node of a cluster, served by the worker that owns their
+queue (docs/design.md "Producers waiting for copies"): an ADDJOB that waits for its copies
+blocks its connection in that worker as it does in the front-end, every way a wait can end
+is the same with `connection-affinity yes` and `no`, and a GETJOB answered at once stays
+with the worker and still asks the other nodes for jobs.
 
 A node's incoming bus traffic is cut with DEBUG BUS DROP-IN to hold an ADDJOB in its wait:
 the copy it sends is dropped, so no GOTJOB comes until the bus is restored (the originator
@@ -13,7 +14,7 @@ import time
 import pytest
 
 from support.info import parse_info
-from support.resp_client import Err, encode_command
+from support.resp_client import NULL_ARRAY, Err, encode_command
 from support.slots import queues_on_distinct_workers
 from support.waits import wait_until
 
@@ -134,3 +135,25 @@ def test_a_recall_while_waiting_keeps_the_order(pair):
     assert c.read_parsed(timeout=5) == queued + 1       # QLEN ran after the ADDJOB
     assert c.execute("PING") == b"PONG"
     wait_until(lambda: served(a) == 0)
+
+
+def test_a_served_consumer_fetches_and_asks_the_other_nodes(pair):
+    a, b = pair.nodes
+    c = a.raw()
+    settle_producer(pair, c)
+    jid = c.execute("ADDJOB", Q0, "mine", 0, "REPLICATE", 2)
+    got = c.execute("GETJOB", "NOHANG", "COUNT", 100, "FROM", Q0)
+    ids = [job[1] for job in got]
+    assert jid in ids, got
+    assert c.execute("ACKJOB", *ids) == len(ids)
+    assert c.execute("GETJOB", "NOHANG", "FROM", Q0) is NULL_ARRAY
+    # a job only node b holds: the NOHANG GETJOBs that find nothing here ask for it
+    theirs = b.execute("ADDJOB", Q0, "theirs", 0, "REPLICATE", 1)
+
+    def fetched():
+        reply = c.execute("GETJOB", "NOHANG", "FROM", Q0)
+        return reply if reply is not NULL_ARRAY else None
+    got = wait_until(fetched, timeout=10, message="the job never came over from node b")
+    assert got[0][1] == theirs
+    if pair.affinity:
+        assert served(a) == 1, "a GETJOB answered at once sent the connection back"
