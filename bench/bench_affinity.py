@@ -30,6 +30,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -231,6 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep the servers' logs directory (it is kept anyway when a round fails)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate the servers this many times; the median round is shown")
     mine = ap.parse_args(argv)
@@ -244,13 +247,19 @@ def main(argv=None) -> int:
     for w in [int(x) for x in mine.workers.split(",")]:
         targets.append((f"ours_w{w}", "disque", f"ours(w={w})", w))
     rounds = {key: [] for key, *_ in targets}
+    done = False
     try:
         for n in range(mine.rounds):
             for key, kind, label, w in targets:       # alternating: a slow moment of the
                 B.log(f"round {n + 1}/{mine.rounds}: {label}")   # machine hits all alike
                 rounds[key].append(bench(args, kind, label, w))
+        done = True
     finally:
         B.cleanup_all()
+        if mine.keep_logs or not done:
+            B.log(f"servers' logs kept in {args.logdir}")
+        else:
+            shutil.rmtree(args.logdir, ignore_errors=True)
     results = {key: median_round(runs, args.loads) for key, runs in rounds.items()}
     original = results.get("original")
     print("\nload     | " + " | ".join(f"{k:>28}" for k in results))
