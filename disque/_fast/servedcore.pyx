@@ -173,7 +173,7 @@ cdef class ServedCore:
     cdef public list names          # real names of the commands of the read being served
     cdef public dict repl_waits     # wait id -> (client, Forwarded) of ADDJOBs waiting for copies
     cdef public list unblocked      # clients whose ADDJOB was answered: their held commands next
-    cdef public long long last_wait_id
+    cdef public long long next_wait_id
     cdef public bint link_ready, ticked     # what the last poll found besides the clients
 
     def __cinit__(self):
@@ -193,7 +193,7 @@ cdef class ServedCore:
         self.peers = None
         self.repl_waits = {}
         self.unblocked = []
-        self.last_wait_id = 0
+        self.next_wait_id = WAIT_ID_BASE
 
     # ---- the worker loop's poll ------------------------------------------------------
 
@@ -210,12 +210,13 @@ cdef class ServedCore:
             return False
         core.tick()
         shard = self.shard
-        if (core.timers_due() or core.ready or core.out or core.bus_out
-                or shard.consumers.deadlines or shard.interest_due
-                or shard.persistence.aof_busy):
-            return False
+        if core.timers_due() or shard.consumers.deadlines:
+            return False                # the loop runs those before any command
         self.serve_ready()
-        if core.ready or core.out or core.bus_out or shard.interest_due:
+        # what the loop does after serving: consumers to serve, INTEREST, bus messages and
+        # replies for the front-end, AOF rewrite or load slices
+        if (core.ready or core.out or core.bus_out or shard.interest_due
+                or shard.persistence.aof_busy):
             return False
         self.flush()
         return True
@@ -430,14 +431,11 @@ cdef class ServedCore:
         argv[0] = b"addjob"
         shard = self.shard
         self.names.append(b"addjob")
-        reply = (<ShardCore>shard).run_command(b"addjob", shard.handlers[b"addjob"], argv)
-        if reply is not None:
-            return reply
         # wait ids are negative, apart from the front-end's request ids and the link's
         # special ones: Shard.answer sends the reply of a negative one here
-        self.last_wait_id -= 1
-        cdef long long wid = WAIT_ID_BASE + self.last_wait_id
-        reply = shard.replication.replicate_new(wid, argv)
+        cdef long long wid = self.next_wait_id
+        self.next_wait_id -= 1
+        reply = shard.run_with_copies(wid, b"addjob", shard.handlers[b"addjob"], argv)
         if reply is not None:
             return reply
         slot = Forwarded()

@@ -103,10 +103,18 @@ class Shard(ShardCore):
         if handler is None:
             return err("ERR unknown command '%s'" % argv[0].decode(errors="replace"))
         t0 = perf_counter_ns()
+        reply = self.run_with_copies(reqid, name, handler, argv)
+        self.account(name, perf_counter_ns() - t0)
+        return reply
+
+    def run_with_copies(self, reqid, name, handler, argv):
+        """run_command, and for an ADDJOB that needs copies on other nodes its replication:
+        the reply now, or None while the producer waits (its reply then comes through
+        answer(reqid, ...)). The link's path (execute) and the served one
+        (ServedCore.addjob_clustered) both come here."""
         reply = self.run_command(name, handler, argv)
         if reply is None and name == b"addjob":
             reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
-        self.account(name, perf_counter_ns() - t0)
         return reply
 
     def answer(self, reqid, reply):
