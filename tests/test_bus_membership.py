@@ -188,7 +188,7 @@ def test_leaving_flag_propagates(net):
 def test_job_messages_reach_the_handler_only_from_known_nodes(net):
     got = []
     a, b = net.add("a"), net.add("b")
-    a.on_job_message = lambda *m: got.append(m)
+    a.on_job_messages = lambda sender, msgs: got.extend((sender, *m) for m in msgs)
     a.meet("127.0.0.1", b.myself.port)
     net.until(lambda: full_mesh(net))
     b.send(b.nodes[a.myself.id], M.GOTJOB, ["D-" + "x" * 38, 0])

@@ -2,7 +2,8 @@
 
 `Cluster` is driven by its owner's event loop: `on_readable()` when the bus socket has
 input, `cron()` every CRON_MS. Job messages (REPLJOB ... PAUSE) from known nodes are
-handed to `on_job_message(msg)`; the front-end routes them to the owning worker.
+handed to `on_job_messages(sender, [[type, flags, payload], ...])`, a frame's worth at a
+time, entries unchecked; the front-end routes them to the owning worker.
 """
 import logging
 import random
@@ -24,7 +25,7 @@ RECV_LIMIT = 10000
 
 class Cluster:
     def __init__(self, port, bind_addrs, node_timeout_ms, config_path, ctx=None,
-                 on_job_message=None, on_change=None, keys=None):
+                 on_job_messages=None, on_change=None, keys=None):
         self.node_timeout = node_timeout_ms
         self.file = NodesFile(config_path)
         self.file.lock()
@@ -53,7 +54,7 @@ class Cluster:
         for n in others:
             self.link(n)
         self.blacklist = {}
-        self.on_job_message = on_job_message
+        self.on_job_messages = on_job_messages
         self.on_change = on_change
         self.crons = 0
         self.dirty = True
@@ -224,10 +225,8 @@ class Cluster:
             if (msg.node_flags & M.LEAVING) != (sender.flags & M.LEAVING):
                 sender.flags ^= M.LEAVING
                 self.changed()
-            if self.on_job_message is not None:
-                handler = self.on_job_message
-                for mtype, mflags, payload in msg.payload:
-                    handler(sender, mtype, mflags, payload)
+            if self.on_job_messages is not None and msg.payload:
+                self.on_job_messages(sender, msg.payload)
             return
         if msg.sender == self.myself.id:
             return
@@ -271,8 +270,8 @@ class Cluster:
                 target.flags = (target.flags | M.FAIL_FLAG) & ~M.PFAIL
                 log.info("FAIL message received from %s about %s", sender.id[:8], target.id[:8])
                 self.changed()
-        elif msg.type in M.JOB_TYPES and self.on_job_message is not None:
-            self.on_job_message(sender, msg.type, msg.flags, msg.payload)
+        elif msg.type in M.JOB_TYPES and self.on_job_messages is not None:
+            self.on_job_messages(sender, [[msg.type, msg.flags, msg.payload]])
 
     def complete_handshake(self, msg):
         """A PONG from an unknown ID answers our MEET: rename the handshake node."""

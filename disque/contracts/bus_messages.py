@@ -112,12 +112,10 @@ def decode(data, peer_ip=""):
     elif mtype == FAIL and not (isinstance(payload, str) and len(payload) == 40):
         return None
     elif mtype == JOBS:
-        # each entry is checked where it is routed (disque.frontend.cluster_relay); here only
-        # the shape, so one bad entry costs that entry, not the whole frame
+        # each entry is checked where it is routed (disque/_fast/busrelay.pyx), so one bad
+        # entry costs that entry, not the whole frame
         if not isinstance(payload, list):
             return None
-        payload = [m for m in payload if type(m) is list and len(m) == 3
-                   and m[0] in JOB_TYPES and type(m[1]) is int]
     return Message(mtype, sender, ip, port, node_flags, mflags, payload, peer_ip)
 
 

@@ -19,14 +19,14 @@ import logging
 from disque import replies as R
 from disque.replies import one_line
 from disque._fast import resp
-from disque._fast.jobid import id_slot, queue_slot
+from disque._fast.busrelay import (ACCEPT_COPIES, FORWARD_COPIES, REFUSE_COPIES,
+                                   group_by_node, route_job_messages)
 from disque.contracts import bus_messages as M
 from disque.contracts import worker_link as P
 
 log = logging.getLogger("disque.cluster")
 
 WRONG_CLUSTER = b"-ERR Wrong CLUSTER subcommand or number of arguments\r\n"
-BY_QUEUE = (M.NEEDJOBS, M.PAUSE, M.INTEREST)
 
 
 class ClusterRelay:
@@ -43,11 +43,12 @@ class ClusterRelay:
         self.bus_inbox = {}          # worker -> [[sender, type, flags, payload], ...]
         self.bus_outbox = {}         # node id -> [[type, flags, payload], ...]
         self.bus_ids = {}            # node id -> the same as bytes (workers' form)
+        self.node_names = {}         # and back: bytes -> str
         self.bus_flush_scheduled = False
 
     def attach(self, cluster):
         self.cluster = cluster
-        cluster.on_job_message = self.bus_job_message
+        cluster.on_job_messages = self.bus_job_messages
         cluster.on_change = self.push
         self.fe.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
         guard = cluster.transport.guard
@@ -67,68 +68,50 @@ class ClusterRelay:
             # ZeroMQ signals edges: what is left after the read limit needs another pass
             self.fe.loop.call_soon(self.bus_readable)
 
-    def bus_job_message(self, sender, mtype, mflags, payload):
-        """A job message from a known node: queue it for the worker that owns it."""
-        try:
-            if mtype in BY_QUEUE:
-                w = queue_slot(payload[0]) % self.fe.nworkers
-            else:
-                if mtype == M.REPLJOB:
-                    jid = payload[4:44]
-                elif mtype == M.YOURJOBS:
-                    jid = payload[0][4:44]
-                else:
-                    jid = payload[0]
-                slot = id_slot(jid) if type(jid) is bytes and len(jid) == 40 else -1
-                w = (slot if slot >= 0 else 0) % self.fe.nworkers
-        except (TypeError, IndexError, ValueError):
-            return                      # malformed: dropped like any bad bus frame
-        if mtype == M.REPLJOB:
-            mflags = self.accept_copy(sender, jid, mflags)
-            if mflags is None:
-                return
+    def bus_job_messages(self, sender, msgs):
+        """The job messages of one frame from a known node: each to the worker that owns it
+        (disque/_fast/busrelay.pyx), the GOTJOBs of accepted copies back to the sender."""
+        gotjobs = []
+        route_job_messages(msgs, self.sender_id(sender), self.fe.nworkers, self.bus_inbox,
+                           self.copy_policy(), gotjobs)
+        if gotjobs:
+            self.bus_outbox.setdefault(sender.id, []).extend(gotjobs)
+            self.schedule_flush()
+
+    def copy_policy(self):
+        """Whether this node takes copies (REPLJOB) and who answers them (SPEC 8.7, 9: not
+        while leaving or above 75% of maxmemory; then no GOTJOB, the originator asks another
+        node). Without an AOF the GOTJOB leaves from here, with the copy on its way to the
+        worker over a link that loses nothing unless the whole node dies, when the copy
+        would be gone anyway: this saves the worker -> front-end hop on every copy, the
+        largest cost of synchronous replication (measured). With an AOF the worker answers
+        after its LOADJOB record is written."""
+        if self.fe.memory.level > 0 or self.cluster.myself.flags & M.LEAVING:
+            return REFUSE_COPIES
+        if self.fe.persistence.aof_enabled:
+            return FORWARD_COPIES
+        return ACCEPT_COPIES
+
+    def sender_id(self, sender):
         sid = self.bus_ids.get(sender.id)
         if sid is None:
             sid = self.bus_ids[sender.id] = sender.id.encode()
-        self.bus_inbox.setdefault(w, []).append([sid, mtype, mflags, payload])
-
-    def accept_copy(self, sender, jid, mflags):
-        """REPLJOB: decide here whether this node takes the copy (SPEC 8.7, 9: not while
-        leaving or above 75% of maxmemory; then no GOTJOB, the originator asks another
-        node). Without an AOF the GOTJOB leaves now, with the copy on its way to the worker
-        over a link that loses nothing unless the whole node dies, when the copy would be
-        gone anyway: this saves the worker -> front-end hop on every copy, the largest cost
-        of synchronous replication (measured). With an AOF the worker answers after its
-        LOADJOB record is written. Returns the flags to forward (None: refused)."""
-        if self.fe.memory.level > 0 or self.cluster.myself.flags & M.LEAVING:
-            return None
-        if self.fe.persistence.aof_enabled:
-            return mflags
-        if not mflags & M.NOREPLY:
-            self.bus_queue(sender.id, [M.GOTJOB, 0, [jid, 0]])
-        return mflags | M.NOREPLY | M.ACCEPTED
+        return sid
 
     def bus_from_worker(self, entries):
         """Job messages a worker wants sent: one JOBS frame per destination node."""
         cluster = self.cluster
         if cluster is None:
             return
-        myid = cluster.myself.id
-        everyone = None
-        for dests, mtype, mflags, payload in entries:
-            if dests is None:
-                if everyone is None:
-                    everyone = [n.id for n in cluster.others() if not n.has(M.HANDSHAKE)]
-                targets = everyone
-            else:
-                targets = [d.decode() for d in dests]
-            for node_id in targets:
-                if node_id != myid:
-                    self.bus_queue(node_id, [mtype, mflags, payload])
+        if group_by_node(entries, self.bus_outbox, cluster.myself.id, self.everyone,
+                         self.node_names):
+            self.schedule_flush()
 
-    def bus_queue(self, node_id, msg):
-        """Queue a job message for a node; bus_flush sends the lot when the iteration ends."""
-        self.bus_outbox.setdefault(node_id, []).append(msg)
+    def everyone(self):
+        return [n.id for n in self.cluster.others() if not n.has(M.HANDSHAKE)]
+
+    def schedule_flush(self):
+        """bus_flush sends what is queued when the loop iteration ends."""
         if not self.bus_flush_scheduled:
             self.bus_flush_scheduled = True
             self.fe.loop.call_soon(self.bus_flush)

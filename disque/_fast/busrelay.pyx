@@ -1,0 +1,142 @@
+# cython: language_level=3, boundscheck=True, wraparound=True
+"""The front-end's per-message work on the cluster bus' job path, in C (docs/design.md,
+"The bus relay").
+
+A node's front-end relays every job message between the bus and its workers: a message
+that arrives goes to the worker owning its job (or its queue), a message a worker sends
+goes to one frame per destination node. Under synchronous replication that is several
+messages per job on every node, and the Python version of these two loops was the
+largest part of the front-end's own work on that load (measured: `bench_affinity repl3`).
+The Python side (disque/frontend/cluster_relay.py) keeps everything per frame or per
+node: the policy for copies, the ZeroMQ sockets, the membership.
+
+Everything here comes from the network, so this module keeps Cython's bounds checks on
+(setup.py turns them off for the others): an index past the end of a peer's list must be
+an IndexError, not a read past the end of memory.
+"""
+from disque._fast.jobid cimport id_slot, queue_slot, valid_id
+
+from disque.contracts import bus_messages as _bus
+# bus message types and flags: disque/contracts/bus_messages.py is their one home (C ints, read at import)
+cdef long REPLJOB = _bus.REPLJOB
+cdef long GOTJOB = _bus.GOTJOB
+cdef long NEEDJOBS = _bus.NEEDJOBS
+cdef long YOURJOBS = _bus.YOURJOBS
+cdef long PAUSE = _bus.PAUSE
+cdef long INTEREST = _bus.INTEREST
+cdef long NOREPLY = _bus.NOREPLY
+cdef long ACCEPTED = _bus.ACCEPTED
+# JOB_TYPES is REPLJOB ... PAUSE and INTEREST: is_job_type relies on that shape
+assert _bus.JOB_TYPES == frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST}
+
+# what this node does with a copy (REPLJOB), decided by the front-end per frame
+REFUSE_COPIES = 0      # leaving or above 75% of maxmemory: no copy, no GOTJOB (SPEC 8.7, 9)
+FORWARD_COPIES = 1     # with an AOF: the worker answers once its LOADJOB record is written
+ACCEPT_COPIES = 2      # the GOTJOB leaves from here, the copy goes on to the worker
+
+
+cdef inline bint is_job_type(object t):
+    """bus_messages.JOB_TYPES: REPLJOB ... PAUSE and INTEREST (compared as Python ints:
+    a peer may send any 64-bit value)."""
+    return type(t) is int and (REPLJOB <= t <= PAUSE or t == INTEREST)
+
+
+cdef int owner(long mtype, object payload, int nworkers) except -2:
+    """The worker a message goes to: by queue for NEEDJOBS / PAUSE / INTEREST, else by the
+    slot its job ID carries (worker 0 for an ID without one; the worker drops what it does
+    not know). -1: malformed, dropped here."""
+    cdef object jid
+    cdef int slot
+    try:
+        if mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:
+            q = payload[0]
+            if type(q) is not bytes:
+                return -1
+            return queue_slot(<bytes>q) % nworkers
+        if mtype == REPLJOB:
+            # a copy is answered from here: nothing that is not one gets a GOTJOB
+            if type(payload) is not bytes or not valid_id((<bytes>payload)[4:44]):
+                return -1
+            jid = payload[4:44]
+        elif mtype == YOURJOBS:
+            jid = payload[0][4:44]
+        else:
+            jid = payload[0]
+    except (TypeError, IndexError, KeyError):
+        return -1
+    slot = id_slot(<bytes>jid) if type(jid) is bytes and len(<bytes>jid) == 40 else -1
+    return (slot if slot >= 0 else 0) % nworkers
+
+
+def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int copies,
+                       list gotjobs):
+    """The job messages of one JOBS frame from a known node: each well-formed one is
+    appended to inbox[worker] as [sender, type, flags, payload]; anything else in the frame
+    is dropped on its own, like any bad bus message. `copies` is one of the *_COPIES
+    policies; with ACCEPT_COPIES the GOTJOB each copy asks for is appended to `gotjobs`,
+    and the worker gets the copy flagged NOREPLY | ACCEPTED."""
+    cdef object m, payload, per_worker
+    cdef long mtype, mflags
+    cdef int w
+    for m in msgs:
+        if type(m) is not list or len(<list>m) != 3:
+            continue
+        if not is_job_type((<list>m)[0]) or type((<list>m)[1]) is not int:
+            continue
+        mtype = (<list>m)[0]
+        try:
+            mflags = (<list>m)[1]
+        except OverflowError:           # flags beyond 63 bits: nothing of ours
+            continue
+        payload = (<list>m)[2]
+        w = owner(mtype, payload, nworkers)
+        if w < 0:
+            continue
+        if mtype == REPLJOB and copies != FORWARD_COPIES:
+            if copies == REFUSE_COPIES:
+                continue
+            if not mflags & NOREPLY:
+                gotjobs.append([GOTJOB, 0, [payload[4:44], 0]])
+            mflags |= NOREPLY | ACCEPTED
+        per_worker = inbox.get(w)
+        if per_worker is None:
+            inbox[w] = [[sender, mtype, mflags, payload]]
+        else:
+            (<list>per_worker).append([sender, mtype, mflags, payload])
+
+
+def group_by_node(list entries, dict outbox, str myid, object everyone, dict node_names):
+    """Job messages a worker wants sent, [destinations, type, flags, payload] each: appended
+    to outbox[node id] as [type, flags, payload]. Destinations None means every other
+    node (`everyone()`, asked at most once); node ids come as bytes from the workers and
+    `node_names` caches their str form. True when anything was queued."""
+    cdef object e, dests, d, name, msg, per_node
+    cdef object all_nodes = None
+    cdef list targets
+    cdef bint queued = False
+    for e in entries:
+        dests = e[0]
+        msg = [e[1], e[2], e[3]]
+        if dests is None:
+            if all_nodes is None:
+                all_nodes = everyone()
+            targets = all_nodes
+        else:
+            targets = []
+            for d in dests:
+                name = node_names.get(d)
+                if name is None:
+                    name = (<bytes>d).decode()
+                    if len(node_names) < 4096:
+                        node_names[d] = name
+                targets.append(name)
+        for name in targets:
+            if name == myid:
+                continue
+            per_node = outbox.get(name)
+            if per_node is None:
+                outbox[name] = [msg]
+            else:
+                (<list>per_node).append(msg)
+            queued = True
+    return queued

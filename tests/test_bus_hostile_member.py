@@ -1,0 +1,139 @@
+"""A member of the cluster that sends malformed job messages (SPEC 10.4: a bad bus message
+is dropped). The front-end checks and routes each entry of a JOBS frame on its own
+(disque/_fast/busrelay.pyx, docs/design.md "The bus relay"), so garbage costs only itself:
+the server keeps running, and the good message in the same frame is handled.
+
+The member is a `Cluster` object run in this process on a real ZeroMQ bus, next to a real
+`disque-server` with several workers.
+"""
+import time
+
+import pytest
+
+from support.ports import lease_port
+from support.waits import wait_until
+from disque._fast.job import ACTIVE, Job
+from disque._fast.jobid import IdMaker, queue_slot
+from disque.bus.cluster import Cluster
+from disque.contracts import bus_messages as M
+from disque.contracts.job_codec import serialize
+
+NODE_TIMEOUT = 5000
+
+
+class Member:
+    """A bus node driven by the test: `step()` plays its event loop."""
+
+    def __init__(self, tmp_path):
+        self.lease = lease_port()
+        self.bus = Cluster(self.lease.port, ["127.0.0.1"], NODE_TIMEOUT, str(tmp_path / "member.conf"))
+        self.received = []
+        self.bus.on_job_messages = lambda sender, msgs: self.received.extend(msgs)
+        self.last_cron = 0.0
+
+    def step(self):
+        self.bus.on_readable()
+        if time.monotonic() - self.last_cron >= 0.1:
+            self.last_cron = time.monotonic()
+            self.bus.cron()
+        time.sleep(0.002)
+
+    def until(self, predicate, timeout=15.0, message=None):
+        def check():
+            self.step()
+            return predicate()
+        return wait_until(check, timeout=timeout, interval=0, message=message)
+
+    def close(self):
+        self.bus.close()
+        self.lease.release()
+
+
+@pytest.fixture
+def member(tmp_path):
+    m = Member(tmp_path)
+    yield m
+    m.close()
+
+
+def joined(srv, member):
+    """The server and the member know each other as full members."""
+    member.bus.meet("127.0.0.1", srv.port)
+    member.until(lambda: b"cluster_reachable_nodes:1" in srv.execute("CLUSTER", "INFO")
+                 and any(not n.has(M.HANDSHAKE) and n is not member.bus.myself
+                         for n in member.bus.nodes.values()),
+                 message="the member did not join the server's cluster")
+    return srv.execute("CLUSTER", "MYID").decode()
+
+
+def copy_of_new_job(member, server_id, queue=b"hostile-q"):
+    """A REPLJOB payload as a real originator sends it: the job, kept by both nodes."""
+    jid = IdMaker(member.bus.myself.id).make(queue_slot(queue), 600, 30)
+    job = Job(jid, queue, b"the good one")
+    now_s = int(time.time())
+    job.state, job.repl, job.etime = ACTIVE, 2, now_s + 600
+    job.ctime, job.retry = time.time_ns(), 30
+    job.nodes_delivered = (member.bus.myself.id.encode(), server_id.encode())
+    return jid, serialize(job, False, now_s)
+
+
+GARBAGE = [
+    "not a list",
+    [M.GOTJOB, 0],                              # two fields
+    [M.GOTJOB, 0, [b"D-x", 0], "extra"],        # four
+    [99, 0, [b"x", 0]],                         # no such type
+    [M.PING, 0, []],                            # a membership type inside JOBS
+    [2 ** 63, 0, []],                           # a type beyond a C long
+    [True, 0, [b"x", 0]],                       # a bool is not a type
+    [M.GOTJOB, "0", [b"x", 0]],                 # flags not an int
+    [M.GOTJOB, 2 ** 64 - 1, [b"x", 0]],         # flags beyond 63 bits
+    [M.REPLJOB, 0, 12345],                      # a copy that is not bytes
+    [M.REPLJOB, 0, b"short"],                   # a copy cut short
+    [M.REPLJOB, 0, [b"a", b"b"]],               # a list where the copy goes
+    [M.YOURJOBS, 0, [5]],
+    [M.YOURJOBS, 0, []],
+    [M.NEEDJOBS, 0, []],                        # no queue
+    [M.NEEDJOBS, 0, [12]],                      # a queue that is not bytes
+    [M.INTEREST, 0, [b"q", "many"]],
+    [M.PAUSE, 0, [b"q", None]],
+    [M.GOTJOB, 0, {"a": 1}],                    # a map where the job ID goes
+    [M.GOTJOB, 0, []],
+    [M.DELJOB, 0, [b"D-" + b"?" * 38, 0]],      # an ID whose slot is not base64
+    [M.SETACK, 0, [None, None]],
+    [M.ENQUEUE, 0, [b"D-" + b"A" * 38, "soon"]],
+    [M.WORKING, 0, 7],
+]
+
+
+def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
+    srv = start_server(workers=3)
+    server_id = joined(srv, member)
+    server = member.bus.nodes[server_id]
+    jid, copy = copy_of_new_job(member, server_id)
+    # the good copy last, so every bad entry is routed before it
+    assert member.bus.send(server, M.JOBS, GARBAGE + [[M.REPLJOB, 0, copy]])
+    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
+                 message="no GOTJOB for the good copy sent after the garbage")
+    assert srv.all_alive(), srv.log_tail()
+    # what is not a copy gets no GOTJOB: only the good one was answered
+    assert [m for m in member.received if m[0] == M.GOTJOB] == [[M.GOTJOB, 0, [jid, 0]]]
+    shown = srv.client().execute_command("SHOW", jid)
+    shown = dict(zip(shown[::2], shown[1::2]))
+    assert shown[b"queue"] == b"hostile-q" and shown[b"body"] == b"the good one"
+    assert shown[b"state"] == b"active"
+    # each bad entry alone in a frame, then the node still answers and replicates
+    for entry in GARBAGE:
+        assert member.bus.send(server, M.JOBS, [entry])
+    # copies whose ID is good and whose rest is damaged reach the worker, which drops them
+    bad_id, bad = copy_of_new_job(member, server_id, b"damaged-q")
+    for damaged in (bad[:60], bad[:-3], bad[:44] + b"\xff" * (len(bad) - 44)):
+        assert member.bus.send(server, M.JOBS, [[M.REPLJOB, M.NOREPLY, damaged],
+                                                [M.YOURJOBS, 0, [damaged, 0]]])
+    jid2, copy2 = copy_of_new_job(member, server_id)
+    member.bus.send(server, M.REPLJOB, copy2)          # a lone message, outside JOBS
+    member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
+                 message="no GOTJOB for a lone REPLJOB after the garbage frames")
+    assert srv.all_alive(), srv.log_tail()
+    assert srv.execute("PING") == b"PONG"
+    assert srv.client().execute_command("SHOW", bad_id) is None
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
