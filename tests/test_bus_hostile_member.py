@@ -107,6 +107,7 @@ GARBAGE = [
 
 def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
     srv = start_server(workers=3)
+    workers = srv.worker_pids()
     server_id = joined(srv, member)
     server = member.bus.nodes[server_id]
     jid, copy = copy_of_new_job(member, server_id)
@@ -114,7 +115,7 @@ def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
     assert member.bus.send(server, M.JOBS, GARBAGE + [[M.REPLJOB, 0, copy]])
     member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
                  message="no GOTJOB for the good copy sent after the garbage")
-    assert srv.all_alive(), srv.log_tail()
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     # what is not a copy gets no GOTJOB: only the good one was answered
     assert [m for m in member.received if m[0] == M.GOTJOB] == [[M.GOTJOB, 0, [jid, 0]]]
     shown = srv.client().execute_command("SHOW", jid)
@@ -133,7 +134,56 @@ def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
     member.bus.send(server, M.REPLJOB, copy2)          # a lone message, outside JOBS
     member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
                  message="no GOTJOB for a lone REPLJOB after the garbage frames")
-    assert srv.all_alive(), srv.log_tail()
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     assert srv.execute("PING") == b"PONG"
     assert srv.client().execute_command("SHOW", bad_id) is None
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+
+
+def test_out_of_range_values_about_a_held_job(start_server, member):
+    """Well-formed messages about a job and a queue the server holds, whose numbers are
+    beyond what a C integer takes or of the wrong type: each is dropped by the worker that
+    gets it, and the job is still there and still deliverable."""
+    srv = start_server(workers=2)
+    workers = srv.worker_pids()
+    server_id = joined(srv, member)
+    server = member.bus.nodes[server_id]
+    jid, copy = copy_of_new_job(member, server_id)
+    assert member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy]])
+    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
+                 message="the copy was not taken")
+    q = b"hostile-q"
+    for value in (2 ** 64 - 1, 2 ** 63, -(2 ** 63), "x", None, [1], 1.5):
+        frame = [[M.ENQUEUE, 0, [jid, value]], [M.WORKING, 0, [jid, value]],
+                 [M.WILLQUEUE, 0, [jid, value]], [M.QUEUED, 0, [jid, value]],
+                 [M.SETACK, 0, [jid, value]], [M.GOTACK, 0, [jid, value]],
+                 [M.GOTJOB, 0, [jid, value]], [M.NEEDJOBS, 0, [q, value]],
+                 [M.INTEREST, 0, [q, value]], [M.PAUSE, 0, [q, value]],
+                 [M.YOURJOBS, 0, [copy, value]]]
+        assert member.bus.send(server, M.JOBS, frame)
+    jid2, copy2 = copy_of_new_job(member, server_id)
+    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy2]])
+    member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
+                 message="no GOTJOB for a copy sent after the out-of-range frames")
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    c = srv.client()
+    assert c.execute_command("SHOW", jid) is not None
+    # the job can still be queued and handed out here
+    c.execute_command("ENQUEUE", jid)
+    got = c.execute_command("GETJOB", "NOHANG", "FROM", q)
+    assert got is not None and jid in [j[1] for j in got]
+    # the largest values a job message may carry are taken without harm: they may act on
+    # the job (SETACK acks it), never crash a worker
+    big = (1 << 48) - 1
+    assert member.bus.send(server, M.JOBS, [
+        [M.ENQUEUE, 0, [jid, big]], [M.WORKING, M.INCR_NACKS, [jid, big]],
+        [M.QUEUED, M.INCR_NACKS | M.INCR_DELIV, [jid, big]], [M.NEEDJOBS, 0, [q, big]],
+        [M.INTEREST, 0, [q, big]], [M.PAUSE, 0, [q, big]], [M.SETACK, 0, [jid, big]],
+        [M.GOTACK, 0, [jid, big]]])
+    jid3, copy3 = copy_of_new_job(member, server_id)
+    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy3]])
+    member.until(lambda: [M.GOTJOB, 0, [jid3, 0]] in member.received,
+                 message="no GOTJOB for a copy sent after the largest values")
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     assert "Traceback" not in srv.log_text(), srv.log_tail()

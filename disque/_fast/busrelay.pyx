@@ -29,6 +29,10 @@ cdef long ACCEPTED = _bus.ACCEPTED
 # JOB_TYPES is REPLJOB ... PAUSE and INTEREST: is_job_type relies on that shape
 assert _bus.JOB_TYPES == frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST}
 
+# the largest aux a job message may carry: counters (32 bits), a NACK delay in ms or a
+# DELAY in seconds (32 bits); anything bigger would overflow the worker's C fields
+cdef object MAX_AUX = 1 << 48
+
 # what this node does with a copy (REPLJOB), decided by the front-end per frame
 REFUSE_COPIES = 0      # leaving or above 75% of maxmemory: no copy, no GOTJOB (SPEC 8.7, 9)
 FORWARD_COPIES = 1     # with an AOF: the worker answers once its LOADJOB record is written
@@ -41,30 +45,40 @@ cdef inline bint is_job_type(object t):
     return type(t) is int and (REPLJOB <= t <= PAUSE or t == INTEREST)
 
 
+cdef inline bint valid_pair(object payload):
+    """[job ID or queue name, aux]: what every job message but REPLJOB and YOURJOBS carries,
+    with an aux the worker can take (0 <= aux < MAX_AUX)."""
+    if type(payload) is not list or len(<list>payload) != 2:
+        return False
+    if type((<list>payload)[0]) is not bytes:
+        return False
+    aux = (<list>payload)[1]
+    return type(aux) is int and 0 <= aux < MAX_AUX
+
+
 cdef int owner(long mtype, object payload, int nworkers) except -2:
     """The worker a message goes to: by queue for NEEDJOBS / PAUSE / INTEREST, else by the
     slot its job ID carries (worker 0 for an ID without one; the worker drops what it does
     not know). -1: malformed, dropped here."""
     cdef object jid
     cdef int slot
-    try:
-        if mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:
-            q = payload[0]
-            if type(q) is not bytes:
-                return -1
-            return queue_slot(<bytes>q) % nworkers
-        if mtype == REPLJOB:
-            # a copy is answered from here: nothing that is not one gets a GOTJOB
-            if type(payload) is not bytes or not valid_id((<bytes>payload)[4:44]):
-                return -1
-            jid = payload[4:44]
-        elif mtype == YOURJOBS:
-            jid = payload[0][4:44]
-        else:
-            jid = payload[0]
-    except (TypeError, IndexError, KeyError):
+    if mtype == REPLJOB:
+        # a copy is answered from here: nothing that is not one gets a GOTJOB
+        if type(payload) is not bytes or not valid_id((<bytes>payload)[4:44]):
+            return -1
+        jid = (<bytes>payload)[4:44]
+    elif mtype == YOURJOBS:
+        # serialized jobs, all of one queue; the worker's codec checks each one
+        if type(payload) is not list or not payload or type((<list>payload)[0]) is not bytes:
+            return -1
+        jid = (<bytes>(<list>payload)[0])[4:44]
+    elif not valid_pair(payload):
         return -1
-    slot = id_slot(<bytes>jid) if type(jid) is bytes and len(<bytes>jid) == 40 else -1
+    elif mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:
+        return queue_slot(<bytes>(<list>payload)[0]) % nworkers
+    else:
+        jid = (<list>payload)[0]
+    slot = id_slot(<bytes>jid) if len(<bytes>jid) == 40 else -1
     return (slot if slot >= 0 else 0) % nworkers
 
 
@@ -88,6 +102,9 @@ def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int co
             mflags = (<list>m)[1]
         except OverflowError:           # flags beyond 63 bits: nothing of ours
             continue
+        if mflags < 0:
+            continue
+        mflags &= ~ACCEPTED             # never on the wire: only this front-end accepts copies
         payload = (<list>m)[2]
         w = owner(mtype, payload, nworkers)
         if w < 0:

@@ -67,9 +67,9 @@ class JobFeatures:
             job.additional_deliveries = max(job.additional_deliveries, aux & 0xffff)
         else:
             if mflags & M.INCR_NACKS:
-                job.nacks += 1
+                job.nacks = min(job.nacks + 1, 65535)
             if mflags & M.INCR_DELIV:
-                job.additional_deliveries += 1
+                job.additional_deliveries = min(job.additional_deliveries + 1, 65535)
         ext = job.ext
         if ext is None:
             return False

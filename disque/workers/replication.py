@@ -98,8 +98,10 @@ class Replication:
                 self.bus_in[mtype] += 1
                 try:
                     handler(sender, mflags, payload)
-                except (TypeError, ValueError, IndexError, KeyError, CodecError):
-                    pass        # a malformed message from a peer is dropped, like upstream
+                except (TypeError, ValueError, IndexError, KeyError, OverflowError, CodecError):
+                    # a malformed message from a peer is dropped, like upstream (the
+                    # front-end already dropped what is not shaped like one of ours)
+                    pass
 
     # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
 
