@@ -187,3 +187,34 @@ def test_out_of_range_values_about_a_held_job(start_server, member):
                  message="no GOTJOB for a copy sent after the largest values")
     assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     assert "Traceback" not in srv.log_text(), srv.log_tail()
+
+
+def test_gossip_about_impossible_addresses_is_not_followed(start_server, member):
+    """PING / PONG / MEET gossip naming nodes at addresses that cannot exist (not an IP, a
+    port whose bus port would be past 65535, 5,000 characters of host) starts no handshake
+    and reaches neither the links nor nodes.conf; a well-formed entry sent after them does
+    (it is how the test knows the server has read them)."""
+    srv = start_server(workers=2)
+    workers = srv.worker_pids()
+    server_id = joined(srv, member)
+    server = member.bus.nodes[server_id]
+    impossible = [("garbage", 7000), ("127.0.0.1", 99999999), ("127.0.0.1", -5),
+                  ("127.0.0.1", 0), ("127.0.0.1", 65535 - 9999), ("::zz", 7000),
+                  ("999.1.1.1", 7000), ("127.0.0.1:5", 7000), ("x" * 5000, 7000)]
+    for i, (ip, port) in enumerate(impossible):
+        entry = ["%040x" % (i + 1), 0, 0, ip, port, 0]
+        for mtype in (M.PING, M.PONG, M.MEET):
+            assert member.bus.send(server, mtype, [entry])
+    marker = lease_port()
+    try:
+        member.bus.send(server, M.PING, [["f" * 40, 0, 0, "127.0.0.1", marker.port, 0]])
+        member.until(lambda: b"127.0.0.1:%d " % marker.port in srv.execute("CLUSTER", "NODES"),
+                     message="the well-formed gossip entry was not followed")
+    finally:
+        marker.release()
+    nodes = srv.execute("CLUSTER", "NODES").decode()
+    for ip, port in impossible:
+        assert f" {ip}:{port} " not in nodes, nodes
+    assert len(nodes.splitlines()) == 3, nodes      # itself, the member, the marker
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
+    assert "Traceback" not in srv.log_text(), srv.log_tail()

@@ -11,7 +11,7 @@ import random
 import zmq
 
 from disque.contracts import bus_messages as M
-from disque.bus.nodes import Node, NodesFile, now_ms, random_id
+from disque.bus.nodes import Node, NodesFile, node_address, now_ms, random_id
 from disque.bus.transport import Transport
 
 log = logging.getLogger("disque.bus")
@@ -247,9 +247,10 @@ class Cluster:
         if (msg.node_flags & M.LEAVING) != (sender.flags & M.LEAVING):
             sender.flags ^= M.LEAVING
             self.changed()
-        ip = msg.ip or msg.peer_ip
-        if ip and (sender.ip != ip or sender.port != msg.port) and not sender.has(M.HANDSHAKE):
-            sender.ip, sender.port = ip, msg.port
+        address = node_address(msg.ip or msg.peer_ip, msg.port)
+        if (address is not None and (sender.ip, sender.port) != address
+                and not sender.has(M.HANDSHAKE)):
+            sender.ip, sender.port = address
             self.link(sender)
             self.changed()
         if msg.type in (M.PING, M.MEET):
@@ -322,9 +323,10 @@ class Cluster:
                     node.fail_reports[sender.id] = now
                 else:
                     node.fail_reports.pop(sender.id, None)
-            elif (ip and port and not flags & M.NOADDR and not self.blacklisted(node_id)
-                  and not self.known_address(ip, port)):
-                self.meet(ip, port)
+            elif not flags & M.NOADDR and not self.blacklisted(node_id):
+                address = node_address(ip, port)
+                if address is not None and not self.known_address(*address):
+                    self.meet(*address)
 
     # ---- cron -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ membership, addresses or FAIL/LEAVING change; because a rename replaces the inod
 lock that stops two nodes from sharing it is held on a sidecar `<file>.lock`.
 """
 import fcntl
+import ipaddress
 import os
 import time
 
@@ -18,8 +19,24 @@ FILE_FLAGS = {"myself": M.MYSELF, "fail?": M.PFAIL, "fail": M.FAIL_FLAG, "noaddr
               "leaving": M.LEAVING, "noflags": 0}
 
 
+MAX_NODE_PORT = 65535 - 10000      # its bus listens on port + 10000 (SPEC 10)
+
+
 def now_ms():
     return int(time.time() * 1000)
+
+
+def node_address(ip, port):
+    """The address a node can be met at, in its canonical form ("127.0.0.1", 7711), or None:
+    an IP literal and a port whose bus port exists. CLUSTER MEET, gossip and a peer's own
+    claim about its address all go through here, so what nodes.conf and the links get is
+    always an address."""
+    if type(port) is not int or not 0 < port <= MAX_NODE_PORT or not isinstance(ip, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(ip)), port
+    except ValueError:
+        return None
 
 
 def random_id():

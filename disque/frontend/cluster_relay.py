@@ -13,7 +13,6 @@ disque/workers/replication.py and disque/workers/federation.py.
 Also here: CLUSTER (SPEC 4.2), HELLO's node list and the DEBUG hooks that cut the node off
 the bus for partition tests.
 """
-import ipaddress
 import logging
 
 from disque import replies as R
@@ -21,6 +20,7 @@ from disque.replies import one_line
 from disque._fast import resp
 from disque._fast.busrelay import (ACCEPT_COPIES, FORWARD_COPIES, REFUSE_COPIES,
                                    group_by_node, route_job_messages)
+from disque.bus.nodes import node_address
 from disque.contracts import bus_messages as M
 from disque.contracts import worker_link as P
 
@@ -202,17 +202,12 @@ class ClusterRelay:
         if port is None:
             client.reply(b"-ERR Invalid TCP port specified: %s\r\n" % one_line(port_arg))
             return
-        ip = ip_arg.decode(errors="replace")
-        try:
-            ip = str(ipaddress.ip_address(ip))
-            valid = 0 < port <= 55535
-        except ValueError:
-            valid = False
-        if not valid:
+        address = node_address(ip_arg.decode(errors="replace"), port)
+        if address is None:
             client.reply(b"-ERR Invalid node address specified: %s:%s\r\n"
                          % (one_line(ip_arg), one_line(port_arg)))
             return
-        self.cluster.meet(ip, port)
+        self.cluster.meet(*address)
         client.reply(resp.OK)
 
     def forget(self, client, node_arg):
