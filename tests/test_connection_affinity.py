@@ -451,3 +451,40 @@ def test_leaving_node_answers_served_connections(start_cluster, mode):
     assert c.call("GETJOB", "TIMEOUT", 100, "FROM", Q1) == leaving
     assert c.execute("GETJOB", "NOHANG", "FROM", Q1) is NULL_ARRAY
     assert c.execute("SHOW", jid)[1] == jid
+
+
+MALFORMED = [
+    (b'PING "abc\r\n', b"-ERR Protocol error: unbalanced quotes in request\r\n"),
+    (b"*abc\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+    (b"*2000000\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+    (b"*1\r\nPING\r\n", b"-ERR Protocol error: expected '$', got 'P'\r\n"),
+    (b"*1\r\n$536870913\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+    (b"*1\r\n$-5\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+    (b"*1\r\n$" + b"1" * 66000, b"-ERR Protocol error: too big bulk count string\r\n"),
+    (b"*" + b"1" * 66000, b"-ERR Protocol error: too big mbulk count string\r\n"),
+    (b"A" * 66000, b"-ERR Protocol error: too big inline request\r\n"),
+]
+
+
+@pytest.mark.parametrize("data,error", MALFORMED, ids=[
+    "quotes", "mbulk-text", "mbulk-huge", "no-dollar", "bulk-huge", "bulk-negative",
+    "bulk-count-long", "mbulk-count-long", "inline-long"])
+def test_malformed_input_on_a_served_connection(node, data, error):
+    """The worker parses a served connection's input itself: malformed RESP gets the
+    front-end's exact error after the replies of the commands before it, the connection
+    closes, and neither the worker nor a job it holds is harmed."""
+    workers = node.worker_pids()
+    c = node.raw()
+    settle(node, c)
+    jid = addjob(c, Q0, "kept")
+    try:
+        c.send(encode_command("QLEN", Q0) + encode_command("PING", "x") + data)
+    except OSError:
+        pass                            # the server may close before it read all of it
+    got, closed = c.read_until_closed(5)
+    assert got == b":1\r\n$1\r\nx\r\n" + error, got[:200]
+    assert closed
+    assert node.all_alive() and node.worker_pids() == workers, node.log_tail()
+    with RawConn(node.port) as other:
+        assert other.execute("SHOW", jid)[1] == jid
+        assert other.execute("QLEN", Q0) == 1
