@@ -247,6 +247,7 @@ def main(argv=None) -> int:
     for w in [int(x) for x in mine.workers.split(",")]:
         targets.append((f"ours_w{w}", "disque", f"ours(w={w})", w))
     rounds = {key: [] for key, *_ in targets}
+    B.check_machine_quiet()
     done = False
     try:
         for n in range(mine.rounds):

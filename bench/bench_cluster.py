@@ -213,6 +213,9 @@ def main():
     tries = args.tries or (5 if args.quick else 20)
     if not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
         sys.exit("redis-server and redis-benchmark are needed (apt-get install redis-server redis-tools)")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_single_node                 # noqa: E402  (the machine check)
+    bench_single_node.check_machine_quiet()
     tmp = tempfile.mkdtemp(prefix="bench-cluster-")
     procs = []
     res = {}

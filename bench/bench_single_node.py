@@ -785,6 +785,38 @@ def _other_note(r: dict) -> str:
 WAIT_QUIET = 0.0  # set from --wait-quiet
 
 
+def check_machine_quiet(seconds: float = 1.0) -> float:
+    """Before a benchmark starts: the CPU other processes use now, in cores, with a warning
+    naming the busiest of them when it is more than NOISY_CORES. A client left spinning by
+    an earlier run (a redis-benchmark whose server went away uses a whole core) skews every
+    figure that follows, ratios included, since it slows the servers unevenly."""
+    procs = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            p.cpu_percent(None)
+            procs.append(p)
+        except psutil.Error:
+            pass
+    o = OtherLoad()
+    time.sleep(seconds)
+    load = o.finish(0.0)
+    if load > NOISY_CORES:
+        busy = []
+        for p in procs:
+            try:
+                pct = p.cpu_percent(None)
+            except psutil.Error:
+                continue
+            if pct >= 10 and p.pid != os.getpid():
+                cmd = " ".join(p.info.get("cmdline") or [p.info.get("name") or "?"])[:80]
+                busy.append((pct, p.pid, cmd))
+        busy.sort(reverse=True)
+        named = "; ".join(f"pid {pid} {pct:.0f}% {cmd}" for pct, pid, cmd in busy[:3])
+        warn(f"other processes use {load:.2f} cores before the benchmark starts: the figures "
+             f"will be skewed ({named or 'short-lived processes'})")
+    return load
+
+
 def wait_quiet(srv: "Server | None" = None) -> None:
     """Wait (up to --wait-quiet seconds) until other processes use < NOISY_CORES of CPU."""
     if WAIT_QUIET <= 0:
