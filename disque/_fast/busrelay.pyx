@@ -5,9 +5,9 @@
 A node's front-end relays every job message between the bus and its workers: a message
 that arrives goes to the worker owning its job (or its queue), a message a worker sends
 goes to one frame per destination node. Under synchronous replication that is several
-messages per job on every node, and the Python version of these two loops was the
-largest part of the front-end's own work on that load (measured: `bench_affinity repl3`).
-The Python side (disque/frontend/cluster_relay.py) keeps everything per frame or per
+messages per job on every node; here each costs 2-4x less than in the Python loops this
+replaced (docs/benchmarks.md, "Cluster"), though that was a small part of what a
+replicated job costs the front-ends. The Python side (disque/frontend/cluster_relay.py) keeps everything per frame or per
 node: the policy for copies, the ZeroMQ sockets, the membership.
 
 Everything here comes from the network, so this module keeps Cython's bounds checks on
