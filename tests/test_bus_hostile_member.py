@@ -6,6 +6,7 @@ the server keeps running, and the good message in the same frame is handled.
 The member is a `Cluster` object run in this process on a real ZeroMQ bus, next to a real
 `disque-server` with several workers.
 """
+import random
 import time
 
 import pytest
@@ -218,3 +219,72 @@ def test_gossip_about_impossible_addresses_is_not_followed(start_server, member)
     assert len(nodes.splitlines()) == 3, nodes      # itself, the member, the marker
     assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     assert "Traceback" not in srv.log_text(), srv.log_tail()
+
+
+def random_value(rng, jid, copy, depth=0):
+    """One value of the kinds a peer's message may hold where a job ID, a queue, a count
+    or a copy goes: edge integers, the real job ID and queue, a cut copy, random bytes,
+    None, text, nested lists, floats."""
+    k = rng.randrange(9)
+    if k == 0:
+        return rng.choice([0, 1, 255, 65535, 65536, 2 ** 32 - 1, 2 ** 32, 2 ** 48 - 1, 2 ** 48,
+                           2 ** 63 - 1, -1, -(2 ** 63)])
+    if k == 1:
+        return jid
+    if k == 2:
+        return b"hostile-q"
+    if k == 3:
+        return copy[:rng.randrange(len(copy) + 1)]
+    if k == 4:
+        return rng.randbytes(rng.randrange(60))
+    if k == 5:
+        return None
+    if k == 6:
+        return "s" * rng.randrange(50)
+    if k == 7 and depth < 2:
+        return [random_value(rng, jid, copy, depth + 1) for _ in range(rng.randrange(4))]
+    return rng.random()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_seeded_random_job_messages(start_server, member, seed):
+    """60 frames of 40 random job messages about a job and a queue the server holds:
+    damaged copies, random payloads, edge flags. No process dies, nothing raises, and a
+    good copy sent afterwards is still taken."""
+    rng = random.Random(seed)
+    srv = start_server(workers=2)
+    workers = srv.worker_pids()
+    server_id = joined(srv, member)
+    server = member.bus.nodes[server_id]
+    jid, copy = copy_of_new_job(member, server_id)
+    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy]])
+    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received, message="the copy was not taken")
+    types = list(range(M.REPLJOB, M.PAUSE + 1)) + [M.INTEREST]
+    for _ in range(60):
+        entries = []
+        for _ in range(40):
+            mtype = rng.choice(types)
+            if rng.random() < 0.5:
+                payload = [rng.choice([jid, b"hostile-q", random_value(rng, jid, copy)]),
+                           random_value(rng, jid, copy)]
+            elif mtype == M.REPLJOB:
+                damaged = bytearray(copy)
+                for _ in range(rng.randrange(1, 8)):
+                    damaged[rng.randrange(44, len(damaged))] = rng.randrange(256)
+                payload = bytes(damaged)
+            elif mtype == M.YOURJOBS:
+                payload = [random_value(rng, jid, copy) for _ in range(rng.randrange(3))]
+            else:
+                payload = random_value(rng, jid, copy)
+            flags = rng.choice([0, 0, M.NOREPLY, M.INCR_NACKS, M.INCR_DELIV, M.DEADLETTERED,
+                                M.ACCEPTED, 7, 2 ** 40])
+            entries.append([mtype, flags, payload])
+        assert member.bus.send(server, M.JOBS, entries)
+        member.step()
+    jid2, copy2 = copy_of_new_job(member, server_id)
+    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy2]])
+    member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
+                 message="no GOTJOB for a copy sent after the random frames")
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    assert srv.execute("PING") == b"PONG"
