@@ -78,6 +78,22 @@ def copy_of_new_job(member, server_id, queue=b"hostile-q"):
     return jid, serialize(job, False, now_s)
 
 
+def send_copy(member, server, server_id, after, frame=None):
+    """Send a new job's copy (alone, or after the entries of `frame` in the same JOBS
+    frame) and wait for its GOTJOB: the proof that the server read what came before."""
+    jid, copy = copy_of_new_job(member, server_id)
+    assert member.bus.send(server, M.JOBS, list(frame or ()) + [[M.REPLJOB, 0, copy]])
+    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
+                 message=f"no GOTJOB for a copy sent after {after}")
+    return jid, copy
+
+
+def assert_unharmed(srv, workers):
+    """Every process is the one that started, and none of them raised."""
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+
+
 GARBAGE = [
     "not a list",
     [M.GOTJOB, 0],                              # two fields
@@ -111,11 +127,8 @@ def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
     workers = srv.worker_pids()
     server_id = joined(srv, member)
     server = member.bus.nodes[server_id]
-    jid, copy = copy_of_new_job(member, server_id)
-    # the good copy last, so every bad entry is routed before it
-    assert member.bus.send(server, M.JOBS, GARBAGE + [[M.REPLJOB, 0, copy]])
-    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
-                 message="no GOTJOB for the good copy sent after the garbage")
+    # the good copy last in the same frame, so every bad entry is routed before it
+    jid, _ = send_copy(member, server, server_id, "the garbage", frame=GARBAGE)
     assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     # what is not a copy gets no GOTJOB: only the good one was answered
     assert [m for m in member.received if m[0] == M.GOTJOB] == [[M.GOTJOB, 0, [jid, 0]]]
@@ -135,10 +148,9 @@ def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
     member.bus.send(server, M.REPLJOB, copy2)          # a lone message, outside JOBS
     member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
                  message="no GOTJOB for a lone REPLJOB after the garbage frames")
-    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
+    assert_unharmed(srv, workers)
     assert srv.execute("PING") == b"PONG"
     assert srv.client().execute_command("SHOW", bad_id) is None
-    assert "Traceback" not in srv.log_text(), srv.log_tail()
 
 
 def test_out_of_range_values_about_a_held_job(start_server, member):
@@ -149,10 +161,7 @@ def test_out_of_range_values_about_a_held_job(start_server, member):
     workers = srv.worker_pids()
     server_id = joined(srv, member)
     server = member.bus.nodes[server_id]
-    jid, copy = copy_of_new_job(member, server_id)
-    assert member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy]])
-    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
-                 message="the copy was not taken")
+    jid, copy = send_copy(member, server, server_id, "nothing")
     q = b"hostile-q"
     for value in (2 ** 64 - 1, 2 ** 63, -(2 ** 63), "x", None, [1], 1.5):
         frame = [[M.ENQUEUE, 0, [jid, value]], [M.WORKING, 0, [jid, value]],
@@ -162,12 +171,8 @@ def test_out_of_range_values_about_a_held_job(start_server, member):
                  [M.INTEREST, 0, [q, value]], [M.PAUSE, 0, [q, value]],
                  [M.YOURJOBS, 0, [copy, value]]]
         assert member.bus.send(server, M.JOBS, frame)
-    jid2, copy2 = copy_of_new_job(member, server_id)
-    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy2]])
-    member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
-                 message="no GOTJOB for a copy sent after the out-of-range frames")
-    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
-    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    send_copy(member, server, server_id, "the out-of-range frames")
+    assert_unharmed(srv, workers)
     c = srv.client()
     assert c.execute_command("SHOW", jid) is not None
     # the job can still be queued and handed out here
@@ -177,17 +182,12 @@ def test_out_of_range_values_about_a_held_job(start_server, member):
     # the largest values a job message may carry are taken without harm: they may act on
     # the job (SETACK acks it), never crash a worker
     big = (1 << 48) - 1
-    assert member.bus.send(server, M.JOBS, [
+    send_copy(member, server, server_id, "the largest values", frame=[
         [M.ENQUEUE, 0, [jid, big]], [M.WORKING, M.INCR_NACKS, [jid, big]],
         [M.QUEUED, M.INCR_NACKS | M.INCR_DELIV, [jid, big]], [M.NEEDJOBS, 0, [q, big]],
         [M.INTEREST, 0, [q, big]], [M.PAUSE, 0, [q, big]], [M.SETACK, 0, [jid, big]],
         [M.GOTACK, 0, [jid, big]]])
-    jid3, copy3 = copy_of_new_job(member, server_id)
-    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy3]])
-    member.until(lambda: [M.GOTJOB, 0, [jid3, 0]] in member.received,
-                 message="no GOTJOB for a copy sent after the largest values")
-    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
-    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    assert_unharmed(srv, workers)
 
 
 def test_gossip_about_impossible_addresses_is_not_followed(start_server, member):
@@ -217,8 +217,7 @@ def test_gossip_about_impossible_addresses_is_not_followed(start_server, member)
     for ip, port in impossible:
         assert f" {ip}:{port} " not in nodes, nodes
     assert len(nodes.splitlines()) == 3, nodes      # itself, the member, the marker
-    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
-    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    assert_unharmed(srv, workers)
 
 
 def random_value(rng, jid, copy, depth=0):
@@ -256,9 +255,7 @@ def test_seeded_random_job_messages(start_server, member, seed):
     workers = srv.worker_pids()
     server_id = joined(srv, member)
     server = member.bus.nodes[server_id]
-    jid, copy = copy_of_new_job(member, server_id)
-    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy]])
-    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received, message="the copy was not taken")
+    jid, copy = send_copy(member, server, server_id, "nothing")
     types = list(range(M.REPLJOB, M.PAUSE + 1)) + [M.INTEREST]
     for _ in range(60):
         entries = []
@@ -281,10 +278,6 @@ def test_seeded_random_job_messages(start_server, member, seed):
             entries.append([mtype, flags, payload])
         assert member.bus.send(server, M.JOBS, entries)
         member.step()
-    jid2, copy2 = copy_of_new_job(member, server_id)
-    member.bus.send(server, M.JOBS, [[M.REPLJOB, 0, copy2]])
-    member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
-                 message="no GOTJOB for a copy sent after the random frames")
-    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
-    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    send_copy(member, server, server_id, "the random frames")
+    assert_unharmed(srv, workers)
     assert srv.execute("PING") == b"PONG"
