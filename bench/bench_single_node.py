@@ -785,6 +785,15 @@ def _other_note(r: dict) -> str:
 WAIT_QUIET = 0.0  # set from --wait-quiet
 
 
+def other_load_now(srv: "Server | None", seconds: float = 1.0) -> float:
+    """Cores used by other processes than this script and `srv` over the next `seconds`."""
+    c0 = srv.cpu_snapshot() if srv else {}
+    o = OtherLoad()
+    time.sleep(seconds)
+    c1 = srv.cpu_snapshot() if srv else {}
+    return o.finish(Server.cpu_delta(c0, c1)[0])
+
+
 def check_machine_quiet(seconds: float = 1.0) -> float:
     """Before a benchmark starts: the CPU other processes use now, in cores, with a warning
     naming the busiest of them when it is more than NOISY_CORES. A client left spinning by
@@ -797,9 +806,7 @@ def check_machine_quiet(seconds: float = 1.0) -> float:
             procs.append(p)
         except psutil.Error:
             pass
-    o = OtherLoad()
-    time.sleep(seconds)
-    load = o.finish(0.0)
+    load = other_load_now(None, seconds)
     if load > NOISY_CORES:
         busy = []
         for p in procs:
@@ -824,11 +831,7 @@ def wait_quiet(srv: "Server | None" = None) -> None:
     deadline = time.monotonic() + WAIT_QUIET
     said = False
     while True:
-        c0 = srv.cpu_snapshot() if srv else {}
-        o = OtherLoad()
-        time.sleep(1.0)
-        c1 = srv.cpu_snapshot() if srv else {}
-        load = o.finish(Server.cpu_delta(c0, c1)[0])
+        load = other_load_now(srv)
         if load <= NOISY_CORES:
             if said:
                 log("      machine is quiet now")

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
+from support.bus_net import Net
 from support.ports import lease_port
-from support.waits import wait_until
 from disque._fast.job import ACTIVE, Job
 from disque._fast.jobid import IdMaker, queue_slot
-from disque.bus.cluster import Cluster
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import serialize
 
@@ -23,31 +22,19 @@ NODE_TIMEOUT = 5000
 
 
 class Member:
-    """A bus node driven by the test: `step()` plays its event loop."""
+    """One bus node driven by the test (support.bus_net.Net plays its event loop) that
+    keeps the job messages it receives."""
 
     def __init__(self, tmp_path):
-        self.lease = lease_port()
-        self.bus = Cluster(self.lease.port, ["127.0.0.1"], NODE_TIMEOUT, str(tmp_path / "member.conf"))
+        self.net = Net(tmp_path, NODE_TIMEOUT)
+        self.bus = self.net.add("member")
         self.received = []
         self.bus.on_job_messages = lambda sender, msgs: self.received.extend(msgs)
-        self.last_cron = 0.0
-
-    def step(self):
-        self.bus.on_readable()
-        if time.monotonic() - self.last_cron >= 0.1:
-            self.last_cron = time.monotonic()
-            self.bus.cron()
-        time.sleep(0.002)
-
-    def until(self, predicate, timeout=15.0, message=None):
-        def check():
-            self.step()
-            return predicate()
-        return wait_until(check, timeout=timeout, interval=0, message=message)
+        self.step = self.net.step
+        self.until = self.net.until
 
     def close(self):
-        self.bus.close()
-        self.lease.release()
+        self.net.close()
 
 
 @pytest.fixture

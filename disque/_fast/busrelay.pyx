@@ -7,8 +7,9 @@ that arrives goes to the worker owning its job (or its queue), a message a worke
 goes to one frame per destination node. Under synchronous replication that is several
 messages per job on every node; here each costs 2-4x less than in the Python loops this
 replaced (docs/benchmarks.md, "Cluster"), though that was a small part of what a
-replicated job costs the front-ends. The Python side (disque/frontend/cluster_relay.py) keeps everything per frame or per
-node: the policy for copies, the ZeroMQ sockets, the membership.
+replicated job costs the front-ends. The Python side (disque/frontend/cluster_relay.py)
+keeps everything per frame or per node: the policy for copies, the ZeroMQ sockets, the
+membership.
 
 Everything here comes from the network, so this module keeps Cython's bounds checks on
 (setup.py turns them off for the others): an index past the end of a peer's list must be
@@ -64,9 +65,11 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
     cdef int slot
     if mtype == REPLJOB:
         # a copy is answered from here: nothing that is not one gets a GOTJOB
-        if type(payload) is not bytes or not valid_id((<bytes>payload)[4:44]):
+        if type(payload) is not bytes:
             return -1
         jid = (<bytes>payload)[4:44]
+        if not valid_id(<bytes>jid):
+            return -1
     elif mtype == YOURJOBS:
         # serialized jobs, all of one queue; the worker's codec checks each one
         if type(payload) is not list or not payload or type((<list>payload)[0]) is not bytes:
