@@ -93,7 +93,24 @@ def _cluster(fe, workers):
     """By name only (SPEC 14: no Cluster section in the default INFO): whether the bus is
     secured (docs/security.md)."""
     cluster = fe.relay.cluster
-    return cluster.bus_info_fields() if cluster is not None else [("cluster_bus_secured", 0)]
+    if cluster is None:
+        return [("cluster_bus_secured", 0)]
+    return cluster.bus_info_fields() + _job_links(cluster, workers)
+
+
+def _job_links(cluster, workers):
+    """Direct job links (docs/design.md): this node's ports, links up from its workers,
+    job messages sent and received on them, and those that went by the bus instead."""
+    links = [w["job_links"] for w in workers if "job_links" in w]
+    total = lambda key: sum(link[key] for link in links)     # noqa: E731
+    return [("cluster_job_links", "direct" if cluster.job_ports else "bus"),
+            ("cluster_job_link_ports", ",".join(map(str, cluster.job_ports or ()))),
+            ("cluster_job_links_up", total("out_up")),
+            ("cluster_job_links_in", total("in")),
+            ("cluster_job_messages_direct_sent", total("sent_msgs")),
+            ("cluster_job_messages_direct_received", total("received_msgs")),
+            ("cluster_job_messages_by_bus", total("relayed_msgs")),
+            ("cluster_job_links_refused", total("refused"))]
 
 
 def _jobs(fe, workers):

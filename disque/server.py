@@ -110,6 +110,37 @@ def unix_listen_socket(cfg):
     return s
 
 
+def job_link_listeners(cfg, cluster, nworkers):
+    """One listening TCP socket per worker for direct job links (docs/design.md, "Direct
+    job links"), on the bus' address, or [] when job messages stay on the bus: with
+    `cluster-job-links bus`, on a secured bus (the links carry no CURVE; the secret's
+    protection stays whole), with `worker-link zmq`, or with no single address to bind.
+    The front-end keeps them, so a restarted worker takes links on the same ports."""
+    if cluster is None or cfg.cluster_job_links != "direct" or cfg.worker_link != "unix":
+        return []
+    if cluster.transport.keys is not None:
+        log.info("Direct job links are off: the cluster bus is secured, job messages stay on it")
+        return []
+    addrs = cfg.bind or ["127.0.0.1"]
+    if len(addrs) != 1:
+        log.info("Direct job links are off: they need one bind address, not %d", len(addrs))
+        return []
+    host = "0.0.0.0" if addrs[0] == "*" else addrs[0]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    socks = []
+    try:
+        for _ in range(nworkers):
+            s = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+            s.listen(128)
+    except OSError as e:
+        for s in socks:
+            s.close()
+        raise StartupError("Opening the direct job link sockets on %s: %s" % (host, e.strerror or e))
+    return socks
+
+
 def remove_unix_socket(path):
     log.info("Removing the unix socket file.")
     try:
@@ -136,6 +167,7 @@ class Node:
         self.serving = False
         self.fe = None
         self.restarts = WorkerRestarts(self)
+        self.job_listeners = []         # per worker: direct job links (job_link_listeners)
 
     def worker_config(self):
         cfg = self.cfg
@@ -144,6 +176,12 @@ class Node:
     def start_workers(self):
         self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.port)
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
+        self.job_listeners = job_link_listeners(self.cfg, self.cluster, self.nworkers)
+        if self.job_listeners:
+            self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
+            log.info("Direct job links on ports %s", ",".join(map(str, self.cluster.job_ports)))
+        elif self.cluster is not None:
+            self.cluster.job_ports = []
         for k in range(self.nworkers):
             self.procs.append(None)
             self.spawn_worker(k)
@@ -164,6 +202,10 @@ class Node:
         cmd = [sys.executable, "-c", WORKER_BOOT, "--index", str(k),
                "--workers", str(self.nworkers), "--node-id", node_id.decode(),
                "--config", json.dumps(self.worker_config())] + link_args
+        if self.job_listeners:
+            listener = self.job_listeners[k].fileno()
+            cmd += ["--job-links", str(listener)]
+            fds = tuple(fds) + (listener,)
         self.procs[k] = subprocess.Popen(cmd, close_fds=True, pass_fds=fds)
         self.links.after_spawn(k)
 
@@ -211,6 +253,8 @@ class Node:
             self.cluster.close()
         if self.links is not None:
             self.links.close()
+        for s in self.job_listeners:
+            s.close()
         if self.cron_timer is not None:
             self.cron_timer.close()
         if self.ipc_dir is not None:

@@ -160,3 +160,43 @@ def group_by_node(list entries, dict outbox, str myid, object everyone, dict nod
                 (<list>per_node).append(msg)
             queued = True
     return queued
+
+
+def group_by_link(list entries, dict boxes, bytes myid, tuple everyone, list leftover):
+    """A worker's job messages for its direct job links (docs/design.md, "Direct job
+    links"), [destinations, type, flags, payload] each. `boxes` maps a node id to one slot
+    per worker of that node: the list its link from here collects [type, flags, payload]
+    in, or None while that link is not up. A message goes to the box of the node's worker
+    that owns it (the owner() the node's front-end would pick); the destinations with no
+    box up are left in `leftover` as one [destinations, type, flags, payload] for the
+    bus. Destinations None means every other node (`everyone`)."""
+    cdef object e, dests, d, per, box, msg
+    cdef list rest
+    cdef long mtype
+    cdef int w
+    for e in entries:
+        dests = e[0]
+        if dests is None:
+            dests = everyone
+        mtype = e[1]
+        msg = None
+        rest = None
+        for d in dests:
+            if d == myid:
+                continue
+            per = boxes.get(d)
+            if per is not None:
+                w = owner(mtype, e[3], len(<list>per))
+                if w >= 0:
+                    box = (<list>per)[w]
+                    if box is not None:
+                        if msg is None:
+                            msg = [mtype, e[2], e[3]]
+                        (<list>box).append(msg)
+                        continue
+            if rest is None:
+                rest = [d]
+            else:
+                rest.append(d)
+        if rest is not None:
+            leftover.append([tuple(rest), mtype, e[2], e[3]])

@@ -175,6 +175,8 @@ cdef class ServedCore:
     cdef public list unblocked      # clients whose ADDJOB was answered: their held commands next
     cdef public long long next_wait_id
     cdef public bint link_ready, ticked     # what the last poll found besides the clients
+    cdef public dict extra_fds      # fd -> on_event(events): direct job links (job_links.py)
+    cdef public list extra_ready    # (fd, events) the last poll found for them
 
     def __cinit__(self):
         self.ep = Epoll()
@@ -194,6 +196,8 @@ cdef class ServedCore:
         self.repl_waits = {}
         self.unblocked = []
         self.next_wait_id = WAIT_ID_BASE
+        self.extra_fds = {}
+        self.extra_ready = []
 
     # ---- the worker loop's poll ------------------------------------------------------
 
@@ -206,7 +210,8 @@ cdef class ServedCore:
         the front-end, consumers to serve, the AOF. Serving again there finds nothing left."""
         cdef ShardCore core = <ShardCore>self.shard
         self.poll(block)
-        if self.link_ready or self.ticked or self.channel_ready or core.aof_on:
+        if (self.link_ready or self.ticked or self.channel_ready or self.extra_ready
+                or core.aof_on):
             return False
         core.tick()
         shard = self.shard
@@ -259,6 +264,8 @@ cdef class ServedCore:
                     peers.writable(fd)
                 if ev & ~EPOLLOUT:
                     self.peer_ready.append(fd)
+            elif fd in self.extra_fds:
+                self.extra_ready.append((fd, ev))
             else:
                 self.channel_ready = True
         self.link_ready = link_ready
@@ -270,6 +277,12 @@ cdef class ServedCore:
         if self.channel_ready:
             self.channel_ready = False
             (<object>self).on_channel()
+        if self.extra_ready:
+            ready, self.extra_ready = self.extra_ready, []
+            for fd, ev in ready:
+                on_event = self.extra_fds.get(fd)
+                if on_event is not None:
+                    on_event(ev)
         if self.peer_ready:
             ready, self.peer_ready = self.peer_ready, []
             for fd in ready:

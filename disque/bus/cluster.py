@@ -62,6 +62,9 @@ class Cluster:
         self.stats_received = 0
         self.drop_in = False        # DEBUG hooks: cut this node off the bus, still running
         self.drop_out = False
+        # the TCP ports where this node's workers take direct job links (docs/design.md,
+        # "Direct job links"), told to every node after each PING and PONG; None: not sent
+        self.job_ports = None
         self.save()
 
     # ---- helpers ---------------------------------------------------------------------
@@ -255,6 +258,7 @@ class Cluster:
             self.changed()
         if msg.type in (M.PING, M.MEET):
             self.send(sender, M.PONG, self.gossip(exclude=sender))
+            self.send_links(sender)
             self.process_gossip(sender, msg.payload)
         elif msg.type == M.PONG:
             sender.pong_received = now
@@ -270,6 +274,11 @@ class Cluster:
             if target is not None and target is not self.myself and not target.has(M.FAIL_FLAG):
                 target.flags = (target.flags | M.FAIL_FLAG) & ~M.PFAIL
                 log.info("FAIL message received from %s about %s", sender.id[:8], target.id[:8])
+                self.changed()
+        elif msg.type == M.LINKS:
+            ports = tuple(msg.payload)
+            if ports != sender.job_ports and not sender.has(M.HANDSHAKE):
+                sender.job_ports = ports
                 self.changed()
         elif msg.type in M.JOB_TYPES and self.on_job_messages is not None:
             self.on_job_messages(sender, [[msg.type, msg.flags, msg.payload]])
@@ -372,9 +381,16 @@ class Cluster:
 
     def ping(self, node):
         self.send(node, M.PING, self.gossip(exclude=node))
+        self.send_links(node)
         node.ping_tx = now_ms()
         if not node.ping_sent:
             node.ping_sent = node.ping_tx
+
+    def send_links(self, node):
+        """LINKS after each PING and PONG: a node learns our workers' ports within a
+        second of meeting us, and again after we restart with new ones."""
+        if self.job_ports is not None and not node.has(M.HANDSHAKE):
+            self.send(node, M.LINKS, self.job_ports)
 
     def check_fail(self, node, now):
         valid = 2 * self.node_timeout

@@ -45,7 +45,7 @@ def random_id():
 
 class Node:
     __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "created",
-                 "fail_reports", "last_seen", "linked", "ping_tx")
+                 "fail_reports", "last_seen", "linked", "ping_tx", "job_ports")
 
     def __init__(self, node_id, ip="", port=0, flags=0):
         self.id = node_id
@@ -59,6 +59,7 @@ class Node:
         self.last_seen = 0          # ms of the last message received from it
         self.linked = False
         self.ping_tx = 0            # ms of the last PING actually sent (resends included)
+        self.job_ports = ()         # its workers' direct job link ports (LINKS), if any
 
     def has(self, flag):
         return bool(self.flags & flag)

@@ -95,6 +95,9 @@ _TABLE: list[Directive] = [
     Directive("worker-link", Enum("argument must be 'unix' or 'zmq'", ("unix", "zmq")), "unix", **_GR),
     # workers serve the connections of their queues themselves (docs/design.md)
     Directive("connection-affinity", Bool(), True, **_GSR),
+    # job messages between nodes go worker to worker, not through the front-ends (docs/design.md)
+    Directive("cluster-job-links", Enum("argument must be 'direct' or 'bus'", ("direct", "bus")),
+              "direct", **_GR),
     Directive("stats-log-file", String(), "", **_GSR),
     Directive("stats-log-interval", Integer("Invalid stats-log-interval (must be 1 or greater)", 1),
               10, **_GSR),

@@ -27,9 +27,11 @@ WORKING = 14
 PAUSE = 15
 JOBS = 16
 INTEREST = 17       # ours: consumers waiting here on a queue, 0 = none any more (federation)
+LINKS = 18          # ours: the TCP ports of the sender's workers' direct job links
 NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
          "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS",
-         "INTEREST")
+         "INTEREST", "LINKS")
+MAX_LINK_PORTS = 256    # a LINKS payload lists one port per worker
 GOSSIP_TYPES = (PING, PONG, MEET)
 JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST}   # what a JOBS frame carries
 
@@ -60,6 +62,8 @@ PAYLOADS = {
     PAUSE: "[queue, flags]",
     GOTJOB: "[job_id, aux]",  # and every other single-job message: [job_id, aux]
     JOBS: "list of [type, message_flags, payload] job messages (REPLJOB ... PAUSE, INTEREST)",
+    LINKS: "list of TCP ports, worker 0 first, where the sender's workers take job links "
+           "(empty: none, its job messages travel on this bus only)",
 }
 # JOBS is ours: the job messages one sender has for one node in one event-loop tick travel
 # in one frame (a busy node sends thousands per second; one frame each cost more CPU than
@@ -111,6 +115,9 @@ def decode(data, peer_ip=""):
             return None
     elif mtype == FAIL and not (isinstance(payload, str) and len(payload) == 40):
         return None
+    elif mtype == LINKS:
+        if not valid_link_ports(payload):
+            return None
     elif mtype == JOBS:
         # each entry is checked where it is routed (disque/_fast/busrelay.pyx), so one bad
         # entry costs that entry, not the whole frame
@@ -124,3 +131,8 @@ def valid_gossip(entry):
             and len(entry[0]) == 40 and isinstance(entry[3], str) and isinstance(entry[4], int)
             and isinstance(entry[5], int) and isinstance(entry[1], int)
             and isinstance(entry[2], int))
+
+
+def valid_link_ports(ports):
+    return (isinstance(ports, list) and len(ports) <= MAX_LINK_PORTS
+            and all(type(p) is int and 0 < p < 65536 for p in ports))

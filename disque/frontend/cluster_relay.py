@@ -140,6 +140,12 @@ class ClusterRelay:
             "reachable": sorted(n.id.encode() for n in c.reachable()),
             "known": sorted(n.id.encode() for n in c.nodes.values() if not n.has(M.HANDSHAKE)),
             "leaving": bool(me.flags & M.LEAVING),
+            # direct job links (docs/design.md): where each other node's workers take them,
+            # and whether DEBUG BUS cuts this node off (the workers then use the bus only)
+            "links": ({n.id.encode(): [n.ip, list(n.job_ports)] for n in c.others()
+                       if n.job_ports and n.ip and not n.has(M.HANDSHAKE)}
+                      if c.job_ports else {}),
+            "drop": c.drop_in or c.drop_out,
         }
         if state == self.state:
             return
@@ -251,6 +257,7 @@ class ClusterRelay:
         else:
             client.reply(b"-ERR DEBUG BUS takes DROP-IN, DROP-OUT, DROP-ALL or RESTORE\r\n")
             return
+        self.push()             # the workers' direct job links obey it too
         log.warning("DEBUG BUS %s: dropping %s bus traffic", mode.decode(),
                     "/".join(d for d, on in (("incoming", c.drop_in), ("outgoing", c.drop_out))
                              if on) or "no")

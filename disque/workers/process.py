@@ -20,6 +20,7 @@ from disque import log as dlog
 from disque import memstat
 from disque._fast.clock import PeriodicTimer
 from disque.contracts import worker_link as P
+from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
 from disque.workers.queue_report import queue_report
 from disque.workers.peer_links import peer_sockets
@@ -43,7 +44,8 @@ def die_with_parent():
 
 
 class Worker:
-    def __init__(self, index, nworkers, link_spec, node_id, config, peers=None):
+    def __init__(self, index, nworkers, link_spec, node_id, config, peers=None,
+                 job_links_fd=None):
         self.index = index
         self.parent = os.getppid()
         self.shard = Shard(index, nworkers, node_id, config)
@@ -54,6 +56,8 @@ class Worker:
         self.ops = 0
         self.served = None          # ServedClients when the front-end hands connections over
         self.peers = peers          # sockets to the other workers (disque/workers/peer_links.py)
+        self.job_links_fd = job_links_fd    # listening socket for other nodes' workers
+        self.job_links = None       # JobLinks (disque/workers/job_links.py)
 
     def control(self, name, arg):
         shard = self.shard
@@ -66,6 +70,8 @@ class Worker:
                         aof=shard.persistence.aof_info())
             if self.served is not None:
                 info["served"] = self.served.totals()
+            if self.job_links is not None:
+                info["job_links"] = self.job_links.info()
             return info
         if name == "queues":                # the dashboard's queue list (docs/metrics.md)
             return queue_report(shard, arg)
@@ -73,6 +79,8 @@ class Worker:
             return shard.scan(*arg)
         if name == "cluster":               # membership changed: see Replication.set_cluster
             shard.replication.set_cluster(arg)
+            if self.job_links is not None:
+                self.job_links.set_cluster(arg)
             return True
         if name == "memory":                # every ~100 ms: [level, excess, noeviction]
             shard.set_memory(*arg)
@@ -137,6 +145,9 @@ class Worker:
                                                  link.sock.fileno(), timer.fileno(), self.peers)
             shard.served = served
             turn = served.turn
+            if self.job_links_fd is not None:
+                self.job_links = JobLinks(self.index, shard.nworkers, self.job_links_fd, shard,
+                                          served.ep, served.extra_fds)
         else:
             served = None
             wait = link.waiter(timer.fileno())
@@ -146,6 +157,7 @@ class Worker:
         pack = msgpack.packb
         ticks = 0
         cluster_ticks = 0
+        job_links = self.job_links
         while self.running and not link.closed:
             # an AOF load or a rewrite with slices left goes on at once, not at the next tick
             block = not persistence.aof_busy or not persistence.aof_has_slices()
@@ -178,6 +190,8 @@ class Worker:
                     self.cluster_cron()
                     if served is not None:
                         served.cron()
+                    if job_links is not None:
+                        job_links.cron()
                 if ticks >= SLOW_CRON_TICKS:
                     ticks = 0
                     if not self.slow_cron():
@@ -190,9 +204,15 @@ class Worker:
                 sent = replication.bus_sent
                 for entry in shard.bus_out:
                     sent[entry[1]] += 1
-                shard.out.append([P.BUS_REQID, shard.bus_out])
+                # straight to the owning workers where a direct job link is up, the rest
+                # through the front-end onto the bus
+                rest = shard.bus_out if job_links is None else job_links.send(shard.bus_out)
+                if rest:
+                    shard.out.append([P.BUS_REQID, rest])
                 shard.bus_out = []
             persistence.aof_flush()         # the AOF is written before the replies leave
+            if job_links is not None:
+                job_links.flush()
             if served is not None:
                 served.flush()              # its connections, and the other workers
             if shard.out:
@@ -204,6 +224,9 @@ class Worker:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
         if served is not None:
             shard.persistence.aof_flush()
+            if job_links is not None:
+                job_links.flush()
+                job_links.close_all()
             served.close_all()
         shard.persistence.aof_close()
         timer.close()
@@ -235,6 +258,8 @@ def main(argv=None):
     ap.add_argument("--node-id", required=True)
     ap.add_argument("--config", default="{}")
     ap.add_argument("--peers", default="", help="<worker>:<fd>,... links to the other workers")
+    ap.add_argument("--job-links", type=int, default=None,
+                    help="fd of the socket where other nodes' workers connect (job_links.py)")
     args = ap.parse_args(argv)
     die_with_parent()
     config = json.loads(args.config)
@@ -244,7 +269,8 @@ def main(argv=None):
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the front-end decides when we stop
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # file size limit: a failed AOF write, not death
     peers = peer_sockets(args.peers) if args.link.startswith("unix:") else None
-    worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config, peers)
+    worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config, peers,
+                    args.job_links)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
     try:
         worker.run()

@@ -107,6 +107,10 @@ class DisqueServer:
         affinity = os.environ.get("DISQUE_TEST_AFFINITY")
         if affinity and "--connection-affinity" not in extra:
             extra += ["--connection-affinity", affinity]
+        # DISQUE_TEST_JOB_LINKS=bus: every job message between nodes through the front-ends
+        job_links = os.environ.get("DISQUE_TEST_JOB_LINKS")
+        if job_links and "--cluster-job-links" not in extra:
+            extra += ["--cluster-job-links", job_links]
         return [sys.executable, "-m", "disque", "--port", str(port), "--workers",
                 str(self.workers), "--bind", "127.0.0.1", *extra]
 

@@ -1,0 +1,379 @@
+"""Direct job links: a worker's job messages for another node go straight to the worker
+there that owns them, over TCP, instead of worker -> front-end -> bus -> front-end ->
+worker (docs/design.md, "Direct job links").
+
+Each worker listens on a TCP port its front-end opened and keeps across worker restarts
+(`--job-links FD`). The front-end tells the other nodes its workers' ports (bus message
+LINKS) and pushes to its workers where the other nodes' workers listen (`links` in the
+membership state). A worker connects to every worker of every node that has ports, and
+sends on its own connections only: each direction of a pair of workers has its own
+connection, so nothing needs matching.
+
+Frames are <u32 length, little endian><msgpack>. The first frame on a connection is the
+hello [HELLO, VERSION, sender node id]; every later one is a list of [type, flags,
+payload], as a JOBS bus frame carries. The receiver checks each entry as its front-end
+checks a bus frame (disque/_fast/busrelay.pyx, route_job_messages) and keeps what it owns.
+
+A message with no link up (still connecting, refused, the node has no ports, DEBUG BUS)
+goes on the bus through the front-end as before. The bus protocol already lives with lost
+and reordered messages (a producer adds nodes, copies are confirmed, acks are resent), so
+switching between the two paths needs no handshake. The links carry no CURVE: on a
+secured bus the front-end opens no ports and every job message stays on the bus.
+"""
+import errno
+import logging
+import select
+import socket
+import struct
+import time
+
+import msgpack
+
+from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
+
+log = logging.getLogger("disque.worker")
+
+HELLO = b"disque-job-link"
+VERSION = 1
+MAX_FRAME = 1 << 30             # a frame above this is not ours: the link is closed
+MAX_HELLO = 256                 # nor a first frame above this (HTTP, TLS ... fail at once)
+MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped
+MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
+RETRY_MS = 1000                 # a failed link is tried again after this
+READ_SIZE = 262144
+HEADER = struct.Struct("<I")
+EPOLLIN = select.EPOLLIN
+EPOLLOUT = select.EPOLLOUT
+packb = msgpack.packb
+unpackb = msgpack.unpackb
+
+
+def monotonic_ms():
+    return time.monotonic_ns() // 1000000
+
+
+def framed(payload):
+    return HEADER.pack(len(payload)) + payload
+
+
+class OutLink:
+    """This worker's connection to worker `w` of node `node`."""
+    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at")
+
+    def __init__(self, node, w, addr):
+        self.node = node
+        self.w = w
+        self.addr = addr
+        self.sock = None
+        self.fd = -1
+        self.up = False
+        self.out = bytearray()      # what the socket did not take yet
+        self.box = []               # this loop turn's [type, flags, payload] for it
+        self.failed_at = None       # ms of the last failure, None: never tried or up
+
+
+class InLink:
+    """A connection from a worker of another node."""
+    __slots__ = ("sock", "fd", "buf", "sender")
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.buf = bytearray()
+        self.sender = None          # its node id, once its hello came
+
+
+class JobLinks:
+    """Needs: the shard (its replication's on_bus and known nodes) and the served loop's
+    epoll set and fd table (ServedCore.ep / extra_fds). Offers: set_cluster, send (what
+    has no link up comes back, for the bus), flush (after the AOF write), cron, info."""
+
+    def __init__(self, index, nworkers, listener_fd, shard, ep, extra_fds):
+        self.index = index
+        self.nworkers = nworkers
+        self.shard = shard
+        self.ep = ep
+        self.extra_fds = extra_fds
+        self.listener = socket.socket(fileno=listener_fd)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        ep.register(listener_fd, EPOLLIN)
+        extra_fds[listener_fd] = self.on_accept
+        self.myid = shard.node_id
+        self.endpoints = {}         # node id -> (ip, ports) from the membership
+        self.links = {}             # (node id, w) -> OutLink
+        self.boxes = {}             # node id -> [OutLink.box while up, else None] per worker
+        self.everyone = ()          # other known nodes: destinations None
+        self.inbound = {}           # fd -> InLink
+        self.read_view = memoryview(bytearray(READ_SIZE))
+        self.drop = False           # DEBUG BUS: this node is cut off the bus
+        self.pending = False        # boxes hold something to flush
+        self.sent_msgs = self.sent_frames = 0
+        self.received_msgs = self.received_frames = 0
+        self.relayed_msgs = 0       # messages that went to the bus for want of a link
+        self.refused = 0            # inbound connections closed for bad input
+
+    # ---- membership ------------------------------------------------------------------
+
+    def set_cluster(self, state):
+        myid = state["myid"]
+        if myid != self.myid:                   # CLUSTER RESET HARD: hellos carry the id
+            self.myid = myid
+            for link in list(self.links.values()):
+                self.close_out(link)
+            self.links = {}
+        self.everyone = tuple(n for n in state["known"] if n != myid)
+        self.drop = bool(state.get("drop"))
+        endpoints = {node: (ip, tuple(ports)) for node, (ip, ports) in state.get("links", {}).items()}
+        for key, link in list(self.links.items()):
+            ep = endpoints.get(key[0])
+            if ep is None or key[1] >= len(ep[1]) or (ep[0], ep[1][key[1]]) != link.addr:
+                self.close_out(link)
+                del self.links[key]
+        self.endpoints = endpoints
+        self.boxes = {}
+        if self.drop:
+            return                              # every message to the bus, which drops it
+        for node, (ip, ports) in endpoints.items():
+            slots = self.boxes[node] = [None] * len(ports)
+            for w, port in enumerate(ports):
+                link = self.links.get((node, w))
+                if link is None:
+                    link = self.links[(node, w)] = OutLink(node, w, (ip, port))
+                    self.connect(link)
+                elif link.up:
+                    slots[w] = link.box
+
+    # ---- sending ---------------------------------------------------------------------
+
+    def send(self, entries):
+        """Put what has a link up in its box (sent by flush); returns the rest for the bus."""
+        if not self.boxes:
+            self.relayed_msgs += len(entries)
+            return entries
+        leftover = []
+        group_by_link(entries, self.boxes, self.myid, self.everyone, leftover)
+        self.pending = True
+        self.relayed_msgs += len(leftover)
+        return leftover
+
+    def flush(self):
+        """After the AOF write: each box as one frame (a GOTJOB leaves after its copy's
+        record is written, as on the bus)."""
+        if not self.pending:
+            return
+        self.pending = False
+        for link in list(self.links.values()):
+            box = link.box
+            if box and link.up:
+                data = framed(packb(box))
+                self.sent_msgs += len(box)
+                self.sent_frames += 1
+                del box[:]              # the same list stays in self.boxes
+                self.write(link, data)
+
+    def write(self, link, data):
+        if link.out:
+            link.out += data
+            if len(link.out) > MAX_PENDING:
+                log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
+                            link.node[:8].decode(), link.w, len(link.out))
+                self.fail(link)
+            return
+        try:
+            n = link.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            self.fail(link)
+            return
+        if n < len(data):
+            link.out += data[n:]
+            self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
+
+    # ---- outgoing connections --------------------------------------------------------
+
+    def connect(self, link):
+        ip, port = link.addr
+        sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        err = sock.connect_ex((ip, port))
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            link.failed_at = monotonic_ms()
+            return
+        link.sock = sock
+        link.fd = sock.fileno()
+        self.ep.register(link.fd, EPOLLOUT)
+        self.extra_fds[link.fd] = lambda ev, link=link: self.on_out_event(link, ev)
+
+    def on_out_event(self, link, ev):
+        if not link.up:
+            if link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                self.fail(link)
+                return
+            link.up = True
+            link.failed_at = None
+            link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.ep.modify(link.fd, EPOLLIN)
+            slots = self.boxes.get(link.node)
+            if slots is not None and link.w < len(slots):
+                slots[link.w] = link.box
+            self.write(link, framed(packb([HELLO, VERSION, self.myid])))
+            return
+        if ev & EPOLLOUT and link.out:
+            try:
+                n = link.sock.send(link.out)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                self.fail(link)
+                return
+            del link.out[:n]
+            if not link.out:
+                self.ep.modify(link.fd, EPOLLIN)
+        if ev & ~EPOLLOUT:
+            # the peer never writes on this connection: readable means closed or broken
+            self.fail(link)
+
+    def close_out(self, link):
+        if link.sock is not None:
+            self.extra_fds.pop(link.fd, None)
+            try:
+                self.ep.unregister(link.fd)
+            except OSError:
+                pass
+            link.sock.close()
+            link.sock = None
+            link.fd = -1
+        link.up = False
+        link.out = bytearray()
+        del link.box[:]
+        slots = self.boxes.get(link.node)
+        if slots is not None and link.w < len(slots):
+            slots[link.w] = None
+
+    def fail(self, link):
+        """Lost or refused: what it held is lost (as on the bus); messages go to the bus
+        until cron connects again."""
+        self.close_out(link)
+        link.failed_at = monotonic_ms()
+
+    def cron(self):
+        """Every 100 ms: links that failed RETRY_MS ago are tried again."""
+        now = monotonic_ms()
+        for link in self.links.values():
+            if link.sock is None and (link.failed_at is None or now - link.failed_at >= RETRY_MS):
+                if not self.drop:
+                    self.connect(link)
+
+    # ---- incoming connections --------------------------------------------------------
+
+    def on_accept(self, ev):
+        for _ in range(64):
+            try:
+                sock, _addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("Job link accept failed: %s", e)
+                return
+            if len(self.inbound) >= MAX_INBOUND:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            link = InLink(sock)
+            self.inbound[link.fd] = link
+            self.ep.register(link.fd, EPOLLIN)
+            self.extra_fds[link.fd] = lambda ev, link=link: self.on_in_event(link)
+
+    def on_in_event(self, link):
+        try:
+            # into one preallocated buffer: a fresh 256 KiB object per read would be
+            # mmapped and unmapped by glibc every time (docs/design.md, the worker link)
+            got = link.sock.recv_into(self.read_view, READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            got = 0
+        if not got:
+            self.close_in(link)
+            return
+        buf = link.buf
+        buf += self.read_view[:got]
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            size = HEADER.unpack_from(buf, pos)[0]
+            if size > (MAX_FRAME if link.sender is not None else MAX_HELLO):
+                self.refuse(link, "a frame of %d bytes" % size)
+                return
+            if n - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4:pos + 4 + size])
+            pos += 4 + size
+            if not self.on_frame(link, frame):
+                return
+        if pos:
+            del buf[:pos]
+
+    def on_frame(self, link, frame):
+        try:
+            msgs = unpackb(frame, use_list=True)
+        except Exception:
+            self.refuse(link, "a frame that is not msgpack")
+            return False
+        if link.sender is None:
+            if (type(msgs) is not list or len(msgs) != 3 or msgs[0] != HELLO
+                    or msgs[1] != VERSION or type(msgs[2]) is not bytes or len(msgs[2]) != 40):
+                self.refuse(link, "no hello")
+                return False
+            link.sender = msgs[2]
+            return True
+        if type(msgs) is not list:
+            self.refuse(link, "a frame that is not a list")
+            return False
+        self.received_frames += 1
+        if self.drop or link.sender not in self.shard.replication.known or link.sender == self.myid:
+            return True                 # cut off (DEBUG BUS), or not (yet) a node we know
+        inbox = {}
+        route_job_messages(msgs, link.sender, self.nworkers, inbox, FORWARD_COPIES, [])
+        mine = inbox.get(self.index)
+        if mine:
+            self.received_msgs += len(mine)
+            self.shard.replication.on_bus(mine)
+        return True
+
+    def refuse(self, link, what):
+        self.refused += 1
+        log.warning("Job link from %s closed: %s", peer_name(link.sock), what)
+        self.close_in(link)
+
+    def close_in(self, link):
+        self.inbound.pop(link.fd, None)
+        self.extra_fds.pop(link.fd, None)
+        try:
+            self.ep.unregister(link.fd)
+        except OSError:
+            pass
+        link.sock.close()
+
+    def close_all(self):
+        for link in self.links.values():
+            self.close_out(link)
+        for link in list(self.inbound.values()):
+            self.close_in(link)
+
+    def info(self):
+        return {"port": self.port, "out_up": sum(1 for l in self.links.values() if l.up),
+                "out": len(self.links), "in": len(self.inbound),
+                "sent_msgs": self.sent_msgs, "sent_frames": self.sent_frames,
+                "received_msgs": self.received_msgs, "received_frames": self.received_frames,
+                "relayed_msgs": self.relayed_msgs, "refused": self.refused}
+
+
+def peer_name(sock):
+    try:
+        return "%s:%d" % sock.getpeername()[:2]
+    except OSError:
+        return "?"

@@ -1,0 +1,71 @@
+"""The relay's routing in C (disque/_fast/busrelay.pyx): a worker sending on its direct job
+links (group_by_link) must pick the same worker of the other node as that node's
+front-end picks for the same message off the bus (route_job_messages), or the message
+would reach a worker that does not own its job."""
+import random
+
+import pytest
+
+from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
+from disque._fast.jobid import IdMaker, queue_slot
+from disque.contracts import bus_messages as M
+
+pytestmark = pytest.mark.unit
+
+ME = b"a" * 40
+B = b"b" * 40
+C = b"c" * 40
+
+
+def sample_messages(rng, n):
+    ids = IdMaker(ME)
+    msgs = []
+    for i in range(n):
+        queue = b"q%d" % rng.randrange(10_000)
+        jid = ids.make(queue_slot(queue), 60, 5)
+        kind = rng.choice([M.GOTJOB, M.SETACK, M.DELJOB, M.QUEUED, M.NEEDJOBS, M.PAUSE,
+                           M.INTEREST, M.REPLJOB])
+        if kind == M.REPLJOB:
+            payload = b"\x00\x00\x00\x00" + jid + b"rest of a serialized job"
+        elif kind in (M.NEEDJOBS, M.PAUSE, M.INTEREST):
+            payload = [queue, i]
+        else:
+            payload = [jid, i]
+        msgs.append([kind, 0, payload])
+    return msgs
+
+
+@pytest.mark.parametrize("nworkers", [1, 2, 3, 7])
+def test_a_direct_message_goes_to_the_worker_the_bus_path_would_pick(nworkers):
+    rng = random.Random(nworkers)
+    msgs = sample_messages(rng, 500)
+    boxes = {B: [[] for _ in range(nworkers)]}
+    leftover = []
+    group_by_link([((B,), t, f, p) for t, f, p in msgs], boxes, ME, (B,), leftover)
+    assert leftover == []
+    inbox = {}
+    route_job_messages(msgs, ME, nworkers, inbox, FORWARD_COPIES, [])
+    for w in range(nworkers):
+        assert boxes[B][w] == [m[1:] for m in inbox.get(w, [])]
+
+
+def test_destinations_without_a_link_up_are_left_for_the_bus():
+    up = []
+    boxes = {B: [up, None]}        # worker 0 of B linked, worker 1 not; C has no ports
+    ids = IdMaker(ME)
+    on_w0 = on_w1 = None
+    while on_w0 is None or on_w1 is None:
+        jid = ids.make(queue_slot(b"q%d" % random.randrange(1000)), 60, 5)
+        inbox = {}
+        route_job_messages([[M.SETACK, 0, [jid, 1]]], ME, 2, inbox, FORWARD_COPIES, [])
+        if 0 in inbox:
+            on_w0 = jid
+        else:
+            on_w1 = jid
+    leftover = []
+    group_by_link([((B, C, ME), M.SETACK, 0, [on_w0, 1]),     # B direct, C by the bus
+                   (None, M.SETACK, 0, [on_w1, 2]),           # everyone; B's worker 1 is down
+                   ((ME,), M.DELJOB, 0, [on_w0, 0])],         # only this node: nothing
+                  boxes, ME, (B, C), leftover)
+    assert up == [[M.SETACK, 0, [on_w0, 1]]]
+    assert leftover == [[(C,), M.SETACK, 0, [on_w0, 1]], [(B, C), M.SETACK, 0, [on_w1, 2]]]

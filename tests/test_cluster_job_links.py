@@ -1,0 +1,236 @@
+"""Direct job links (docs/design.md, "Direct job links"): the job messages between nodes
+go from the worker that owns a job to the worker that owns it on the other node, over
+TCP, with the front-ends off the path; what has no link up goes on the bus as before.
+
+Real nodes on loopback; the hostile cases use a bus member run in this process (as in
+test_bus_hostile_member.py) and raw TCP connections to a worker's job link port."""
+import os
+import signal
+import socket
+import struct
+
+import msgpack
+import pytest
+
+import conftest as _c
+from support.info import parse_info
+from support.jobs import show
+from support.resp_client import Err, RawConn
+from support.waits import wait_until
+from test_bus_hostile_member import GARBAGE, copy_of_new_job, joined, member  # noqa: F401 (fixture)
+from test_config import parse_error
+from disque.contracts import bus_messages as M
+from disque.workers.job_links import HELLO, VERSION
+
+pytestmark = [pytest.mark.cluster]
+
+
+def links_info(node):
+    return parse_info(node.execute("INFO", "cluster"))
+
+
+def counter(node, name):
+    return int(links_info(node)[name])
+
+
+def wait_links_up(c, per_node):
+    """Every node's workers have `per_node` outgoing links up."""
+    for node in c.nodes:
+        wait_until(lambda: counter(node, "cluster_job_links_up") == per_node, timeout=15,
+                   message="direct job links did not come up on port %d" % node.port)
+
+
+def replicate_and_ack(c, origin, queue, n=20):
+    """n jobs with a copy on every node, from node `origin`: each has its copies on every node; then
+    acked, each is gone from every node."""
+    with RawConn(c[origin].port) as r:
+        ids = [_c.addjob(r, queue, b"body%d" % i, 5000, "REPLICATE", len(c)) for i in range(n)]
+    for i in range(len(c)):
+        with RawConn(c[i].port) as r:
+            for jid in ids:
+                copy = show(r, jid)
+                assert copy is not None and copy[b"body"].startswith(b"body"), (i, jid)
+    with RawConn(c[(origin + 1) % len(c)].port) as r:
+        assert r.execute("ACKJOB", *ids) == n
+
+    def gone():
+        for node in c.nodes:
+            with RawConn(node.port) as r:
+                if any(show(r, jid) is not None for jid in ids):
+                    return False
+        return True
+    wait_until(gone, timeout=15, message="acked jobs still known somewhere")
+    return ids
+
+
+def test_replication_and_acks_go_worker_to_worker(start_cluster):
+    c = start_cluster(3, workers=2)
+    wait_links_up(c, per_node=2 * 2 * 2)        # 2 workers, each to 2 nodes x 2 workers
+    before = [links_info(node) for node in c.nodes]
+    for origin in range(3):
+        replicate_and_ack(c, origin, "direct-q%d" % origin)
+    for i, node in enumerate(c.nodes):
+        info = links_info(node)
+        assert info["cluster_job_links"] == "direct"
+        assert len(info["cluster_job_link_ports"].split(",")) == 2
+        # every node sent copies, GOTJOBs, SETACKs ... directly and received them
+        assert int(info["cluster_job_messages_direct_sent"]) >= \
+            int(before[i]["cluster_job_messages_direct_sent"]) + 20, info
+        assert int(info["cluster_job_messages_direct_received"]) >= \
+            int(before[i]["cluster_job_messages_direct_received"]) + 20, info
+        assert info["cluster_job_links_refused"] == "0"
+
+
+def test_cluster_job_links_bus_keeps_job_messages_on_the_bus(start_cluster):
+    c = start_cluster(3, workers=2, extra_args=["--cluster-job-links", "bus"])
+    replicate_and_ack(c, 0, "bus-q")
+    for node in c.nodes:
+        info = links_info(node)
+        assert info["cluster_job_links"] == "bus" and info["cluster_job_link_ports"] == ""
+        assert info["cluster_job_links_up"] == "0"
+        assert info["cluster_job_messages_direct_sent"] == "0"
+        assert node.execute("CONFIG", "GET", "cluster-job-links") == [b"cluster-job-links", b"bus"]
+
+
+def test_a_node_without_links_in_a_cluster_with_them(start_cluster, start_server):
+    """Node 2 keeps its job messages on the bus; the others link to each other only, and
+    reach node 2 by the bus: replication works from and to every node."""
+    c = start_cluster(2, workers=2, join=False)
+    args = ["--cluster-node-timeout", "2000", "--cluster-job-links", "bus"]
+    c.nodes.append(start_server(workers=1, extra_args=args))
+    c.ids.append(c.nodes[2].execute("CLUSTER", "MYID").decode())
+    c.join()
+    wait_until(lambda: counter(c[0], "cluster_job_links_up") == 4 and
+               counter(c[1], "cluster_job_links_up") == 4, timeout=15)
+    for origin in range(3):
+        replicate_and_ack(c, origin, "mixed-q%d" % origin, n=10)
+    assert counter(c[2], "cluster_job_messages_direct_sent") == 0
+    assert int(links_info(c[0])["cluster_job_messages_by_bus"]) > 0
+
+
+def worker_pid(node, k):
+    for line in node.execute("INFO", "workers").decode().splitlines():
+        if line.startswith("worker%d:" % k):
+            return int(line.split("pid=")[1].split(",")[0])
+    raise AssertionError("no worker%d" % k)
+
+
+def test_a_restarted_worker_takes_its_links_on_the_same_port(start_cluster):
+    c = start_cluster(3, workers=2)
+    wait_links_up(c, per_node=8)
+    ports = links_info(c[1])["cluster_job_link_ports"]
+    pid = worker_pid(c[1], 0)
+    os.kill(pid, signal.SIGKILL)
+    c[1]._tracked.pop(pid, None)
+    wait_until(lambda: worker_pid(c[1], 0) != pid, timeout=15, message="worker not restarted")
+    assert links_info(c[1])["cluster_job_link_ports"] == ports
+    # the other nodes' links to the dead process broke; they connect again (RETRY_MS)
+    wait_links_up(c, per_node=8)
+    replicate_and_ack(c, 0, "restart-q", n=30)
+    replicate_and_ack(c, 1, "restart-q", n=30)
+
+
+def test_debug_bus_drop_stops_the_links_too(start_cluster):
+    """A node cut off the bus (DEBUG BUS DROP-ALL) is cut off the direct links as well:
+    its copies cannot be confirmed."""
+    c = start_cluster(2, workers=1)
+    wait_links_up(c, per_node=1)
+    c[1].execute("DEBUG", "BUS", "DROP-ALL")
+    try:
+        with RawConn(c[0].port) as r:
+            reply = r.execute("ADDJOB", "cut-q", "x", 300, "REPLICATE", 2)
+            assert reply == _c.Err(b"NOREPL Timeout reached before replicating to the "
+                                   b"requested number of nodes")
+    finally:
+        c[1].execute("DEBUG", "BUS", "RESTORE")
+    wait_links_up(c, per_node=1)
+    replicate_and_ack(c, 0, "cut-q", n=5)
+
+
+# ---- what arrives on a job link port that is not a worker of the cluster -------------------
+
+def job_link_port(node, w=0):
+    return int(links_info(node)["cluster_job_link_ports"].split(",")[w])
+
+
+def frame(obj):
+    data = msgpack.packb(obj)
+    return struct.pack("<I", len(data)) + data
+
+
+def send_raw(port, data, close=True):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(data)
+    if close:
+        s.close()
+    return s
+
+
+def wait_closed(sock):
+    """The server closed this connection (it refused what was sent)."""
+    sock.settimeout(10)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    sock.close()
+
+
+def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, member):  # noqa: F811
+    srv = start_server(workers=2, extra_args=["--cluster-node-timeout", "5000"])
+    workers = srv.worker_pids()
+    server_id = joined(srv, member)
+    member_id = member.bus.myself.id.encode()
+    port = job_link_port(srv)
+    refused = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                  # not our framing at all
+        struct.pack("<I", 0xFFFFFFFF) + b"x" * 100,            # a 4 GiB frame announced
+        frame([[M.GOTJOB, 0, [b"x", 0]]]),                     # job messages before a hello
+        frame([HELLO, VERSION + 1, member_id]),                # a version we do not speak
+        frame([HELLO, VERSION, b"short id"]),
+        frame([b"other", VERSION, member_id]),
+        frame([HELLO, VERSION, member_id]) + struct.pack("<I", 3) + b"\xc1\xc1\xc1",  # not msgpack
+        frame([HELLO, VERSION, member_id]) + frame({"a": 1}),  # a map, not a list of messages
+    ]
+    for data in refused:
+        wait_closed(send_raw(port, data, close=False))
+    wait_until(lambda: counter(srv, "cluster_job_links_refused") == len(refused), timeout=10)
+    # clients that vanish mid-frame, or right after connecting
+    send_raw(port, frame([HELLO, VERSION, member_id])[:7])
+    send_raw(port, b"")
+    # a hello claiming a node this one does not know: its copies are dropped
+    stranger = os.urandom(20).hex().encode()
+    jid, copy = copy_of_new_job(member, server_id, b"stranger-q")
+    s = send_raw(port, frame([HELLO, VERSION, stranger]) + frame([[M.REPLJOB, 0, copy]]),
+                 close=False)
+    # well-formed entries next to garbage from the known member: the good copy is kept
+    # and answered (by the bus: the member has no job link port), the rest dropped
+    good_id, good = copy_of_new_job(member, server_id, b"member-q")
+    t = send_raw(port, frame([HELLO, VERSION, member_id]) + frame(GARBAGE + [[M.REPLJOB, 0, good]]),
+                 close=False)
+    member.until(lambda: [M.GOTJOB, 0, [good_id, 0]] in member.received,
+                 message="no GOTJOB for the copy sent on a job link after garbage")
+    s.close()
+    t.close()
+    c = srv.client()
+    assert c.execute_command("SHOW", good_id) is not None
+    assert c.execute_command("SHOW", jid) is None
+    assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
+    assert "Traceback" not in srv.log_text(), srv.log_tail()
+    assert srv.execute("PING") == b"PONG"
+
+
+def test_a_secured_bus_opens_no_job_link_ports(start_cluster):
+    c = start_cluster(2, workers=1, extra_args=["--cluster-secret", "a-cluster-secret-of-length"])
+    info = links_info(c[0])
+    assert info["cluster_job_links"] == "bus" and info["cluster_job_link_ports"] == ""
+    replicate_and_ack(c, 0, "secret-q", n=5)
+    assert counter(c[1], "cluster_job_messages_direct_received") == 0
+
+
+def test_cluster_job_links_setting_is_checked(start_server):
+    srv = start_server(workers=1)
+    assert srv.execute("CONFIG", "GET", "cluster-job-links") == [b"cluster-job-links", b"direct"]
+    assert isinstance(srv.execute("CONFIG", "SET", "cluster-job-links", "bus"), Err)
+    assert "argument must be 'direct' or 'bus'" in str(parse_error("cluster-job-links sideways"))
