@@ -109,6 +109,8 @@ def _job_links(cluster, workers):
             ("cluster_job_links_in", total("in")),
             ("cluster_job_messages_direct_sent", total("sent_msgs")),
             ("cluster_job_messages_direct_received", total("received_msgs")),
+            ("cluster_job_frames_direct_sent", total("sent_frames")),
+            ("cluster_job_frames_direct_received", total("received_frames")),
             ("cluster_job_messages_by_bus", total("relayed_msgs")),
             ("cluster_job_links_refused", total("refused"))]
 

@@ -705,6 +705,7 @@ def test_config_get_star_lists_spec_parameters_and_ours():
     names = [name for name, _ in Config().config_get("*")]
     assert len(names) == len(set(names))
     assert set(names) == SPEC_GET_PARAMETERS | {"workers", "worker-link", "connection-affinity",
+                                                  "cluster-job-links",
                                                   "stats-log-file",
                                                   "stats-log-interval", "cluster-secret",
                                                   "cluster-secret-previous", "cluster-secret-file",

@@ -30,7 +30,9 @@ DEF PEER_READ_SIZE = 262144
 cdef char recv_buf[PEER_READ_SIZE]           # one worker, one thread: every read lands here
 cdef unsigned int EPOLLIN = select.EPOLLIN
 cdef unsigned int EPOLLOUT = select.EPOLLOUT
-cdef object packb = msgpack.packb
+# one Packer for every frame: msgpack.packb makes (and mallocs the buffer of) a new one
+# per call, ~0.7 µs more per frame here
+cdef object packb = msgpack.Packer().pack
 cdef object unpackb = msgpack.unpackb
 cdef bytes WORKER_DIED = R.WORKER_DIED
 

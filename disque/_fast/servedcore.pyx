@@ -448,7 +448,10 @@ cdef class ServedCore:
         # special ones: Shard.answer sends the reply of a negative one here
         cdef long long wid = self.next_wait_id
         self.next_wait_id -= 1
-        reply = shard.run_with_copies(wid, b"addjob", shard.handlers[b"addjob"], argv)
+        # Shard.run_with_copies, without its Python frame
+        reply = (<ShardCore>shard).run_command(b"addjob", shard.handlers[b"addjob"], argv)
+        if reply is None:
+            reply = shard.replication.replicate_new(wid, argv)
         if reply is not None:
             return reply
         slot = Forwarded()

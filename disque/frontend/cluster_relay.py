@@ -199,7 +199,10 @@ class ClusterRelay:
                 return
             c.set_leaving(arg == b"yes")
             self.push()
-            client.reply(resp.OK)
+            # replied once every worker knows: a copy that reaches a worker straight from
+            # another node's (direct job links) is refused from then on
+            s = client.slot()
+            self.fe.control_all("ping", None, lambda res: s.fill(resp.OK))
         else:
             client.reply(WRONG_CLUSTER)
 
@@ -257,9 +260,13 @@ class ClusterRelay:
         else:
             client.reply(b"-ERR DEBUG BUS takes DROP-IN, DROP-OUT, DROP-ALL or RESTORE\r\n")
             return
-        self.push()             # the workers' direct job links obey it too
         log.warning("DEBUG BUS %s: dropping %s bus traffic", mode.decode(),
                     "/".join(d for d, on in (("incoming", c.drop_in), ("outgoing", c.drop_out))
                              if on) or "no")
-        client.reply(resp.OK)
+        # the workers' direct job links obey it too: the reply waits until every worker
+        # has the new state (a ping behind it on each link), so the test that cuts a node
+        # off knows no copy reaches it any more
+        self.push()
+        s = client.slot()
+        self.fe.control_all("ping", None, lambda res: s.fill(resp.OK))
 

@@ -44,7 +44,7 @@ READ_SIZE = 262144
 HEADER = struct.Struct("<I")
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
-packb = msgpack.packb
+packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
 unpackb = msgpack.unpackb
 
 

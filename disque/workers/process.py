@@ -19,6 +19,7 @@ from disque import replies as R
 from disque import log as dlog
 from disque import memstat
 from disque._fast.clock import PeriodicTimer
+from disque._fast.replcore import count_types
 from disque.contracts import worker_link as P
 from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
@@ -154,7 +155,7 @@ class Worker:
         link.send(P.READY)
         log.info("Worker %d ready", self.index)
         unpack = msgpack.unpackb
-        pack = msgpack.packb
+        pack = msgpack.Packer().pack        # one Packer: packb makes a new one per call
         ticks = 0
         cluster_ticks = 0
         job_links = self.job_links
@@ -201,9 +202,7 @@ class Worker:
             if shard.interest_due:
                 shard.federation.tell_interest_due()
             if shard.bus_out:
-                sent = replication.bus_sent
-                for entry in shard.bus_out:
-                    sent[entry[1]] += 1
+                count_types(shard.bus_out, replication.bus_sent)
                 # straight to the owning workers where a direct job link is up, the rest
                 # through the front-end onto the bus
                 rest = shard.bus_out if job_links is None else job_links.send(shard.bus_out)

@@ -1,9 +1,13 @@
 """A worker's side of the cluster: job copies on other nodes (SPEC 3.1, 7.3, 7.4, 10.4).
 
-The front-end owns the bus. It hands this worker the messages about jobs and queues of its
-slots (`on_bus`) and sends what the worker appends to `bus_out`:
+The messages about jobs and queues of this worker's slots come from the front-end (off the
+bus) or straight from other nodes' workers (disque/workers/job_links.py) to `on_bus`; what
+the worker appends to `bus_out` goes back the same two ways:
     (destination node ids or None for every node, type, message flags, payload)
-Destinations may include this node; the front-end skips it.
+Destinations may include this node; it is skipped.
+
+The hot half (replicate_new, on_gotjob, replicated, activate, on_repljob and the dispatch
+in on_bus) is C: disque/_fast/replcore.pyx, the base class of `Replication`.
 
 What lives here:
   * synchronous replication of ADDJOB (REPLJOB / GOTJOB, one more node every 50 ms,
@@ -11,15 +15,14 @@ What lives here:
   * requeue coordination (WILLQUEUE / QUEUED / WORKING);
   * acknowledgement and garbage collection (SETACK / GOTACK / DELJOB, dummy ACKs).
 """
-import collections
 import random
 
-from disque._fast import resp
 from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
-                              QUEUED, WAIT_REPL, mark_active, mark_wait_repl, retry_interval_msec)
+                              QUEUED, WAIT_REPL, mark_active, retry_interval_msec)
+from disque._fast.replcore import ReplicationCore
 from disque.contracts import bus_messages as M
-from disque.contracts.job_codec import CodecError, deserialize, serialize
+from disque.contracts.job_codec import serialize
 from disque.workers.job_features import counters_aux
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
@@ -39,31 +42,16 @@ def mix(node_id, job_id):
     return bytes(node_id[i] ^ job_id[11 + i % 24] for i in range(40))
 
 
-class ReplWait:
-    """An ADDJOB whose client waits for its copies to be confirmed."""
-    __slots__ = ("reqid", "job", "deadline", "extrepl", "last_add", "started")
-
-    def __init__(self, reqid, job, deadline, extrepl, now):
-        self.reqid = reqid
-        self.job = job
-        self.deadline = deadline
-        self.extrepl = extrepl
-        self.last_add = now
-        self.started = now
-
-
-class Replication:
+class Replication(ReplicationCore):
     """Needs from the shard: the ShardCore (jobs, timers, enqueue, delete_job, bus_out,
     cluster fields), `shard.features` (counters, dead letters) and `shard.federation`
     (its bus handlers). Offers: on_bus (every job message), set_cluster, replicate_new
-    (ADDJOB with copies), repl_cron, activate, gc_send_setacks, the bus counters."""
+    (ADDJOB with copies), repl_cron, activate, gc_send_setacks, the bus counters (bus_in,
+    bus_sent: by type). The fields (reachable, known, repl_waits by job id, repl_by_reqid)
+    are ReplicationCore's."""
 
     def __init__(self, shard):
-        self.shard = shard
-        self.reachable = ()            # other nodes that can get copies (bytes ids)
-        self.known = frozenset(self.shard.self_nodes)    # every node of the cluster, self included
-        self.repl_waits = {}           # job id -> ReplWait
-        self.repl_by_reqid = {}        # reqid -> ReplWait
+        super().__init__(shard)
         self.bus_handlers = {
             M.REPLJOB: self.on_repljob, M.GOTJOB: self.on_gotjob, M.ENQUEUE: self.on_enqueue,
             M.QUEUED: self.on_queued, M.WORKING: self.on_working,
@@ -72,8 +60,6 @@ class Replication:
             M.YOURJOBS: self.shard.federation.on_yourjobs, M.PAUSE: self.on_pause_msg,
             M.INTEREST: self.shard.federation.on_interest,
         }
-        self.bus_in = collections.Counter()      # messages received / sent, by type
-        self.bus_sent = collections.Counter()
 
     def set_cluster(self, state):
         """The front-end's view of the cluster, pushed when it changes."""
@@ -88,84 +74,7 @@ class Replication:
         self.known = frozenset(state["known"]) | {myid}
         self.shard.leaving = state["leaving"]
 
-    def send_bus(self, dest, mtype, payload, mflags=0):
-        self.shard.bus_out.append((dest, mtype, mflags, payload))
-
-    def on_bus(self, msgs):
-        for sender, mtype, mflags, payload in msgs:
-            handler = self.bus_handlers.get(mtype)
-            if handler is not None:
-                self.bus_in[mtype] += 1
-                try:
-                    handler(sender, mflags, payload)
-                except (TypeError, ValueError, IndexError, KeyError, OverflowError, CodecError):
-                    # a malformed message from a peer is dropped, like upstream (the
-                    # front-end already dropped what is not shaped like one of ours)
-                    pass
-
     # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
-
-    def replicate_new(self, reqid, argv):
-        """Finish an ADDJOB that ShardCore.cmd_addjob left to us (REPLICATE > 1 or external
-        replication). Returns the reply now, or None when the client waits for GOTJOBs."""
-        job = self.shard.last_added
-        self.shard.last_added = None
-        extrepl = not job.nodes_delivered
-        needed = job.repl if extrepl else job.repl - 1
-        reachable = self.reachable
-        targets = tuple(random.sample(reachable, needed) if needed < len(reachable)
-                        else reachable)
-        if self.shard.last_async:
-            if extrepl:
-                # not kept here: copies elsewhere, one of them queues it
-                job.nodes_delivered = targets
-                self.send_bus(targets, M.REPLJOB, serialize(job, False, self.shard.now_s), M.NOREPLY)
-                self.send_bus((random.choice(targets),), M.ENQUEUE, [job.id, job.delay])
-                return b"+" + job.id + b"\r\n"
-            job.nodes_delivered = self.shard.self_nodes + targets
-            data = serialize(job, False, self.shard.now_s)
-            self.shard.register_job(job)
-            self.activate(job)
-            self.send_bus(targets, M.REPLJOB, data, M.NOREPLY)
-            return b"+" + job.id + b"\r\n"
-        mark_wait_repl(job)
-        job.nodes_delivered = (() if extrepl else self.shard.self_nodes) + targets
-        job.nodes_confirmed = set() if extrepl else {self.shard.node_id}
-        self.shard.register_job(job)
-        self.shard.schedule(job)
-        self.send_bus(targets, M.REPLJOB, serialize(job, False, self.shard.now_s))
-        timeout = resp.parse_int(argv[3]) or 0
-        wait = ReplWait(reqid, job, self.shard.now_ms + timeout if timeout else 0, extrepl, self.shard.now_ms)
-        self.repl_waits[job.id] = wait
-        self.repl_by_reqid[reqid] = wait
-        return None
-
-    def activate(self, job):
-        """A job of ours that may now be delivered: queue it (or schedule its DELAY), log it."""
-        mark_active(job)
-        if job.delay:
-            self.shard.schedule(job)
-        else:
-            self.shard.enqueue(job)
-        if self.shard.aof_on:
-            self.shard.aof_loadjob(job)
-
-    def replicated(self, wait):
-        """Every copy confirmed: answer the producer."""
-        job = wait.job
-        self.end_wait(wait)
-        if wait.extrepl:
-            target = random.choice(sorted(job.nodes_confirmed))
-            self.send_bus((target,), M.ENQUEUE, [job.id, job.delay])
-            self.shard.delete_job(job)
-        else:
-            job.nodes_confirmed = None
-            self.activate(job)
-        self.shard.answer(wait.reqid, b"+" + job.id + b"\r\n")
-
-    def end_wait(self, wait):
-        self.repl_waits.pop(wait.job.id, None)
-        self.repl_by_reqid.pop(wait.reqid, None)
 
     def repl_failed(self, wait, reply):
         """Timeout, expiry, client gone, RESET or leaving: drop every copy made so far."""
@@ -239,60 +148,6 @@ class Replication:
             self.shard.delete_job(job)
 
     # ---- job messages (SPEC 10.4) -----------------------------------------------------------
-
-    def on_repljob(self, sender, mflags, data):
-        """A copy from the originator. The front-end already refused it while this node
-        leaves or is above 75% of maxmemory; with M.ACCEPTED it also answered GOTJOB.
-        Upstream also refuses copies for a queue paused in input; a copy is not queued
-        (a requeue respects the pause, see Shard.run_timers), so here it is kept."""
-        if not mflags & M.ACCEPTED and (self.shard.memory_level > 0 or self.shard.leaving):
-            return                      # no GOTJOB: the originator picks another node
-        job, _ = deserialize(data, 0, False, self.shard.now_s, self.shard.now_ms, self.shard.rand_err())
-        known = self.shard.jobs.get(job.id)
-        if known is not None:
-            if known.body is not None:
-                self.merge_nodes(known, job.nodes_delivered)
-        else:
-            if job.queue in self.shard.queues:
-                job.queue = self.shard.queues[job.queue].name     # share the queue name object
-            job.nodes_delivered = self.known_nodes(job.nodes_delivered)
-            job.flags |= FLAG_BCAST_QUEUED
-            mark_active(job)
-            self.shard.register_job(job)
-            self.shard.schedule(job)
-            if self.shard.aof_on:
-                self.shard.aof_loadjob(job)
-        if not mflags & M.NOREPLY:
-            self.send_bus((sender,), M.GOTJOB, [job.id, 0])
-
-    def known_nodes(self, nodes):
-        known = self.known
-        if known.issuperset(nodes):
-            return nodes
-        me = self.shard.node_id
-        return tuple(n for n in nodes if n in known or n == me)
-
-    def merge_nodes(self, job, nodes):
-        have = job.nodes_delivered
-        extra = tuple(n for n in nodes if n not in have and n in self.known)
-        if extra:
-            job.nodes_delivered = have + extra
-
-    def add_node(self, job, node):
-        if node not in job.nodes_delivered:
-            job.nodes_delivered = job.nodes_delivered + (node,)
-
-    def on_gotjob(self, sender, mflags, payload):
-        wait = self.repl_waits.get(payload[0])
-        if wait is None:
-            return
-        job = wait.job
-        if job.state != WAIT_REPL:
-            return
-        self.add_node(job, sender)
-        job.nodes_confirmed.add(sender)
-        if len(job.nodes_confirmed) >= job.repl:
-            self.replicated(wait)
 
     def on_enqueue(self, sender, mflags, payload):
         job = self.shard.jobs.get(payload[0])

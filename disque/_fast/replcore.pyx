@@ -1,0 +1,242 @@
+# cython: language_level=3
+"""The hot half of a worker's replication in C: a producer's ADDJOB with copies on other
+nodes (replicate_new), the GOTJOBs that confirm them (on_gotjob, replicated), a copy kept
+on a replica (on_repljob), and the dispatch of job messages (on_bus). The rest of the
+replication (timeouts, requeues, acks, PAUSE) is Python, in
+disque/workers/replication.py, whose `Replication` subclasses `ReplicationCore`.
+
+Measured with `bench/bench_affinity.py --loads repl3` (docs/benchmarks.md): with the front-
+ends off the job path (direct job links), these methods in Python were the largest share
+of the first node's worker (perf: half its CPU in the interpreter).
+"""
+import random
+
+from disque._fast.job cimport (Job, JOB_WAIT_REPL, JOB_FLAG_BCAST_QUEUED, mark_active,
+                               mark_wait_repl)
+from disque._fast.shardcore cimport ShardCore
+
+from disque._fast import resp
+from disque._fast.codec import CodecError, deserialize, serialize
+from disque.contracts import bus_messages as _bus
+
+cdef long REPLJOB = _bus.REPLJOB
+cdef long GOTJOB = _bus.GOTJOB
+cdef long ENQUEUE = _bus.ENQUEUE
+cdef long NOREPLY = _bus.NOREPLY
+cdef long ACCEPTED = _bus.ACCEPTED
+cdef object parse_int = resp.parse_int
+cdef object sample = random.sample
+cdef object choice = random.choice
+
+
+cdef class ReplWait:
+    """An ADDJOB whose client waits for its copies to be confirmed."""
+    cdef public long long reqid
+    cdef public Job job
+    cdef public long long deadline, last_add, started
+    cdef public bint extrepl
+
+    def __init__(self, long long reqid, Job job, long long deadline, bint extrepl, long long now):
+        self.reqid = reqid
+        self.job = job
+        self.deadline = deadline
+        self.extrepl = extrepl
+        self.last_add = now
+        self.started = now
+
+
+def count_types(list entries, dict counts):
+    """Messages by type (INFO's bus_out): entries are (destinations, type, flags, payload)."""
+    for e in entries:
+        t = e[1]
+        counts[t] = counts.get(t, 0) + 1
+
+
+cdef class ReplicationCore:
+    """Needs from the shard (a ShardCore): jobs, bus_out, the job state calls, `answer`
+    and the `aof_loadjob` hook. The subclass sets `bus_handlers` (type -> handler for the
+    messages not handled here)."""
+    cdef public ShardCore shard
+    cdef public tuple reachable         # other nodes that can get copies (bytes ids)
+    cdef public frozenset known         # every node of the cluster, self included
+    cdef public dict repl_waits         # job id -> ReplWait
+    cdef public dict repl_by_reqid      # reqid -> ReplWait
+    cdef public dict bus_handlers
+    cdef public dict bus_in             # messages received / sent, by type
+    cdef public dict bus_sent
+
+    def __init__(self, ShardCore shard):
+        self.shard = shard
+        self.reachable = ()
+        self.known = frozenset(shard.self_nodes)
+        self.repl_waits = {}
+        self.repl_by_reqid = {}
+        self.bus_handlers = {}
+        self.bus_in = {}
+        self.bus_sent = {}
+
+    cpdef send_bus(self, dest, long mtype, payload, long mflags=0):
+        self.shard.bus_out.append((dest, mtype, mflags, payload))
+
+    def on_bus(self, list msgs):
+        """Job messages from other nodes, [sender, type, flags, payload] each, already
+        checked for shape by the front-end or the job link (busrelay.route_job_messages)."""
+        cdef dict handlers = self.bus_handlers
+        cdef dict counts = self.bus_in
+        cdef long mtype
+        for m in msgs:
+            sender, t, mflags, payload = m
+            handler = handlers.get(t)
+            if handler is None:
+                continue
+            counts[t] = counts.get(t, 0) + 1
+            mtype = t
+            try:
+                if mtype == GOTJOB:
+                    self.on_gotjob(sender, mflags, payload)
+                elif mtype == REPLJOB:
+                    self.on_repljob(sender, mflags, payload)
+                else:
+                    handler(sender, mflags, payload)
+            except (TypeError, ValueError, IndexError, KeyError, OverflowError, CodecError):
+                # a malformed message from a peer is dropped, like upstream
+                pass
+
+    # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
+
+    def replicate_new(self, long long reqid, list argv):
+        """Finish an ADDJOB that ShardCore.cmd_addjob left to us (REPLICATE > 1 or external
+        replication). Returns the reply now, or None when the client waits for GOTJOBs."""
+        cdef ShardCore shard = self.shard
+        cdef Job job = shard.last_added
+        shard.last_added = None
+        cdef bint extrepl = not job.nodes_delivered
+        cdef int needed = job.repl if extrepl else job.repl - 1
+        cdef tuple reachable = self.reachable
+        cdef tuple targets
+        if needed < len(reachable):
+            targets = tuple(sample(reachable, needed))
+        else:
+            targets = reachable
+        if shard.last_async:
+            if extrepl:
+                # not kept here: copies elsewhere, one of them queues it
+                job.nodes_delivered = targets
+                self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s), NOREPLY)
+                self.send_bus((choice(targets),), ENQUEUE, [job.id, job.delay])
+                return b"+" + job.id + b"\r\n"
+            job.nodes_delivered = shard.self_nodes + targets
+            data = serialize(job, False, shard.now_s)
+            shard.register_job(job)
+            self.activate(job)
+            self.send_bus(targets, REPLJOB, data, NOREPLY)
+            return b"+" + job.id + b"\r\n"
+        mark_wait_repl(job)
+        if extrepl:
+            job.nodes_delivered = targets
+            job.nodes_confirmed = set()
+        else:
+            job.nodes_delivered = shard.self_nodes + targets
+            job.nodes_confirmed = {shard.node_id}
+        shard.register_job(job)
+        shard.schedule(job)
+        self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s))
+        timeout = parse_int(argv[3]) or 0
+        wait = ReplWait(reqid, job, shard.now_ms + timeout if timeout else 0, extrepl,
+                        shard.now_ms)
+        self.repl_waits[job.id] = wait
+        self.repl_by_reqid[reqid] = wait
+        return None
+
+    cpdef activate(self, Job job):
+        """A job of ours that may now be delivered: queue it (or schedule its DELAY), log it."""
+        mark_active(job)
+        if job.delay:
+            self.shard.schedule(job)
+        else:
+            self.shard.enqueue(job)
+        if self.shard.aof_on:
+            self.shard.aof_loadjob(job)
+
+    cpdef replicated(self, ReplWait wait):
+        """Every copy confirmed: answer the producer."""
+        cdef Job job = wait.job
+        self.end_wait(wait)
+        if wait.extrepl:
+            target = choice(sorted(job.nodes_confirmed))
+            self.send_bus((target,), ENQUEUE, [job.id, job.delay])
+            self.shard.delete_job(job)
+        else:
+            job.nodes_confirmed = None
+            self.activate(job)
+        reply = b"+" + job.id + b"\r\n"
+        # Shard.answer, without its Python frame: a served producer (negative wait id)
+        # or the front-end's request
+        if wait.reqid < 0:
+            (<object>self.shard).served.repl_answered(wait.reqid, reply)
+        else:
+            self.shard.out.append([wait.reqid, reply])
+
+    cpdef end_wait(self, ReplWait wait):
+        self.repl_waits.pop(wait.job.id, None)
+        self.repl_by_reqid.pop(wait.reqid, None)
+
+    cpdef on_gotjob(self, sender, mflags, payload):
+        wait = self.repl_waits.get(payload[0])
+        if wait is None:
+            return
+        cdef Job job = (<ReplWait>wait).job
+        if job.state != JOB_WAIT_REPL:
+            return
+        self.add_node(job, sender)
+        job.nodes_confirmed.add(sender)
+        if len(job.nodes_confirmed) >= job.repl:
+            self.replicated(<ReplWait>wait)
+
+    # ---- copies of other nodes' jobs -------------------------------------------------------
+
+    cpdef on_repljob(self, sender, mflags, data):
+        """A copy from the originator. The front-end already refused it while this node
+        leaves or is above 75% of maxmemory; with ACCEPTED it also answered GOTJOB.
+        Upstream also refuses copies for a queue paused in input; a copy is not queued
+        (a requeue respects the pause, see Shard.run_timers), so here it is kept."""
+        cdef ShardCore shard = self.shard
+        cdef long flags = mflags
+        if not flags & ACCEPTED and (shard.memory_level > 0 or shard.leaving):
+            return                      # no GOTJOB: the originator picks another node
+        job, _ = deserialize(data, 0, False, shard.now_s, shard.now_ms, shard.rand_err())
+        cdef Job copy = job
+        known = shard.jobs.get(copy.id)
+        if known is not None:
+            if (<Job>known).body is not None:
+                self.merge_nodes(known, copy.nodes_delivered)
+        else:
+            q = shard.queues.get(copy.queue)
+            if q is not None:
+                copy.queue = q.name     # share the queue name object
+            copy.nodes_delivered = self.known_nodes(copy.nodes_delivered)
+            copy.flags |= JOB_FLAG_BCAST_QUEUED
+            mark_active(copy)
+            shard.register_job(copy)
+            shard.schedule(copy)
+            if shard.aof_on:
+                shard.aof_loadjob(copy)
+        if not flags & NOREPLY:
+            self.send_bus((sender,), GOTJOB, [copy.id, 0])
+
+    cpdef tuple known_nodes(self, tuple nodes):
+        cdef frozenset known = self.known
+        if known.issuperset(nodes):
+            return nodes
+        me = self.shard.node_id
+        return tuple([n for n in nodes if n in known or n == me])
+
+    cpdef merge_nodes(self, Job job, tuple nodes):
+        have = job.nodes_delivered
+        extra = tuple([n for n in nodes if n not in have and n in self.known])
+        if extra:
+            job.nodes_delivered = have + extra
+
+    cpdef add_node(self, Job job, node):
+        if node not in job.nodes_delivered:
+            job.nodes_delivered = job.nodes_delivered + (node,)
