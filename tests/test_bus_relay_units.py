@@ -69,3 +69,48 @@ def test_destinations_without_a_link_up_are_left_for_the_bus():
                   boxes, ME, (B, C), leftover)
     assert up == [[M.SETACK, 0, [on_w0, 1]]]
     assert leftover == [[(C,), M.SETACK, 0, [on_w0, 1]], [(B, C), M.SETACK, 0, [on_w1, 2]]]
+
+
+# ---- reading job link frames (disque/_fast/framereader.pyx) -------------------------------
+
+def framed(payload):
+    return len(payload).to_bytes(4, "little") + payload
+
+
+def test_frames_split_anywhere_come_out_whole():
+    import socket
+    from disque._fast.framereader import AGAIN, read_frames
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    try:
+        payloads = [b"hello", b"", b"x" * 70_000, b"last"]
+        data = b"".join(framed(p) for p in payloads)
+        pending, frames = bytearray(), []
+        assert read_frames(b.fileno(), pending, 16, 1 << 20, frames) == AGAIN
+        for cut in range(0, len(data), 997):          # pieces that split headers and bodies
+            a.sendall(data[cut:cut + 997])
+            while read_frames(b.fileno(), pending, 16 if not frames else 1 << 20,
+                              1 << 20, frames) > 0:
+                pass
+        assert frames == payloads and pending == bytearray()
+        a.close()
+        assert read_frames(b.fileno(), pending, 16, 1 << 20, frames) == 0     # closed
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_frame_over_its_limit_is_refused_before_it_is_read():
+    import socket
+    from disque._fast.framereader import TOO_LONG, read_frames
+    a, b = socket.socketpair()
+    try:
+        a.sendall(b"GET / HTTP/1.1\r\n\r\n")             # "GET " is a 542 MB length
+        assert read_frames(b.fileno(), bytearray(), 256, 1 << 30, []) == TOO_LONG
+        a.sendall(framed(b"hi") + (0xFFFFFFFF).to_bytes(4, "little"))
+        frames = []
+        assert read_frames(b.fileno(), bytearray(), 256, 1 << 30, frames) == TOO_LONG
+        assert frames == [b"hi"]                         # what came before is kept
+    finally:
+        a.close()
+        b.close()

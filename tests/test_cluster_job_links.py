@@ -196,6 +196,10 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     for data in refused:
         wait_closed(send_raw(port, data, close=False))
     wait_until(lambda: counter(srv, "cluster_job_links_refused") == len(refused), timeout=10)
+    # a connection that says nothing is closed once HELLO_MS has passed
+    idle = send_raw(port, b"", close=False)
+    wait_closed(idle)
+    wait_until(lambda: counter(srv, "cluster_job_links_refused") == len(refused) + 1, timeout=10)
     # clients that vanish mid-frame, or right after connecting
     send_raw(port, frame([HELLO, VERSION, member_id])[:7])
     send_raw(port, b"")

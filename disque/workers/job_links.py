@@ -30,6 +30,7 @@ import time
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
+from disque._fast.framereader import AGAIN, TOO_LONG, read_frames
 
 log = logging.getLogger("disque.worker")
 
@@ -40,8 +41,8 @@ MAX_HELLO = 256                 # nor a first frame above this (HTTP, TLS ... fa
 MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
-READ_SIZE = 262144
-HEADER = struct.Struct("<I")
+HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
+HEADER = struct.Struct("<I")      # the writing half; disque/_fast/framereader.pyx reads
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
 packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
@@ -74,13 +75,14 @@ class OutLink:
 
 class InLink:
     """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender")
+    __slots__ = ("sock", "fd", "buf", "sender", "since")
 
     def __init__(self, sock):
         self.sock = sock
         self.fd = sock.fileno()
         self.buf = bytearray()
         self.sender = None          # its node id, once its hello came
+        self.since = monotonic_ms()
 
 
 class JobLinks:
@@ -105,7 +107,6 @@ class JobLinks:
         self.boxes = {}             # node id -> [OutLink.box while up, else None] per worker
         self.everyone = ()          # other known nodes: destinations None
         self.inbound = {}           # fd -> InLink
-        self.read_view = memoryview(bytearray(READ_SIZE))
         self.drop = False           # DEBUG BUS: this node is cut off the bus
         self.pending = False        # boxes hold something to flush
         self.sent_msgs = self.sent_frames = 0
@@ -260,12 +261,16 @@ class JobLinks:
         link.failed_at = monotonic_ms()
 
     def cron(self):
-        """Every 100 ms: links that failed RETRY_MS ago are tried again."""
+        """Every 100 ms: links that failed RETRY_MS ago are tried again; connections that
+        sent no hello within HELLO_MS are closed (idle ones must not use up MAX_INBOUND)."""
         now = monotonic_ms()
         for link in self.links.values():
             if link.sock is None and (link.failed_at is None or now - link.failed_at >= RETRY_MS):
                 if not self.drop:
                     self.connect(link)
+        for link in list(self.inbound.values()):
+            if link.sender is None and now - link.since >= HELLO_MS:
+                self.refuse(link, "no hello within %d ms" % HELLO_MS)
 
     # ---- incoming connections --------------------------------------------------------
 
@@ -288,34 +293,19 @@ class JobLinks:
             self.extra_fds[link.fd] = lambda ev, link=link: self.on_in_event(link)
 
     def on_in_event(self, link):
-        try:
-            # into one preallocated buffer: a fresh 256 KiB object per read would be
-            # mmapped and unmapped by glibc every time (docs/design.md, the worker link)
-            got = link.sock.recv_into(self.read_view, READ_SIZE)
-        except (BlockingIOError, InterruptedError):
+        frames = []
+        got = read_frames(link.fd, link.buf, MAX_HELLO if link.sender is None else MAX_FRAME,
+                          MAX_FRAME, frames)
+        if got == AGAIN:
             return
-        except OSError:
-            got = 0
-        if not got:
-            self.close_in(link)
+        if got == TOO_LONG:
+            self.refuse(link, "a frame too long" if link.sender else "a first frame that is no hello")
             return
-        buf = link.buf
-        buf += self.read_view[:got]
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            size = HEADER.unpack_from(buf, pos)[0]
-            if size > (MAX_FRAME if link.sender is not None else MAX_HELLO):
-                self.refuse(link, "a frame of %d bytes" % size)
-                return
-            if n - pos - 4 < size:
-                break
-            frame = bytes(buf[pos + 4:pos + 4 + size])
-            pos += 4 + size
+        for frame in frames:
             if not self.on_frame(link, frame):
                 return
-        if pos:
-            del buf[:pos]
+        if not got:
+            self.close_in(link)
 
     def on_frame(self, link, frame):
         try:
