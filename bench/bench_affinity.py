@@ -41,6 +41,7 @@ import bench_single_node as B  # noqa: E402  (the servers, redis-benchmark and t
 
 LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "spread", "repl3")
 CLUSTER_NODES = 3
+SETTLE_S = 1.0          # after the cluster forms, before the load (wait_settled)
 SPREAD_QUEUES = 1000
 PROJECT_CORES = (4, 8, 16)
 
@@ -121,6 +122,24 @@ def run_load(args, srv, load: str) -> dict:
     return run_addjob_pipelined(args, srv)
 
 
+def wait_settled(clients, workers: int, deadline: float) -> None:
+    """After the nodes see each other: our nodes' direct job links up (every worker to
+    every worker of the other nodes), then SETTLE_S more for every kind, so the one-off
+    work of forming the cluster (handshakes, nodes.conf writes) is not counted per job."""
+    want = (CLUSTER_NODES - 1) * workers * workers
+    for c in clients:
+        while True:
+            fields = c.execute_command("INFO", "cluster")      # redis-py parses INFO
+            if fields.get("cluster_job_links", "bus") != "direct":
+                break                   # the original, or links off
+            if int(fields.get("cluster_job_links_up", 0)) >= want:
+                break
+            if time.monotonic() > deadline:
+                raise B.BenchError("the direct job links did not come up")
+            time.sleep(0.05)
+    time.sleep(SETTLE_S)
+
+
 def run_replicated(args, kind: str, label: str, workers: int) -> dict:
     """repl3: ADDJOB REPLICATE 3 on node 0 of a 3-node cluster; the CPU of all nodes."""
     nodes = [B.new_server(args, kind, f"{label}-n{i}", workers) for i in range(CLUSTER_NODES)]
@@ -136,6 +155,7 @@ def run_replicated(args, kind: str, label: str, workers: int) -> dict:
             if time.monotonic() > deadline:
                 raise B.BenchError("the 3 nodes did not form a cluster")
             time.sleep(0.05)
+        wait_settled(clients, workers, deadline)
         B.log(f"{label}: repl3 (cluster of {CLUSTER_NODES} formed)")
         n = args.n_plain // 2
         body = B.make_body(args.body_size).decode()
