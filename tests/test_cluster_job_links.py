@@ -16,6 +16,7 @@ import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import Err, RawConn
+from support.slots import queues_on_distinct_workers
 from support.waits import wait_until
 from test_bus_hostile_member import GARBAGE, copy_of_new_job, joined, member  # noqa: F401 (fixture)
 from test_config import parse_error
@@ -182,16 +183,23 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     workers = srv.worker_pids()
     server_id = joined(srv, member)
     member_id = member.bus.myself.id.encode()
-    port = job_link_port(srv)
+    port = job_link_port(srv)              # worker 0's, whose queues these are:
+    stranger_q, member_q = [q.encode() for q in queues_on_distinct_workers("link", 2, 2)[:2]]
+
+    def hello(sender=member_id, to=server_id.encode(), worker=0, version=VERSION, magic=HELLO):
+        return frame([magic, version, sender, to, worker])
     refused = [
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                  # not our framing at all
         struct.pack("<I", 0xFFFFFFFF) + b"x" * 100,            # a 4 GiB frame announced
         frame([[M.GOTJOB, 0, [b"x", 0]]]),                     # job messages before a hello
-        frame([HELLO, VERSION + 1, member_id]),                # a version we do not speak
-        frame([HELLO, VERSION, b"short id"]),
-        frame([b"other", VERSION, member_id]),
-        frame([HELLO, VERSION, member_id]) + struct.pack("<I", 3) + b"\xc1\xc1\xc1",  # not msgpack
-        frame([HELLO, VERSION, member_id]) + frame({"a": 1}),  # a map, not a list of messages
+        hello(version=VERSION + 1),                            # a version we do not speak
+        hello(sender=b"short id"),
+        hello(magic=b"other"),
+        frame([HELLO, VERSION, member_id]),                    # the receiver left out
+        hello(to=os.urandom(20).hex().encode()),               # meant for another node
+        hello(worker=1),                                       # or another worker
+        hello() + struct.pack("<I", 3) + b"\xc1\xc1\xc1",      # not msgpack
+        hello() + frame({"a": 1}),                             # a map, not a list of messages
     ]
     for data in refused:
         wait_closed(send_raw(port, data, close=False))
@@ -201,18 +209,16 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     wait_closed(idle)
     wait_until(lambda: counter(srv, "cluster_job_links_refused") == len(refused) + 1, timeout=10)
     # clients that vanish mid-frame, or right after connecting
-    send_raw(port, frame([HELLO, VERSION, member_id])[:7])
+    send_raw(port, hello()[:7])
     send_raw(port, b"")
     # a hello claiming a node this one does not know: its copies are dropped
     stranger = os.urandom(20).hex().encode()
-    jid, copy = copy_of_new_job(member, server_id, b"stranger-q")
-    s = send_raw(port, frame([HELLO, VERSION, stranger]) + frame([[M.REPLJOB, 0, copy]]),
-                 close=False)
+    jid, copy = copy_of_new_job(member, server_id, stranger_q)
+    s = send_raw(port, hello(sender=stranger) + frame([[M.REPLJOB, 0, copy]]), close=False)
     # well-formed entries next to garbage from the known member: the good copy is kept
     # and answered (by the bus: the member has no job link port), the rest dropped
-    good_id, good = copy_of_new_job(member, server_id, b"member-q")
-    t = send_raw(port, frame([HELLO, VERSION, member_id]) + frame(GARBAGE + [[M.REPLJOB, 0, good]]),
-                 close=False)
+    good_id, good = copy_of_new_job(member, server_id, member_q)
+    t = send_raw(port, hello() + frame(GARBAGE + [[M.REPLJOB, 0, good]]), close=False)
     member.until(lambda: [M.GOTJOB, 0, [good_id, 0]] in member.received,
                  message="no GOTJOB for the copy sent on a job link after garbage")
     s.close()

@@ -10,8 +10,9 @@ sends on its own connections only: each direction of a pair of workers has its o
 connection, so nothing needs matching.
 
 Frames are <u32 length, little endian><msgpack>. The first frame on a connection is the
-hello [HELLO, VERSION, sender node id]; every later one is a list of [type, flags,
-payload], as a JOBS bus frame carries. The receiver checks each entry as its front-end
+hello [HELLO, VERSION, sender node id, receiver node id, receiver worker]; the receiver
+refuses a hello meant for another node or worker (a port reused after a restart). Every
+later one is a list of [type, flags, payload], as a JOBS bus frame carries. The receiver checks each entry as its front-end
 checks a bus frame (disque/_fast/busrelay.pyx, route_job_messages) and keeps what it owns.
 
 A message with no link up (still connecting, refused, the node has no ports, DEBUG BUS)
@@ -220,7 +221,7 @@ class JobLinks:
             slots = self.boxes.get(link.node)
             if slots is not None and link.w < len(slots):
                 slots[link.w] = link.box
-            self.write(link, framed(packb([HELLO, VERSION, self.myid])))
+            self.write(link, framed(packb([HELLO, VERSION, self.myid, link.node, link.w])))
             return
         if ev & EPOLLOUT and link.out:
             try:
@@ -314,9 +315,14 @@ class JobLinks:
             self.refuse(link, "a frame that is not msgpack")
             return False
         if link.sender is None:
-            if (type(msgs) is not list or len(msgs) != 3 or msgs[0] != HELLO
+            if (type(msgs) is not list or len(msgs) != 5 or msgs[0] != HELLO
                     or msgs[1] != VERSION or type(msgs[2]) is not bytes or len(msgs[2]) != 40):
                 self.refuse(link, "no hello")
+                return False
+            if msgs[3] != self.myid or msgs[4] != self.index:
+                # meant for a worker that listened on this port before (a node restarted,
+                # its port reused): its messages are not ours to take
+                self.refuse(link, "a hello for another worker")
                 return False
             link.sender = msgs[2]
             return True
