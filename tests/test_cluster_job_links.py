@@ -20,10 +20,14 @@ from support.slots import queues_on_distinct_workers
 from support.waits import wait_until
 from test_bus_hostile_member import GARBAGE, copy_of_new_job, joined, member  # noqa: F401 (fixture)
 from test_config import parse_error
+from disque.config import Config
 from disque.contracts import bus_messages as M
 from disque.workers.job_links import HELLO, VERSION
 
 pytestmark = [pytest.mark.cluster]
+
+# said outright: DISQUE_TEST_JOB_LINKS=bus runs the rest of the suite without the links
+DIRECT = ["--cluster-job-links", "direct"]
 
 
 def links_info(node):
@@ -65,7 +69,7 @@ def replicate_and_ack(c, origin, queue, n=20):
 
 
 def test_replication_and_acks_go_worker_to_worker(start_cluster):
-    c = start_cluster(3, workers=2)
+    c = start_cluster(3, workers=2, extra_args=DIRECT)
     wait_links_up(c, per_node=2 * 2 * 2)        # 2 workers, each to 2 nodes x 2 workers
     before = [links_info(node) for node in c.nodes]
     for origin in range(3):
@@ -96,7 +100,7 @@ def test_cluster_job_links_bus_keeps_job_messages_on_the_bus(start_cluster):
 def test_a_node_without_links_in_a_cluster_with_them(start_cluster, start_server):
     """Node 2 keeps its job messages on the bus; the others link to each other only, and
     reach node 2 by the bus: replication works from and to every node."""
-    c = start_cluster(2, workers=2, join=False)
+    c = start_cluster(2, workers=2, extra_args=DIRECT, join=False)
     args = ["--cluster-node-timeout", "2000", "--cluster-job-links", "bus"]
     c.nodes.append(start_server(workers=1, extra_args=args))
     c.ids.append(c.nodes[2].execute("CLUSTER", "MYID").decode())
@@ -117,7 +121,7 @@ def worker_pid(node, k):
 
 
 def test_a_restarted_worker_takes_its_links_on_the_same_port(start_cluster):
-    c = start_cluster(3, workers=2)
+    c = start_cluster(3, workers=2, extra_args=DIRECT)
     wait_links_up(c, per_node=8)
     ports = links_info(c[1])["cluster_job_link_ports"]
     pid = worker_pid(c[1], 0)
@@ -134,7 +138,7 @@ def test_a_restarted_worker_takes_its_links_on_the_same_port(start_cluster):
 def test_debug_bus_drop_stops_the_links_too(start_cluster):
     """A node cut off the bus (DEBUG BUS DROP-ALL) is cut off the direct links as well:
     its copies cannot be confirmed."""
-    c = start_cluster(2, workers=1)
+    c = start_cluster(2, workers=1, extra_args=DIRECT)
     wait_links_up(c, per_node=1)
     c[1].execute("DEBUG", "BUS", "DROP-ALL")
     try:
@@ -179,7 +183,7 @@ def wait_closed(sock):
 
 
 def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, member):  # noqa: F811
-    srv = start_server(workers=2, extra_args=["--cluster-node-timeout", "5000"])
+    srv = start_server(workers=2, extra_args=["--cluster-node-timeout", "5000", *DIRECT])
     workers = srv.worker_pids()
     server_id = joined(srv, member)
     member_id = member.bus.myself.id.encode()
@@ -232,7 +236,8 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
 
 
 def test_a_secured_bus_opens_no_job_link_ports(start_cluster):
-    c = start_cluster(2, workers=1, extra_args=["--cluster-secret", "a-cluster-secret-of-length"])
+    c = start_cluster(2, workers=1,
+                      extra_args=["--cluster-secret", "a-cluster-secret-of-length", *DIRECT])
     info = links_info(c[0])
     assert info["cluster_job_links"] == "bus" and info["cluster_job_link_ports"] == ""
     replicate_and_ack(c, 0, "secret-q", n=5)
@@ -240,7 +245,8 @@ def test_a_secured_bus_opens_no_job_link_ports(start_cluster):
 
 
 def test_cluster_job_links_setting_is_checked(start_server):
-    srv = start_server(workers=1)
+    srv = start_server(workers=1, extra_args=DIRECT)
     assert srv.execute("CONFIG", "GET", "cluster-job-links") == [b"cluster-job-links", b"direct"]
     assert isinstance(srv.execute("CONFIG", "SET", "cluster-job-links", "bus"), Err)
     assert "argument must be 'direct' or 'bus'" in str(parse_error("cluster-job-links sideways"))
+    assert Config().cluster_job_links == "direct"          # the default

@@ -11,13 +11,17 @@ pytestmark = pytest.mark.cluster
 
 
 def test_three_nodes_expose_exact_figures(metrics_node):
-    nodes = [metrics_node(workers=2, extra_args=["--cluster-node-timeout", CLUSTER_NODE_TIMEOUT])
+    nodes = [metrics_node(workers=2, extra_args=["--cluster-node-timeout", CLUSTER_NODE_TIMEOUT,
+                                                 "--cluster-job-links", "direct"])
              for _ in range(3)]
     for i in (1, 2):
         assert nodes[i][0].execute("CLUSTER", "MEET", "127.0.0.1", nodes[i - 1][0].port) == b"OK"
     wait_until(lambda: all(int(parse_info(srv.execute("CLUSTER", "INFO"))["cluster_reachable_nodes"]) == 2
                            for srv, _ in nodes), timeout=20, message="cluster mesh did not form")
     (n0, m0), (n1, m1), (n2, m2) = nodes
+    # every worker linked to the 2 workers of each other node (docs/design.md, "Direct job links")
+    wait_until(lambda: all(total(scrape(m), "disque_job_links_up") == 8 for _, m in nodes),
+               timeout=15, message="direct job links did not come up")
     r = n0.client()
     for _ in range(10):
         r.execute_command("ADDJOB", "cq", b"body", 0, "REPLICATE", 3)
@@ -41,6 +45,10 @@ def test_three_nodes_expose_exact_figures(metrics_node):
         assert total(f, "disque_jobs_active") == 6
         assert total(f, "disque_bus_messages", type="REPLJOB", direction="in") == 10
         assert total(f, "disque_cluster_known_nodes") == 3
+        # the copies came worker to worker, and the GOTJOBs went back the same way
+        assert total(f, "disque_job_link_messages", direction="in", path="direct") >= 10
+        assert total(f, "disque_job_link_messages", direction="out", path="direct") >= 10
+    assert total(f0, "disque_job_link_messages", direction="out", path="direct") >= 20
     # counted once per job: one bus entry is addressed to both replicas
     assert total(f0, "disque_bus_messages", type="REPLJOB", direction="out") == 10
     ids = {srv.execute("CLUSTER", "MYID").decode() for srv, _ in nodes}

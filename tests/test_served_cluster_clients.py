@@ -101,6 +101,24 @@ def test_a_producer_gone_while_waiting_drops_its_copies(pair):
     assert b.execute("DEBUG", "BUS", "RESTORE") == b"OK"
 
 
+def test_a_worker_stopping_while_a_producer_waits_exits_cleanly(pair):
+    """The front-end killed (-9) while a producer waits for its copies: the workers stop
+    (PR_SET_PDEATHSIG) and write what is ready, without a traceback. The long fault run
+    found one: the place of the waiting reply was joined with the ready ones as bytes."""
+    a, b = pair.nodes
+    c = a.raw()
+    settle_producer(pair, c)
+    before = registered_jobs(a)
+    assert b.execute("DEBUG", "BUS", "DROP-IN") == b"OK"
+    c.send(encode_command("ADDJOB", Q0, "waiting", 0, "REPLICATE", 2) + encode_command("PING"))
+    wait_until(lambda: registered_jobs(a) == before + 1, message="the ADDJOB never started")
+    a.proc.kill()
+    wait_until(lambda: all("Worker %d stopped" % w in a.log_text() for w in (0, 1))
+               or "Traceback" in a.log_text(), timeout=15, message="the workers did not stop")
+    assert "Traceback" not in a.log_text(), a.log_tail()
+    assert b.execute("DEBUG", "BUS", "RESTORE") == b"OK"
+
+
 def test_a_waiting_producer_is_not_idle(pair):
     a, b = pair.nodes
     c, idle = a.raw(), a.raw()

@@ -138,6 +138,13 @@ class NodeCollector:
                                   labels=WL + ("queue",))
         qout = CounterMetricFamily("disque_queue_jobs_out", "Jobs delivered from the queue.",
                                    labels=WL + ("queue",))
+        links_up = GaugeMetricFamily("disque_job_links_up",
+                                     "Direct job links up from the worker to other nodes' workers.",
+                                     labels=WL)
+        link_msgs = CounterMetricFamily(
+            "disque_job_link_messages", "Job messages to and from other nodes, by path: on the "
+            "worker's direct job links, or by the bus for want of a link.",
+            labels=WL + ("direction", "path"))
         for w in workers:
             lab = (nid, str(w["index"]))
             ops.add_metric(lab, w.get("ops", 0))
@@ -158,12 +165,18 @@ class NodeCollector:
             for direction in ("in", "out"):
                 for mtype, count in sorted(w.get("bus_" + direction, {}).items()):
                     bus.add_metric(lab + (mtype, direction), count)
+            links = w.get("job_links")
+            if links is not None:
+                links_up.add_metric(lab, links["out_up"])
+                link_msgs.add_metric(lab + ("out", "direct"), links["sent_msgs"])
+                link_msgs.add_metric(lab + ("in", "direct"), links["received_msgs"])
+                link_msgs.add_metric(lab + ("out", "bus"), links["relayed_msgs"])
             for q in w.get("top_queues", []):
                 ql = lab + (q["queue"],)
                 qlen.add_metric(ql, q["len"])
                 qin.add_metric(ql, q["jobs_in"])
                 qout.add_metric(ql, q["jobs_out"])
-        yield from (ops, rss, data, cpu, up, hist, cmds, bus, qlen, qin, qout)
+        yield from (ops, rss, data, cpu, up, hist, cmds, bus, qlen, qin, qout, links_up, link_msgs)
 
 
 def _escape_label(value):

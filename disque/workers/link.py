@@ -380,7 +380,11 @@ class WorkerUnixLink:
         return out
 
     def send(self, payload):
-        self.sock.sendall(frame(payload))
+        try:
+            self.sock.sendall(frame(payload))
+        except OSError:
+            # the front-end is gone (killed): the worker loop ends on `closed` and logs it
+            self.closed = True
 
     def close(self):
         self.sock.close()

@@ -237,11 +237,19 @@ class ServedClients(ServedCore):
         """The worker stops: what was executed is written (best effort), then closed."""
         self.flush()
         for c in list(self.clients.values()):
-            if c.out:
+            # the replies up to the first one still being made (another worker's, or a
+            # producer's waiting for its copies): the later ones may not overtake it
+            ready = []
+            for x in c.out:
+                x = x if isinstance(x, bytes) else x.data
+                if x is None:
+                    break
+                ready.append(x)
+            if ready:
                 try:
                     c.sock.setblocking(True)
                     c.sock.settimeout(1.0)
-                    c.sock.sendall(b"".join(c.out))
+                    c.sock.sendall(b"".join(ready))
                 except OSError:
                     pass
             self.forget(c)
