@@ -2,6 +2,7 @@
 the harness heals everything afterwards. `ctx` holds the nodes and a random generator."""
 import time
 
+from disque.worker_restart import MAX_RESTARTS, RESTART_WINDOW_S
 from faults import netns
 
 PERIOD = 4.0            # seconds between two partition changes
@@ -91,10 +92,17 @@ def kill_all(ctx, until):
 
 
 def kill_worker(ctx, until):
-    """kill -9 of one worker process of a random node (the node restarts it)."""
+    """kill -9 of one worker process of a random node (the node restarts it). A node
+    that lost MAX_RESTARTS workers in the last RESTART_WINDOW_S is left alone: one more
+    death would be a crash loop, which stops the node on purpose (disque/worker_restart.py),
+    and the 2-minute run used to count that as a crash."""
+    kills = {}                          # node index -> monotonic times of its worker kills
     while time.monotonic() < until:
+        now = time.monotonic()
         node = ctx.rng.choice(ctx.nodes)
-        if node.kill_worker(ctx.rng.randrange(8)):
+        recent = [t for t in kills.get(node.i, ()) if now - t < RESTART_WINDOW_S]
+        if len(recent) < MAX_RESTARTS and node.kill_worker(ctx.rng.randrange(8)):
+            kills[node.i] = recent + [now]
             ctx.worker_kills += 1
             ctx.note("kill -9 a worker of node %d" % node.i)
         _sleep_until(time.monotonic() + 3.0, until)

@@ -22,3 +22,18 @@ def test_a_send_to_a_front_end_that_is_gone_closes_the_link():
         assert link.closed
     finally:
         link.close()
+
+
+def test_a_reset_from_a_front_end_that_is_gone_closes_the_link():
+    """recv_all on a link the front-end reset (it died with replies unread)."""
+    import struct
+    front, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    link = WorkerUnixLink(worker_end.detach())
+    try:
+        front.sendall(struct.pack("<I", 5) + b"batch")
+        assert link.recv_all() == [b"batch"] and not link.closed
+        link.send(b"a reply the front-end never reads")
+        front.close()                   # unread data: the worker's side sees a reset
+        assert link.recv_all() == [] and link.closed
+    finally:
+        link.close()

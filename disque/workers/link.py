@@ -371,6 +371,8 @@ class WorkerUnixLink:
                 msgs, n = self.reader.recv_from(self.sock, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
+            except OSError:
+                n = 0                   # reset: the front-end is gone (killed)
             if not n:
                 self.closed = True
                 break
