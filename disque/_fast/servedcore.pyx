@@ -121,6 +121,24 @@ cdef class Forwarded:
         self.data = None
 
 
+cpdef bytes take_ready(list out):
+    """The replies at the head of a connection's `out` that are ready, in order, joined and
+    taken off it; one still being made (a Forwarded with no data: another worker's, or a
+    producer's waiting for its copies) stops it, as nothing may overtake it. None: none."""
+    cdef Py_ssize_t ready = 0
+    for x in out:
+        if type(x) is not bytes:
+            if (<Forwarded>x).data is None:
+                break
+            out[ready] = (<Forwarded>x).data
+        ready += 1
+    if not ready:
+        return None
+    data = out[0] if ready == 1 else b"".join(out[:ready])
+    del out[:ready]
+    return data
+
+
 cdef class ServedClient:
     cdef public long long id
     cdef public object sock
@@ -543,7 +561,7 @@ cdef class ServedCore:
         """Write every connection's replies (the worker loop calls this after the AOF)."""
         cdef ServedClient c
         cdef list out, dirty
-        cdef Py_ssize_t ready, size
+        cdef Py_ssize_t size
         cdef ssize_t n
         cdef bytes data
         if self.peers is not None:
@@ -560,18 +578,9 @@ cdef class ServedCore:
                 if c.back is not None:
                     (<object>self).finish_back(c)
                 continue
-            # the replies ready in order; one of another worker still to come stops it
-            ready = 0
-            for x in out:
-                if type(x) is not bytes:
-                    if (<Forwarded>x).data is None:
-                        break
-                    out[ready] = (<Forwarded>x).data
-                ready += 1
-            if not ready:
+            data = take_ready(out)
+            if data is None:
                 continue
-            data = out[0] if ready == 1 else b"".join(out[:ready])
-            del out[:ready]
             size = len(data)
             n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
             if n < 0:

@@ -155,6 +155,14 @@ class ClusterRelay:
         for w in range(self.fe.nworkers):
             self.fe.send(w, [P.CONTROL, self.fe.new_reqid(w), "cluster", state])
 
+    def push_then_ok(self, client):
+        """push, and +OK once every worker has the new state (a ping behind it on each
+        link): a copy that comes straight from another node's worker (direct job links)
+        meets the new LEAVING or DEBUG BUS state from the reply on."""
+        self.push()
+        s = client.slot()
+        self.fe.control_all("ping", None, lambda res: s.fill(resp.OK))
+
     def cron(self):
         self.cluster.cron()
         self.push()             # reachability changes with time (PFAIL, links)
@@ -198,11 +206,7 @@ class ClusterRelay:
                 client.reply(b"-ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'\r\n")
                 return
             c.set_leaving(arg == b"yes")
-            self.push()
-            # replied once every worker knows: a copy that reaches a worker straight from
-            # another node's (direct job links) is refused from then on
-            s = client.slot()
-            self.fe.control_all("ping", None, lambda res: s.fill(resp.OK))
+            self.push_then_ok(client)
         else:
             client.reply(WRONG_CLUSTER)
 
@@ -263,10 +267,5 @@ class ClusterRelay:
         log.warning("DEBUG BUS %s: dropping %s bus traffic", mode.decode(),
                     "/".join(d for d, on in (("incoming", c.drop_in), ("outgoing", c.drop_out))
                              if on) or "no")
-        # the workers' direct job links obey it too: the reply waits until every worker
-        # has the new state (a ping behind it on each link), so the test that cuts a node
-        # off knows no copy reaches it any more
-        self.push()
-        s = client.slot()
-        self.fe.control_all("ping", None, lambda res: s.fill(resp.OK))
+        self.push_then_ok(client)       # the workers' direct job links obey it too
 

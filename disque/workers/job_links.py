@@ -12,8 +12,9 @@ connection, so nothing needs matching.
 Frames are <u32 length, little endian><msgpack>. The first frame on a connection is the
 hello [HELLO, VERSION, sender node id, receiver node id, receiver worker]; the receiver
 refuses a hello meant for another node or worker (a port reused after a restart). Every
-later one is a list of [type, flags, payload], as a JOBS bus frame carries. The receiver checks each entry as its front-end
-checks a bus frame (disque/_fast/busrelay.pyx, route_job_messages) and keeps what it owns.
+later one is a list of [type, flags, payload], as a JOBS bus frame carries. The receiver
+checks each entry as its front-end checks a bus frame (disque/_fast/busrelay.pyx,
+route_job_messages) and keeps what it owns.
 
 A message with no link up (still connecting, refused, the node has no ports, DEBUG BUS)
 goes on the bus through the front-end as before. The bus protocol already lives with lost
@@ -25,13 +26,13 @@ import errno
 import logging
 import select
 import socket
-import struct
 import time
 
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
 from disque._fast.framereader import AGAIN, TOO_LONG, read_frames
+from disque.contracts.worker_link import frame    # the same <u32 length><payload> framing
 
 log = logging.getLogger("disque.worker")
 
@@ -43,7 +44,6 @@ MAX_PENDING = 64 << 20          # output a peer does not take: above this the li
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
 HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
-HEADER = struct.Struct("<I")      # the writing half; disque/_fast/framereader.pyx reads
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
 packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
@@ -52,10 +52,6 @@ unpackb = msgpack.unpackb
 
 def monotonic_ms():
     return time.monotonic_ns() // 1000000
-
-
-def framed(payload):
-    return HEADER.pack(len(payload)) + payload
 
 
 class OutLink:
@@ -103,7 +99,6 @@ class JobLinks:
         ep.register(listener_fd, EPOLLIN)
         extra_fds[listener_fd] = self.on_accept
         self.myid = shard.node_id
-        self.endpoints = {}         # node id -> (ip, ports) from the membership
         self.links = {}             # (node id, w) -> OutLink
         self.boxes = {}             # node id -> [OutLink.box while up, else None] per worker
         self.everyone = ()          # other known nodes: destinations None
@@ -126,13 +121,13 @@ class JobLinks:
             self.links = {}
         self.everyone = tuple(n for n in state["known"] if n != myid)
         self.drop = bool(state.get("drop"))
-        endpoints = {node: (ip, tuple(ports)) for node, (ip, ports) in state.get("links", {}).items()}
+        endpoints = {node: (ip, tuple(ports))
+                     for node, (ip, ports) in state.get("links", {}).items()}
         for key, link in list(self.links.items()):
             ep = endpoints.get(key[0])
             if ep is None or key[1] >= len(ep[1]) or (ep[0], ep[1][key[1]]) != link.addr:
                 self.close_out(link)
                 del self.links[key]
-        self.endpoints = endpoints
         self.boxes = {}
         if self.drop:
             return                              # every message to the bus, which drops it
@@ -168,7 +163,7 @@ class JobLinks:
         for link in list(self.links.values()):
             box = link.box
             if box and link.up:
-                data = framed(packb(box))
+                data = frame(packb(box))
                 self.sent_msgs += len(box)
                 self.sent_frames += 1
                 del box[:]              # the same list stays in self.boxes
@@ -221,7 +216,7 @@ class JobLinks:
             slots = self.boxes.get(link.node)
             if slots is not None and link.w < len(slots):
                 slots[link.w] = link.box
-            self.write(link, framed(packb([HELLO, VERSION, self.myid, link.node, link.w])))
+            self.write(link, frame(packb([HELLO, VERSION, self.myid, link.node, link.w])))
             return
         if ev & EPOLLOUT and link.out:
             try:
@@ -238,13 +233,17 @@ class JobLinks:
             # the peer never writes on this connection: readable means closed or broken
             self.fail(link)
 
+    def unwatch(self, fd):
+        """Out of the worker's poll: before its socket closes."""
+        self.extra_fds.pop(fd, None)
+        try:
+            self.ep.unregister(fd)
+        except OSError:
+            pass
+
     def close_out(self, link):
         if link.sock is not None:
-            self.extra_fds.pop(link.fd, None)
-            try:
-                self.ep.unregister(link.fd)
-            except OSError:
-                pass
+            self.unwatch(link.fd)
             link.sock.close()
             link.sock = None
             link.fd = -1
@@ -300,17 +299,18 @@ class JobLinks:
         if got == AGAIN:
             return
         if got == TOO_LONG:
-            self.refuse(link, "a frame too long" if link.sender else "a first frame that is no hello")
+            self.refuse(link, "a frame too long" if link.sender
+                        else "a first frame that is no hello")
             return
-        for frame in frames:
-            if not self.on_frame(link, frame):
+        for data in frames:
+            if not self.on_frame(link, data):
                 return
         if not got:
             self.close_in(link)
 
-    def on_frame(self, link, frame):
+    def on_frame(self, link, data):
         try:
-            msgs = unpackb(frame, use_list=True)
+            msgs = unpackb(data, use_list=True)
         except Exception:
             self.refuse(link, "a frame that is not msgpack")
             return False
@@ -347,11 +347,7 @@ class JobLinks:
 
     def close_in(self, link):
         self.inbound.pop(link.fd, None)
-        self.extra_fds.pop(link.fd, None)
-        try:
-            self.ep.unregister(link.fd)
-        except OSError:
-            pass
+        self.unwatch(link.fd)
         link.sock.close()
 
     def close_all(self):

@@ -23,7 +23,7 @@ import time
 
 from disque._fast.jobid import queue_slot
 from disque._fast.resp import NULL_ARRAY
-from disque._fast.servedcore import ServedClient, ServedCore
+from disque._fast.servedcore import ServedClient, ServedCore, take_ready
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob
 from disque.workers.peer_links import PeerLinks
@@ -237,19 +237,12 @@ class ServedClients(ServedCore):
         """The worker stops: what was executed is written (best effort), then closed."""
         self.flush()
         for c in list(self.clients.values()):
-            # the replies up to the first one still being made (another worker's, or a
-            # producer's waiting for its copies): the later ones may not overtake it
-            ready = []
-            for x in c.out:
-                x = x if isinstance(x, bytes) else x.data
-                if x is None:
-                    break
-                ready.append(x)
+            ready = take_ready(c.out)      # up to a reply still being made
             if ready:
                 try:
                     c.sock.setblocking(True)
                     c.sock.settimeout(1.0)
-                    c.sock.sendall(b"".join(ready))
+                    c.sock.sendall(ready)
                 except OSError:
                     pass
             self.forget(c)
