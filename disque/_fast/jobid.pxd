@@ -1,5 +1,14 @@
+from libc.stdint cimport uint64_t
+
 cpdef unsigned int crc16(bytes data)
 cpdef unsigned int queue_slot(bytes queue)
 cpdef bint valid_id(bytes jid)
 cpdef int id_slot(bytes jid)
 cpdef unsigned int id_ttl_minutes(bytes jid)
+
+cdef class IdMaker:
+    cdef bytes prefix          # b"D-" + node8 + b"-"
+    cdef uint64_t seed_a, seed_b, counter
+    cdef public unsigned long long last_ctime
+    cpdef bytes make(self, unsigned int slot, long long ttl_seconds, long long retry)
+    cpdef unsigned long long next_ctime(self, long long now_ms)

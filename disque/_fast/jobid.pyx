@@ -99,9 +99,7 @@ cdef class IdMaker:
     counter, so IDs never repeat within a process, and 132 bits seeded from os.urandom keep
     processes and nodes apart.
     """
-    cdef bytes prefix          # b"D-" + node8 + b"-"
-    cdef uint64_t seed_a, seed_b, counter
-    cdef public unsigned long long last_ctime
+    # fields: jobid.pxd
 
     def __init__(self, node_id):
         if isinstance(node_id, str):

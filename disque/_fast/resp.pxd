@@ -10,3 +10,5 @@ cdef class RequestParser:
     cdef list parse_inline(self, char *base, Py_ssize_t size)
     cdef list parse_multibulk_header(self, char *base, Py_ssize_t size)
     cdef list parse_bulks(self, char *base, Py_ssize_t size)
+
+cpdef object parse_int(bytes s)

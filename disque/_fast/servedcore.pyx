@@ -178,7 +178,8 @@ cdef class ServedCore:
     cdef public Epoll ep
     cdef public dict clients        # fd -> ServedClient
     cdef public dict by_id          # client id -> ServedClient
-    cdef public dict table          # typed name -> (real name, route, arity)
+    cdef public dict table          # typed name -> (real name, route, arity, renamed)
+    cdef public dict handlers       # the shard's: changed in place, never replaced
     cdef public dict calls          # real name -> calls served (commandstats)
     cdef public double timeout
     cdef public long long slowlog_us
@@ -201,6 +202,7 @@ cdef class ServedCore:
         self.clients = {}
         self.by_id = {}
         self.table = {}
+        self.handlers = {}
         self.calls = {}
         self.timeout = 0
         self.slowlog_us = -1
@@ -220,29 +222,35 @@ cdef class ServedCore:
     # ---- the worker loop's poll ------------------------------------------------------
 
     def turn(self, bint block):
-        """One turn of the worker loop when only served connections and peer links have
-        news: poll, serve, write, all in C; True when the turn is done. False leaves the rest
-        of the turn to the worker's Python loop (disque/workers/process.py), in its usual
-        order, with what the poll found in link_ready / ticked: the link, the timer, the
-        hand-over channel, due job timers, consumer deadlines, replies or bus messages for
-        the front-end, consumers to serve, the AOF. Serving again there finds nothing left."""
+        """Turns of the worker loop while only served connections and peer links have news:
+        poll, serve, write, all in C, again and again; True when they are done (a signal
+        came: the loop looks at its flags). False leaves the rest of the turn to the
+        worker's Python loop (disque/workers/process.py), in its usual order, with what the
+        poll found in link_ready / ticked: the link, the timer (every tick, so the loop runs
+        at least that often), the hand-over channel, due job timers, consumer deadlines,
+        replies or bus messages for the front-end, consumers to serve, the AOF. Serving
+        again there finds nothing left. A non-blocking turn (the AOF has slices to work)
+        is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
-        self.poll(block)
-        if (self.link_ready or self.ticked or self.channel_ready or self.extra_ready
-                or core.aof_on):
-            return False
-        core.tick()
         shard = self.shard
-        if core.timers_due() or shard.consumers.deadlines:
-            return False                # the loop runs those before any command
-        self.serve_ready()
-        # what the loop does after serving: consumers to serve, INTEREST, bus messages and
-        # replies for the front-end, AOF rewrite or load slices
-        if (core.ready or core.out or core.bus_out or shard.interest_due
-                or shard.persistence.aof_busy):
-            return False
-        self.flush()
-        return True
+        while True:
+            if not self.poll(block):
+                return True             # a signal: its handler ran, the loop looks again
+            if (self.link_ready or self.ticked or self.channel_ready or self.extra_ready
+                    or core.aof_on):
+                return False
+            core.tick()
+            if core.timers_due() or shard.consumers.deadlines:
+                return False            # the loop runs those before any command
+            self.serve()
+            # what the loop does after serving: consumers to serve, INTEREST, bus messages
+            # and replies for the front-end, AOF rewrite or load slices
+            if (core.ready or core.out or core.bus_out or shard.interest_due
+                    or shard.persistence.aof_busy):
+                return False
+            self.write_all()
+            if not block:
+                return True
 
     def wait(self, bint block):
         """(link readable, timer fired); readable clients and channel are kept for
@@ -250,7 +258,8 @@ cdef class ServedCore:
         self.poll(block)
         return self.link_ready, self.ticked
 
-    cdef poll(self, bint block):
+    cdef bint poll(self, bint block) except -1:
+        """False: a signal interrupted the wait (its Python handler has run)."""
         cdef epoll_event evs[MAX_EVENTS]
         cdef int n, i, fd, epfd = self.ep.fd
         cdef unsigned int ev
@@ -265,7 +274,7 @@ cdef class ServedCore:
             if errno != EINTR:
                 PyErr_SetFromErrno(OSError)
             PyErr_CheckSignals()    # a signal: its handler runs, the loop looks again
-            return
+            return False
         cdef dict clients = self.clients
         peers = self.peers
         for i in range(n):
@@ -288,8 +297,12 @@ cdef class ServedCore:
                 self.channel_ready = True
         self.link_ready = link_ready
         self.ticked = ticked
+        return True
 
     def serve_ready(self):
+        self.serve()
+
+    cdef int serve(self) except -1:
         cdef list ready
         cdef ServedClient c
         if self.channel_ready:
@@ -314,6 +327,7 @@ cdef class ServedCore:
                     self.read(c)
         if self.unblocked:
             self.resume_unblocked()
+        return 0
 
     # ---- input ---------------------------------------------------------------------------
 
@@ -388,8 +402,14 @@ cdef class ServedCore:
         cdef Py_ssize_t n = len(names)
         (<ShardCore>self.shard).account_share(names, d)
         cdef dict calls = self.calls
-        for name in names:
-            calls[name] = calls.get(name, 0) + 1
+        cdef Py_ssize_t i = 0, j
+        while i < n:
+            name = names[i]             # a run of one command at once, as account_share
+            j = i + 1
+            while j < n and names[j] is name:
+                j += 1
+            calls[name] = calls.get(name, 0) + (j - i)
+            i = j
         self.commands += n
         c.last_cmd = names[n - 1]
         if self.slowlog_us >= 0 and d // 1000 >= self.slowlog_us:
@@ -397,20 +417,22 @@ cdef class ServedCore:
 
     cdef object execute(self, ServedClient c, list argv):
         """The reply of a command this worker serves alone, or None to hand it back."""
-        cdef bytes typed = (<bytes>argv[0]).lower()
-        entry = self.table.get(typed)
+        # the name as sent first: the table also holds each name in capitals (configure)
+        entry = self.table.get(argv[0])
         if entry is None:
-            return None
+            entry = self.table.get((<bytes>argv[0]).lower())
+            if entry is None:
+                return None
         cdef bytes name = entry[0]
         cdef int route = entry[1], arity = entry[2], w, v
         cdef Py_ssize_t argc = len(argv)
         if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
             return None
-        shard = self.shard
+        cdef ShardCore core = <ShardCore>self.shard
         cdef int me = self.index, nw = self.nworkers
         if route == ROUTE_QUEUE:
             w = queue_slot(argv[1]) % nw
-            if name == b"addjob" and shard.cluster_size > 1:
+            if name == b"addjob" and core.cluster_size > 1:
                 # it may wait for copies: served here when the queue is ours
                 return self.addjob_clustered(c, argv) if w == me else None
             if w != me:
@@ -444,11 +466,11 @@ cdef class ServedCore:
                 return None
             self.names.append(b"ping")
             return PONG_REPLY if argc == 1 else bulk(argv[1])
-        if typed != name:
+        if entry[3]:
             argv[0] = name          # renamed: the shard knows a command by its real name
         # looked up each time: while AOF writes fail the write commands' handlers answer
         # -MISCONF (disque/workers/persistence.py swaps them)
-        reply = (<ShardCore>shard).run_command(name, shard.handlers[name], argv)
+        reply = core.run_command(name, self.handlers[name], argv)
         if reply is None:                       # cannot happen off a cluster: say so
             log.error("Served %s waits for copies: answered with an error", name)
             reply = INTERNAL_ERROR
@@ -467,7 +489,7 @@ cdef class ServedCore:
         cdef long long wid = self.next_wait_id
         self.next_wait_id -= 1
         # Shard.run_with_copies, without its Python frame
-        reply = (<ShardCore>shard).run_command(b"addjob", shard.handlers[b"addjob"], argv)
+        reply = (<ShardCore>shard).run_command(b"addjob", self.handlers[b"addjob"], argv)
         if reply is None:
             reply = shard.replication.replicate_new(wid, argv)
         if reply is not None:
@@ -545,7 +567,7 @@ cdef class ServedCore:
         if name == b"getjob":                   # GETJOB ... NOHANG of our queues
             return (<object>self).peer_getjob(argv)
         shard = self.shard
-        handler = shard.handlers.get(name)
+        handler = self.handlers.get(name)
         if handler is None:
             return shard.execute(0, argv)       # the shard words the error
         cdef long long t0 = mono_ns()
@@ -559,6 +581,9 @@ cdef class ServedCore:
 
     def flush(self):
         """Write every connection's replies (the worker loop calls this after the AOF)."""
+        self.write_all()
+
+    cdef int write_all(self) except -1:
         cdef ServedClient c
         cdef list out, dirty
         cdef Py_ssize_t size
@@ -603,3 +628,4 @@ cdef class ServedCore:
                 c.last_io = monotonic()
             if c.back is not None:
                 (<object>self).finish_back(c)
+        return 0

@@ -1,5 +1,5 @@
 from disque._fast.job cimport Job
-from disque._fast.jobid cimport queue_slot
+from disque._fast.jobid cimport IdMaker, queue_slot
 from disque._fast.skiplist cimport JobQueue
 from disque._fast.timers cimport TimerHeap
 
@@ -31,7 +31,7 @@ cdef class ShardCore:
     cdef public dict jobs
     cdef public dict queues
     cdef public TimerHeap timers
-    cdef public object ids
+    cdef public IdMaker ids
     cdef public bytes node_id
     cdef public tuple self_nodes
     cdef public set ready

@@ -10,15 +10,16 @@ from disque._fast.sysio cimport real_ms
 from collections import deque
 
 from libc.stdlib cimport realloc, free
+from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
 from bisect import bisect_left
 
-from disque._fast.resp import parse_int
+from disque._fast.resp cimport parse_int
 from disque.statslog import LATENCY_BOUNDS_US
-from disque._fast.jobid import IdMaker
 
 DEF PAUSE_IN = 1
 DEF PAUSE_OUT = 2
@@ -155,23 +156,111 @@ cdef class ScanLog:
         self.n_dead = 0
 
 
+cdef bytes status_line(bytes text):
+    """+text CRLF in one allocation."""
+    cdef Py_ssize_t n = len(text)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 3)
+    cdef char *p = PyBytes_AS_STRING(out)
+    p[0] = b'+'
+    memcpy(p + 1, <char *>text, n)
+    p[n + 1] = 13
+    p[n + 2] = 10
+    return out
+
+
+cdef inline Py_ssize_t int_size(long long v):
+    """Characters of v in decimal."""
+    cdef Py_ssize_t n = 1
+    if v < 0:
+        n += 1
+        v = -v
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+cdef inline char *put_int(char *p, char kind, long long v):
+    """`kind` v CRLF (a RESP length or integer line); returns the end."""
+    cdef char digits[24]
+    cdef int k = 0
+    cdef bint neg = v < 0
+    p[0] = kind
+    p += 1
+    if neg:
+        p[0] = b'-'
+        p += 1
+        v = -v
+    while True:
+        digits[k] = <char>(48 + v % 10)
+        k += 1
+        v //= 10
+        if v == 0:
+            break
+    while k > 0:
+        k -= 1
+        p[0] = digits[k]
+        p += 1
+    p[0] = 13
+    p[1] = 10
+    return p + 2
+
+
+cdef inline char *put_bulk(char *p, bytes b):
+    cdef Py_ssize_t n = len(b)
+    p = put_int(p, b'$', n)
+    memcpy(p, <char *>b, n)
+    p[n] = 13
+    p[n + 1] = 10
+    return p + n + 2
+
+
+cdef inline Py_ssize_t bulk_size(Py_ssize_t n):
+    return 3 + int_size(n) + n + 2
+
+
+cdef Py_ssize_t job_size(Job job, bint withcounters):
+    cdef Py_ssize_t n = 4 + bulk_size(len(<bytes>job.queue)) + bulk_size(len(<bytes>job.id)) \
+        + bulk_size(len(<bytes>job.body))
+    if withcounters:
+        n += bulk_size(5) + 3 + int_size(job.nacks) + bulk_size(21) + 3 \
+            + int_size(job.additional_deliveries)
+    return n
+
+
+cdef char *put_job(char *p, Job job, bint withcounters):
+    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
+    p = put_int(p, b'*', 7 if withcounters else 3)
+    p = put_bulk(p, job.queue)
+    p = put_bulk(p, job.id)
+    p = put_bulk(p, job.body)
+    if withcounters:
+        p = put_bulk(p, b"nacks")
+        p = put_int(p, b':', job.nacks)
+        p = put_bulk(p, b"additional-deliveries")
+        p = put_int(p, b':', job.additional_deliveries)
+    return p
+
+
 cpdef bytes encode_job(Job job, bint withcounters):
     """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
-    cdef bytes q = job.queue
-    cdef bytes b = job.body
-    if withcounters:
-        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$5\r\nnacks\r\n:%d\r\n$21\r\nadditional-deliveries\r\n:%d\r\n" % (
-            len(q), q, job.id, len(b), b, job.nacks, job.additional_deliveries)
-    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (len(q), q, job.id, len(b), b)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, job_size(job, withcounters))
+    put_job(PyBytes_AS_STRING(out), job, withcounters)
+    return out
 
 
 cpdef bytes encode_jobs(list jobs, bint withcounters):
-    """GETJOB's whole reply for `jobs` (not empty)."""
-    cdef list parts = [b"*%d\r\n" % len(jobs)]
+    """GETJOB's whole reply for `jobs` (not empty), written into one bytes object: its size
+    first, then each element in place (no formatting, no join)."""
+    cdef Py_ssize_t size = 3 + int_size(len(jobs))
     cdef Job job
     for job in jobs:
-        parts.append(encode_job(job, withcounters))
-    return b"".join(parts)
+        size += job_size(job, withcounters)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef char *p = put_int(PyBytes_AS_STRING(out), b'*', len(jobs))
+    for job in jobs:
+        p = put_job(p, job, withcounters)
+    return out
 
 
 cpdef long long expire_ms(Job job):
@@ -375,9 +464,17 @@ cdef class ShardCore:
         cdef Py_ssize_t n = len(names)
         cdef long long share = ns // n
         cdef dict command_ns = <dict>self.command_ns, command_count = <dict>self.command_count
-        for name in names:
-            command_ns[name] = command_ns.get(name, 0) + share
-            command_count[name] = command_count.get(name, 0) + 1
+        cdef Py_ssize_t i = 0, j
+        while i < n:
+            # a run of one command (a pipeline of ADDJOBs) is counted at once; the names
+            # are the command table's objects, so `is` finds the run
+            name = names[i]
+            j = i + 1
+            while j < n and names[j] is name:
+                j += 1
+            command_ns[name] = command_ns.get(name, 0) + share * (j - i)
+            command_count[name] = command_count.get(name, 0) + (j - i)
+            i = j
         self.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
 
     cpdef long long ack_lone(self, list argv, list left) except -1:
@@ -535,7 +632,10 @@ cdef class ShardCore:
                 return b"-PAUSED Queue paused in input, try later\r\n"
             qname = q.name                   # one bytes object per queue name, shared by its jobs
         cdef long long now = self.now_ms
-        cdef Job job = Job(self.ids.make(queue_slot(qname), ttl, retry), qname, body)
+        cdef Job job = Job.__new__(Job)     # Job.__init__'s Python call, without it
+        job.id = self.ids.make(queue_slot(qname), ttl, retry)
+        job.queue = qname
+        job.body = body
         job.ctime = self.ids.next_ctime(now)
         job.etime = self.now_s + ttl
         job.delay = delay
@@ -563,4 +663,4 @@ cdef class ShardCore:
             self.enqueue(job, False)
         if self.aof_on:
             self.aof_loadjob(job)
-        return b"+" + job.id + b"\r\n"
+        return status_line(job.id)

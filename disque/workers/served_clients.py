@@ -42,6 +42,7 @@ class ServedClients(ServedCore):
         self.index = index
         self.nworkers = nworkers
         self.shard = shard
+        self.handlers = shard.handlers
         self.channel = channel
         self.link_fd = link_fd
         self.timer_fd = timer_fd
@@ -230,8 +231,13 @@ class ServedClients(ServedCore):
         self.timeout = conf["timeout"]
         self.slowlog_us = conf["slowlog"]
         handlers = self.shard.handlers
-        self.table = {typed: (real, route, arity) for typed, real, route, arity in conf["table"]
-                      if real in handlers or route in (H.ROUTE_PING, H.ROUTE_GETJOB)}
+        table = {}
+        for typed, real, route, arity in conf["table"]:
+            if real in handlers or route in (H.ROUTE_PING, H.ROUTE_GETJOB):
+                entry = (real, route, arity, typed != real)
+                # clients send capitals (redis-py, redis-cli): found without a lower()
+                table[typed] = table[typed.upper()] = entry
+        self.table = table
 
     def close_all(self):
         """The worker stops: what was executed is written (best effort), then closed."""
