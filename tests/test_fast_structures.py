@@ -242,3 +242,50 @@ def test_pop_due_respects_limit_and_order():
     first = heap.pop_due(1000, 3)
     assert first == [jobs[9], jobs[8], jobs[7]]
     assert len(heap) == 7
+
+
+# ---- GETJOB's reply, written in place (shardcore.encode_job / encode_jobs) -------------
+
+def formatted_job(job, withcounters):
+    """The reply element as %-formatting wrote it before encode_job wrote it in place."""
+    q, b = job.queue, job.body
+    if withcounters:
+        return (b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$5\r\nnacks\r\n:%d\r\n"
+                b"$21\r\nadditional-deliveries\r\n:%d\r\n"
+                % (len(q), q, job.id, len(b), b, job.nacks, job.additional_deliveries))
+    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (len(q), q, job.id, len(b), b)
+
+
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=120), st.binary(max_size=1100),
+                          st.integers(0, 65535), st.integers(0, 65535)), min_size=1, max_size=12),
+       st.booleans())
+def test_getjob_reply_is_written_as_formatted(specs, withcounters):
+    from disque._fast.shardcore import encode_job, encode_jobs
+    maker = IdMaker(NODE)
+    jobs = []
+    for queue, body, nacks, extra in specs:
+        j = Job(maker.make(0, 3600, 1), queue, body)
+        j.nacks, j.additional_deliveries = nacks, extra
+        jobs.append(j)
+        assert encode_job(j, withcounters) == formatted_job(j, withcounters)
+    assert encode_jobs(jobs, withcounters) == (
+        b"*%d\r\n" % len(jobs) + b"".join(formatted_job(j, withcounters) for j in jobs))
+
+
+def test_latency_buckets_match_bisect_on_the_bounds():
+    import bisect
+    from disque.statslog import LATENCY_BOUNDS_US
+    from disque.workers.shard import Shard
+    shard = Shard(0, 1, b"a" * 40, {})
+    probes = sorted({0, 1} | {b + d for b in LATENCY_BOUNDS_US for d in (-1, 0, 1)} | {10 ** 9})
+    for us in probes:
+        before = list(shard.latency_counts)
+        shard.account(b"addjob", us * 1000)
+        changed = [i for i, (a, b) in enumerate(zip(before, shard.latency_counts)) if a != b]
+        assert changed == [bisect.bisect_left(LATENCY_BOUNDS_US, us)], us
+        before = list(shard.latency_counts)
+        shard.account_share([b"addjob", b"addjob", b"getjob"], us * 1000 * 3)
+        changed = [i for i, (a, b) in enumerate(zip(before, shard.latency_counts)) if a != b]
+        assert changed == [bisect.bisect_left(LATENCY_BOUNDS_US, us)], us
+    n = len(probes)
+    assert shard.command_count[b"addjob"] == 3 * n and shard.command_count[b"getjob"] == n

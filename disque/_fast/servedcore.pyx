@@ -180,6 +180,9 @@ cdef class ServedCore:
     cdef public dict by_id          # client id -> ServedClient
     cdef public dict table          # typed name -> (real name, route, arity, renamed)
     cdef public dict handlers       # the shard's: changed in place, never replaced
+    cdef public list deadlines      # the shard's consumers' GETJOB deadlines (never replaced)
+    cdef public set interest_due    # the shard's (never replaced)
+    cdef public object persistence  # the shard's
     cdef public dict calls          # real name -> calls served (commandstats)
     cdef public double timeout
     cdef public long long slowlog_us
@@ -203,6 +206,8 @@ cdef class ServedCore:
         self.by_id = {}
         self.table = {}
         self.handlers = {}
+        self.deadlines = []
+        self.interest_due = set()
         self.calls = {}
         self.timeout = 0
         self.slowlog_us = -1
@@ -232,7 +237,7 @@ cdef class ServedCore:
         again there finds nothing left. A non-blocking turn (the AOF has slices to work)
         is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
-        shard = self.shard
+        persistence = self.persistence
         while True:
             if not self.poll(block):
                 return True             # a signal: its handler ran, the loop looks again
@@ -240,13 +245,13 @@ cdef class ServedCore:
                     or core.aof_on):
                 return False
             core.tick()
-            if core.timers_due() or shard.consumers.deadlines:
+            if core.timers_due() or self.deadlines:
                 return False            # the loop runs those before any command
             self.serve()
             # what the loop does after serving: consumers to serve, INTEREST, bus messages
             # and replies for the front-end, AOF rewrite or load slices
-            if (core.ready or core.out or core.bus_out or shard.interest_due
-                    or shard.persistence.aof_busy):
+            if (core.ready or core.out or core.bus_out or self.interest_due
+                    or persistence.aof_busy):
                 return False
             self.write_all()
             if not block:

@@ -16,7 +16,6 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
-from bisect import bisect_left
 
 from disque._fast.resp cimport parse_int
 from disque.statslog import LATENCY_BOUNDS_US
@@ -154,6 +153,22 @@ cdef class ScanLog:
     def clear(self):
         self.items = []
         self.n_dead = 0
+
+
+# the stats log's latency bounds as C numbers: a command's bucket without a Python call
+cdef long long LATENCY_BOUNDS[32]
+cdef Py_ssize_t N_LATENCY_BOUNDS = len(LATENCY_BOUNDS_US)
+assert N_LATENCY_BOUNDS <= 32
+for _i, _b in enumerate(LATENCY_BOUNDS_US):
+    LATENCY_BOUNDS[_i] = _b
+
+
+cdef inline Py_ssize_t latency_bucket(long long us):
+    """bisect_left(LATENCY_BOUNDS_US, us)."""
+    cdef Py_ssize_t i = 0
+    while i < N_LATENCY_BOUNDS and LATENCY_BOUNDS[i] < us:
+        i += 1
+    return i
 
 
 cdef bytes status_line(bytes text):
@@ -456,7 +471,7 @@ cdef class ShardCore:
         cdef dict command_ns = <dict>self.command_ns, command_count = <dict>self.command_count
         command_ns[name] = command_ns.get(name, 0) + ns
         command_count[name] = command_count.get(name, 0) + 1
-        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, ns // 1000)] += 1
+        self.latency_counts[latency_bucket(ns // 1000)] += 1
 
     cpdef account_share(self, list names, long long ns):
         """The commands `names` took `ns` together (one read of a served connection): each
@@ -475,7 +490,7 @@ cdef class ShardCore:
             command_ns[name] = command_ns.get(name, 0) + share * (j - i)
             command_count[name] = command_count.get(name, 0) + (j - i)
             i = j
-        self.latency_counts[bisect_left(LATENCY_BOUNDS_US, share // 1000)] += n
+        self.latency_counts[latency_bucket(share // 1000)] += n
 
     cpdef long long ack_lone(self, list argv, list left) except -1:
         """ACKJOB's common case on a lone node (Shard.cmd_ackjob): every job whose copies

@@ -45,7 +45,7 @@ class Consumers:
     def __init__(self, shard):
         self.shard = shard
         self.by_client = {}
-        self.deadlines = []             # heap of (deadline_ms, seq, Blocked)
+        self.deadlines = []             # heap of (deadline_ms, seq, Blocked); never replaced
         self.seq = 0
 
     def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
@@ -184,4 +184,4 @@ class Consumers:
             live = [e for e in deadlines if not e[2].done]
             if len(live) * 2 < len(deadlines):
                 heapq.heapify(live)
-                self.deadlines = live
+                deadlines[:] = live     # in place: the served core holds this list

@@ -43,6 +43,10 @@ class ServedClients(ServedCore):
         self.nworkers = nworkers
         self.shard = shard
         self.handlers = shard.handlers
+        # what turn() checks on every turn, held: no attribute lookups through the shard
+        self.deadlines = shard.consumers.deadlines
+        self.interest_due = shard.interest_due
+        self.persistence = shard.persistence
         self.channel = channel
         self.link_fd = link_fd
         self.timer_fd = timer_fd

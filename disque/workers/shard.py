@@ -71,7 +71,7 @@ class Shard(ShardCore):
         super().__init__(node_id)
         self.index = index
         self.nworkers = nworkers
-        self.interest_due = set()             # queues whose INTEREST waits for its rate limit
+        self.interest_due = set()             # queues whose INTEREST waits for its rate limit; never replaced
         self.out = []                         # replies/offers for the front-end
         self.config = config or {}
         self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
