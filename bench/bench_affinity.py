@@ -22,6 +22,7 @@ next to the original's single-core ceiling (1 / its CPU per job).
     python bench/bench_affinity.py --disque-binary <original>/src/disque-server
     python bench/bench_affinity.py --rounds 3 --disque-binary ...   # median of 3 alternating rounds
     python bench/bench_affinity.py --quick --disque-binary ...      # a smoke run
+    python bench/bench_affinity.py --loads spread --clients 4 ...   # forwarding, few connections
 """
 from __future__ import annotations
 
@@ -218,6 +219,29 @@ def median_round(runs: list[dict], loads) -> dict:
     return out
 
 
+def forwarding_projection(ours: dict) -> list[str]:
+    """The same projection with the forwarding a spread connection needs. With N workers,
+    (N - 1) / N of its commands go to another worker; the cost of one forwarded command
+    is read off the 1- and 2-worker runs (half forwarded with 2): 2 x (w2 - w1)."""
+    spread = {w: (ours.get(f"ours_w{w}") or {}).get("spread") for w in (1, 2)}
+    if not spread[1] or not spread[2]:
+        return []
+    one = sum(spread[1]["cpu_us_per_job_by_role"].values())
+    two = spread[2]["cpu_us_per_job_by_role"]
+    front = two.get("front-end", 0.0)
+    hop = max(0.0, 2 * (sum(two.values()) - one))
+    cells = []
+    for cores in PROJECT_CORES:
+        nworkers = max(1, cores - 1)
+        total = one + hop * (nworkers - 1) / nworkers
+        limits = [cores / total * 1e6, nworkers / (total - front) * 1e6]
+        if front:
+            limits.append(1e6 / front)
+        cells.append(f"{cores} cores {min(limits):,.0f}/s")
+    return [f"  ours, forwarding counted ({hop:.2f} us per forwarded command, from w1 and w2): "
+            + ", ".join(cells)]
+
+
 def projection(ours: dict, original: dict | None) -> list[str]:
     """Throughput at more cores from the spread load's CPU per job, per process."""
     lines = []
@@ -239,6 +263,7 @@ def projection(ours: dict, original: dict | None) -> list[str]:
                 limits.append(nworkers / workers * 1e6)
             cells.append(f"{cores} cores {min(limits):,.0f}/s")
         lines.append(f"  {label}: total {total:.2f} us/job (front-end {front:.2f}): " + ", ".join(cells))
+    lines.extend(forwarding_projection(ours))
     if original and original.get("spread"):
         c = original["spread"]["cpu_us_per_job"]
         lines.append(f"  original: {c:.2f} us/job, single-core ceiling {1e6 / c:,.0f}/s at any core count")
@@ -254,11 +279,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--keep-logs", action="store_true",
                     help="keep the servers' logs directory (it is kept anyway when a round fails)")
+    ap.add_argument("--clients", type=int, default=50,
+                    help="redis-benchmark connections of plain, pipe16, spread and repl3 (50)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate the servers this many times; the median round is shown")
     mine = ap.parse_args(argv)
     args = B.parse_args(["--quick"] if mine.quick else [])
     args.disque_binary = mine.disque_binary
+    args.clients = mine.clients
     args.loads = [x for x in mine.loads.split(",") if x]
     args.logdir = tempfile.mkdtemp(prefix="disque-bench-affinity-")
     targets = []
@@ -301,7 +329,7 @@ def main(argv=None) -> int:
         for load, r in res.items():
             print(f"  {k:<9} {load:<7} " + ", ".join(
                 f"{role} {v:.2f}" for role, v in sorted(r["cpu_us_per_job_by_role"].items())))
-    print("\nprojection from the spread load (1,000 queues, 50 connections):")
+    print(f"\nprojection from the spread load (1,000 queues, {args.clients} connections):")
     for line in projection({k: v for k, v in results.items() if k != "original"}, original):
         print(line)
     if mine.json:
