@@ -197,6 +197,8 @@ cdef class ServedCore:
     cdef public list unblocked      # clients whose ADDJOB was answered: their held commands next
     cdef public long long next_wait_id
     cdef public bint link_ready, ticked     # what the last poll found besides the clients
+    cdef public bint woke           # it found a client, a peer, the channel or a job link
+    cdef public bint idle           # the worker ticks slowly: every wake-up goes to its loop
     cdef public dict extra_fds      # fd -> on_event(events): direct job links (job_links.py)
     cdef public list extra_ready    # (fd, events) the last poll found for them
 
@@ -242,7 +244,7 @@ cdef class ServedCore:
             if not self.poll(block):
                 return True             # a signal: its handler ran, the loop looks again
             if (self.link_ready or self.ticked or self.channel_ready or self.extra_ready
-                    or core.aof_on):
+                    or core.aof_on or self.idle):
                 return False
             core.tick()
             if core.timers_due() or self.deadlines:
@@ -302,6 +304,7 @@ cdef class ServedCore:
                 self.channel_ready = True
         self.link_ready = link_ready
         self.ticked = ticked
+        self.woke = n > <int>link_ready + <int>ticked
         return True
 
     def serve_ready(self):

@@ -32,6 +32,10 @@ PR_SET_PDEATHSIG = 1
 TICK_MS = 10             # job timers fire within this of their due time (SPEC allows 100)
 SLOW_CRON_TICKS = 50
 CLUSTER_CRON_TICKS = 10
+# An idle worker ticks every IDLE_TICK_MS instead (docs/design.md, "The idle tick"): after
+# IDLE_AFTER_MS with no command and no job message, when nothing is due within a tick
+IDLE_TICK_MS = 100
+IDLE_AFTER_MS = 1000
 log = logging.getLogger("disque.worker")
 
 
@@ -58,6 +62,8 @@ class Worker:
         self.served = None          # ServedClients when the front-end hands connections over
         self.peers = peers          # sockets to the other workers (disque/workers/peer_links.py)
         self.job_links_fd = job_links_fd    # listening socket for other nodes' workers
+        self.work = 0               # requests and job messages from the front-end (not control)
+        self.timer = None
         self.job_links = None       # JobLinks (disque/workers/job_links.py)
 
     def control(self, name, arg):
@@ -68,6 +74,7 @@ class Worker:
             info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory_used(),
                         cpu_user=cpu.user, cpu_sys=cpu.system,
                         ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
+                        tick_ms=self.timer.interval_ms if self.timer is not None else TICK_MS,
                         aof=shard.persistence.aof_info())
             if self.served is not None:
                 info["served"] = self.served.totals()
@@ -109,6 +116,8 @@ class Worker:
         for req in batch:
             kind = req[0]
             self.ops += 1
+            if kind != P.CONTROL:
+                self.work += 1
             if kind == P.CMD:
                 try:
                     reply = shard.execute(req[1], req[2])
@@ -140,7 +149,7 @@ class Worker:
         link = self.link
         shard = self.shard
         persistence, replication, consumers = shard.persistence, shard.replication, shard.consumers
-        timer = PeriodicTimer(TICK_MS)
+        timer = self.timer = PeriodicTimer(TICK_MS)
         if link.channel is not None:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
                                                  link.sock.fileno(), timer.fileno(), self.peers)
@@ -159,6 +168,9 @@ class Worker:
         ticks = 0
         cluster_ticks = 0
         job_links = self.job_links
+        idle = False                # ticking every IDLE_TICK_MS
+        last_work = self.work_done()
+        last_work_ms = shard.now_ms
         while self.running and not link.closed:
             # an AOF load or a rewrite with slices left goes on at once, not at the next tick
             block = not persistence.aof_busy or not persistence.aof_has_slices()
@@ -182,10 +194,11 @@ class Worker:
             if served is not None:
                 served.serve_ready()        # connections this worker serves itself
             if ticked:
-                ticks += timer.drain()
+                per = timer.interval_ms // TICK_MS      # 10 ms ticks one expiry stands for
+                ticks += timer.drain() * per
                 if replication.repl_waits:
                     replication.repl_cron()     # producers' timeouts, one more node each 50 ms
-                cluster_ticks += 1
+                cluster_ticks += per
                 if cluster_ticks >= CLUSTER_CRON_TICKS:
                     cluster_ticks = 0
                     self.cluster_cron()
@@ -219,6 +232,19 @@ class Worker:
                 shard.out = []
             if persistence.aof_busy:
                 persistence.aof_work()      # rewrite / load slices, auto rewrite, retries
+            # the idle tick: after IDLE_AFTER_MS without work, and back at the first work or
+            # as soon as something is due within a slow tick
+            work = self.work_done()
+            if work != last_work or (served is not None and served.woke):
+                last_work = work
+                last_work_ms = shard.now_ms
+                if idle:
+                    idle = self.set_idle(False)
+            elif idle:
+                if not self.may_idle():
+                    idle = self.set_idle(False)
+            elif ticked and shard.now_ms - last_work_ms >= IDLE_AFTER_MS and self.may_idle():
+                idle = self.set_idle(True)
         if link.closed and self.running:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
         if served is not None:
@@ -230,6 +256,34 @@ class Worker:
         shard.persistence.aof_close()
         timer.close()
         link.close()
+
+    def work_done(self):
+        """A count that moves with every command and job message this worker gets (control
+        messages, such as the front-end's memory level every 100 ms, leave it)."""
+        n = self.work
+        if self.served is not None:
+            n += self.served.commands
+        if self.job_links is not None:
+            n += self.job_links.received_msgs
+        return n
+
+    def may_idle(self):
+        """Nothing this worker does needs the 10 ms tick within the next slow one: no job
+        timer due within IDLE_TICK_MS + TICK_MS, no consumer deadline, no producer waiting
+        for copies, no AOF work, nothing queued for the loop, not leaving."""
+        shard = self.shard
+        if (shard.consumers.deadlines or shard.replication.repl_waits or shard.ready
+                or shard.interest_due or shard.bus_out or shard.out or shard.leaving
+                or shard.persistence.aof_busy):
+            return False
+        when = shard.timers.next_when()
+        return when == 0 or when > shard.now_ms + IDLE_TICK_MS + TICK_MS
+
+    def set_idle(self, idle):
+        self.timer.set_interval(IDLE_TICK_MS if idle else TICK_MS)
+        if self.served is not None:
+            self.served.idle = idle     # every wake-up then comes back to this loop
+        return idle
 
     def cluster_cron(self):
         """Every 100 ms on a node of a cluster: federation interest, LEAVING consumers."""

@@ -1,0 +1,93 @@
+"""The idle tick (docs/design.md, "The idle tick"): a worker with nothing to do ticks every
+100 ms instead of every 10, and is back on the 10 ms tick before anything it does needs it.
+
+INFO goes to the workers as control messages, which do not count as work, so polling it
+does not wake them.
+"""
+import time
+
+import pytest
+
+from support.resp_client import RawConn, encode_command
+from support.waits import wait_until
+
+IDLE_TICK_MS = 100
+TICK_MS = 10
+IDLE_WITHIN_S = 5.0         # 1 s without work, plus slack for a slow machine
+
+
+def worker_ticks(srv):
+    """{worker index: its tick in ms}, from INFO's workerN lines."""
+    out = {}
+    for key, value in srv.info_fields().items():
+        if key.startswith("worker") and key[6:].isdigit():
+            fields = dict(kv.split("=", 1) for kv in value.split(","))
+            out[int(key[6:])] = int(fields["tick_ms"])
+    return out
+
+
+def wait_idle(srv):
+    wait_until(lambda: set(worker_ticks(srv).values()) == {IDLE_TICK_MS}, timeout=IDLE_WITHIN_S,
+               message="the workers did not go to the idle tick")
+
+
+def expires_on_time(conn, queue, ttl=1):
+    """ADDJOB with TTL `ttl` on `conn`; True if a QLEN sent at TTL + the 10 ms tick finds
+    the queue empty (the job expired on time)."""
+    assert conn.execute("ADDJOB", queue, "body", 0, "TTL", ttl).startswith(b"D-")
+    added = time.monotonic()
+    wait_until(lambda: time.monotonic() >= added + ttl + TICK_MS / 1000, timeout=ttl + 5,
+               interval=0.002)
+    return conn.execute("QLEN", queue) == 0
+
+
+@pytest.mark.server
+def test_an_idle_node_s_workers_tick_slowly_and_wake_at_the_first_command(start_server):
+    srv = start_server(workers=2)
+    wait_idle(srv)
+    with RawConn(srv.port) as r:
+        assert r.execute("ADDJOB", "wake", "body", 0).startswith(b"D-")
+        ticks = worker_ticks(srv)
+    assert TICK_MS in ticks.values(), ticks     # the queue's worker is on the 10 ms tick
+    wait_idle(srv)                              # and idle again once the work stops
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("served", [True, False], ids=["served-connection", "front-end"])
+def test_a_job_added_to_an_idle_worker_expires_on_time(start_server, served):
+    srv = start_server(workers=1, extra_args=() if served else ("--connection-affinity", "no"))
+    with RawConn(srv.port) as r:
+        # with affinity the connection is handed to the worker after this command, so the
+        # ADDJOB below reaches it straight from the socket (the C loop's path)
+        assert r.execute("QLEN", "ttl") == 0
+        late = []
+        for i in range(3):
+            wait_idle(srv)
+            if not expires_on_time(r, "ttl%d" % i):
+                late.append(i)
+    assert not late, f"jobs added to an idle worker still queued after their TTL: {late}"
+
+
+@pytest.mark.server
+def test_a_delayed_job_reaches_a_waiting_consumer_on_time_across_the_idle_tick(start_server):
+    # DELAY 2: the commands keep the worker on the 10 ms tick for a second, then it goes
+    # idle with the job's timer a second away, and must be back on the 10 ms tick before it
+    srv = start_server(workers=1)
+    late = []
+    with RawConn(srv.port) as producer, RawConn(srv.port) as consumer:
+        for i in range(4):
+            queue = "delayed%d" % i
+            consumer.send(encode_command("GETJOB", "FROM", queue))    # blocks: nothing yet
+            wait_idle(srv)
+            assert producer.execute("ADDJOB", queue, "body", 0, "DELAY", 2).startswith(b"D-")
+            added = time.monotonic()
+            # one more command 50 ms later: the idle tick then starts half a slow tick out of
+            # step with the job's timer, which it would miss by ~50 ms if it ignored it
+            wait_until(lambda: time.monotonic() >= added + 0.05, timeout=5, interval=0.002)
+            assert producer.execute("QLEN", queue) == 0
+            jobs = consumer.read_parsed(timeout=10)
+            late_by = time.monotonic() - added - 2
+            assert jobs and jobs[0][0] == queue.encode(), jobs
+            if late_by > 0.035:
+                late.append(round(late_by, 3))
+    assert not late, f"delayed jobs handed to a waiting consumer late (s): {late}"
