@@ -100,7 +100,8 @@ def _cluster(fe, workers):
 
 def _job_links(cluster, workers):
     """Direct job links (docs/design.md): this node's ports, links up from its workers,
-    job messages sent and received on them, and those that went by the bus instead."""
+    job messages sent and received on them, those that went by the bus instead, and those
+    that reached a worker that does not own them (dropped)."""
     links = [w["job_links"] for w in workers if "job_links" in w]
     total = lambda key: sum(link[key] for link in links)     # noqa: E731
     return [("cluster_job_links", "direct" if cluster.job_ports else "bus"),
@@ -112,7 +113,8 @@ def _job_links(cluster, workers):
             ("cluster_job_frames_direct_sent", total("sent_frames")),
             ("cluster_job_frames_direct_received", total("received_frames")),
             ("cluster_job_messages_by_bus", total("relayed_msgs")),
-            ("cluster_job_links_refused", total("refused"))]
+            ("cluster_job_links_refused", total("refused")),
+            ("cluster_job_messages_misrouted", total("misrouted"))]
 
 
 def _jobs(fe, workers):

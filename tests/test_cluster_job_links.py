@@ -225,11 +225,18 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     t = send_raw(port, hello() + frame(GARBAGE + [[M.REPLJOB, 0, good]]), close=False)
     member.until(lambda: [M.GOTJOB, 0, [good_id, 0]] in member.received,
                  message="no GOTJOB for the copy sent on a job link after garbage")
+    # a message the other worker owns (a sender routing otherwise): counted and dropped
+    other_q = queues_on_distinct_workers("link", 2, 2)[2].encode()      # worker 1's
+    misrouted_id, misrouted = copy_of_new_job(member, server_id, other_q)
+    u = send_raw(port, hello() + frame([[M.REPLJOB, 0, misrouted]]), close=False)
+    wait_until(lambda: counter(srv, "cluster_job_messages_misrouted") == 1, timeout=10)
     s.close()
     t.close()
+    u.close()
     c = srv.client()
     assert c.execute_command("SHOW", good_id) is not None
     assert c.execute_command("SHOW", jid) is None
+    assert c.execute_command("SHOW", misrouted_id) is None
     assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     assert "Traceback" not in srv.log_text(), srv.log_tail()
     assert srv.execute("PING") == b"PONG"

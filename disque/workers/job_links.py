@@ -72,7 +72,7 @@ class OutLink:
 
 class InLink:
     """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender", "since")
+    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted")
 
     def __init__(self, sock):
         self.sock = sock
@@ -80,6 +80,7 @@ class InLink:
         self.buf = bytearray()
         self.sender = None          # its node id, once its hello came
         self.since = monotonic_ms()
+        self.misrouted = 0          # messages it sent that this worker does not own
 
 
 class JobLinks:
@@ -109,6 +110,7 @@ class JobLinks:
         self.received_msgs = self.received_frames = 0
         self.relayed_msgs = 0       # messages that went to the bus for want of a link
         self.refused = 0            # inbound connections closed for bad input
+        self.misrouted = 0          # well-formed messages another worker owns: dropped
 
     # ---- membership ------------------------------------------------------------------
 
@@ -334,10 +336,21 @@ class JobLinks:
             return True                 # cut off (DEBUG BUS), or not (yet) a node we know
         inbox = {}
         route_job_messages(msgs, link.sender, self.nworkers, inbox, FORWARD_COPIES, [])
-        mine = inbox.get(self.index)
+        mine = inbox.pop(self.index, None)
         if mine:
             self.received_msgs += len(mine)
             self.shard.replication.on_bus(mine)
+        if inbox:
+            # the sender picks the worker with the same owner(), so only a sender that
+            # routes otherwise (a bug, another version) lands here: counted and said once
+            # per link, as the bus drops what it cannot place
+            n = sum(len(entries) for entries in inbox.values())
+            if not link.misrouted:
+                log.warning("Job link from %s: %d message(s) for worker(s) %s dropped "
+                            "(this is worker %d)", link.sender[:8].decode(), n,
+                            sorted(inbox), self.index)
+            link.misrouted += n
+            self.misrouted += n
         return True
 
     def refuse(self, link, what):
@@ -361,7 +374,8 @@ class JobLinks:
                 "out": len(self.links), "in": len(self.inbound),
                 "sent_msgs": self.sent_msgs, "sent_frames": self.sent_frames,
                 "received_msgs": self.received_msgs, "received_frames": self.received_frames,
-                "relayed_msgs": self.relayed_msgs, "refused": self.refused}
+                "relayed_msgs": self.relayed_msgs, "refused": self.refused,
+                "misrouted": self.misrouted}
 
 
 def peer_name(sock):
