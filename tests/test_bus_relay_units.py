@@ -114,3 +114,36 @@ def test_a_frame_over_its_limit_is_refused_before_it_is_read():
     finally:
         a.close()
         b.close()
+
+
+# ---- writing on links without blocking (disque/_fast/sysio.pxd send_or_keep) -----------
+
+def test_writes_never_block_never_reorder_and_report_a_broken_link():
+    import socket
+    from disque._fast.framereader import BROKEN, KEPT, QUEUED, SENT, send_kept, send_or_keep
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    try:
+        out = bytearray()
+        assert send_or_keep(a.fileno(), b"first", out) == SENT and out == bytearray()
+        big = bytes(range(256)) * 40_000                 # 10 MB: more than the socket takes
+        assert send_or_keep(a.fileno(), big, out) == KEPT and 0 < len(out) < len(big)
+        assert send_or_keep(a.fileno(), b"after", out) == QUEUED    # behind, never before
+        received = bytearray()
+        b.setblocking(False)
+        while out:
+            try:
+                received += b.recv(1 << 20)
+            except BlockingIOError:
+                pass
+            assert send_kept(a.fileno(), out) == len(out)
+        b.settimeout(5)
+        while len(received) < 5 + len(big) + 5:
+            received += b.recv(1 << 20)
+        assert bytes(received) == b"first" + big + b"after"
+        b.close()
+        assert send_or_keep(a.fileno(), b"x", bytearray()) == BROKEN
+        assert send_kept(a.fileno(), bytearray(b"y")) == -1
+    finally:
+        a.close()
+        b.close()

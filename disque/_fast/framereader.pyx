@@ -1,13 +1,15 @@
 # cython: language_level=3, boundscheck=True, wraparound=True
-"""Reading <u32 length, little endian><payload> frames off a socket in one C call per read:
-the receiving end of the direct job links (disque/workers/job_links.py), which carry a
-cluster's job messages under load. The bytes come from other hosts, so each frame's length
-is checked against a limit before anything is kept, and bounds checks stay on.
+"""<u32 length, little endian><payload> frames over a non-blocking socket, in one C call per
+read or write: both ends of the direct job links (disque/workers/job_links.py), which carry
+a cluster's job messages under load. The bytes read come from other hosts, so each frame's
+length is checked against a limit before anything is kept, and bounds checks stay on. The
+writes are the peer links' (disque/_fast/sysio.pxd: send_or_keep, send_kept).
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport errno, EAGAIN, EINTR
 
+from disque._fast cimport sysio
 from disque._fast.sysio cimport c_recv
 
 DEF READ_SIZE = 262144
@@ -59,3 +61,19 @@ def read_frames(int fd, bytearray pending, Py_ssize_t first_limit, Py_ssize_t li
     elif pos < size:
         pending += (<char *>read_buf)[pos:size]
     return n
+
+
+BROKEN = sysio.OUT_BROKEN
+SENT = sysio.OUT_SENT
+QUEUED = sysio.OUT_QUEUED
+KEPT = sysio.OUT_KEPT
+
+
+def send_or_keep(int fd, bytes data, bytearray out):
+    """sysio.send_or_keep for Python callers: BROKEN, SENT, QUEUED or KEPT."""
+    return sysio.send_or_keep(fd, data, out)
+
+
+def send_kept(int fd, bytearray out):
+    """sysio.send_kept for Python callers: the bytes still waiting, -1 when it failed."""
+    return sysio.send_kept(fd, out)

@@ -20,7 +20,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from libc.string cimport memcpy
 
 from disque import replies as R
-from disque._fast.sysio cimport c_recv, c_send, MSG_NOSIGNAL
+from disque._fast.sysio cimport c_recv, send_or_keep, send_kept, OUT_KEPT
 
 log = logging.getLogger("disque.worker")
 
@@ -197,18 +197,8 @@ cdef class PeerLinks:
                 self.send(p, framed(packb(box)))
 
     cdef send(self, Peer p, bytes data):
-        if PyByteArray_GET_SIZE(p.out):
-            p.out.extend(data)
-            return
-        cdef Py_ssize_t size = len(data)
-        cdef ssize_t n = c_send(p.fd, PyBytes_AS_STRING(data), size, MSG_NOSIGNAL)
-        if n < 0:
-            if errno == EAGAIN or errno == EINTR:
-                n = 0
-            else:
-                return              # the peer died: readable() sees the close
-        if n < size:
-            p.out.extend(data[n:])
+        # OUT_BROKEN: the peer died, readable() sees the close
+        if send_or_keep(p.fd, data, p.out) == OUT_KEPT:
             self.ep.modify(p.fd, EPOLLIN | EPOLLOUT)
 
     def writable(self, int fd):
@@ -216,14 +206,11 @@ cdef class PeerLinks:
         if w is None:
             return
         cdef Peer p = self.peers[w]
-        cdef Py_ssize_t size = PyByteArray_GET_SIZE(p.out)
-        cdef ssize_t n = c_send(p.fd, PyByteArray_AS_STRING(p.out), size, MSG_NOSIGNAL)
-        if n < 0:
-            if errno == EAGAIN or errno == EINTR:
-                return
-            n = size
-        del p.out[:n]
-        if not PyByteArray_GET_SIZE(p.out):
+        cdef Py_ssize_t left = send_kept(p.fd, p.out)
+        if left < 0:
+            del p.out[:]            # the peer died: readable() sees the close
+            left = 0
+        if not left:
             self.ep.modify(fd, EPOLLIN)
 
     def close(self):

@@ -31,7 +31,8 @@ import time
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
-from disque._fast.framereader import AGAIN, TOO_LONG, read_frames
+from disque._fast.framereader import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, read_frames,
+                                      send_kept, send_or_keep)
 from disque.contracts.worker_link import frame    # the same <u32 length><payload> framing
 
 log = logging.getLogger("disque.worker")
@@ -172,23 +173,15 @@ class JobLinks:
                 self.write(link, data)
 
     def write(self, link, data):
-        if link.out:
-            link.out += data
-            if len(link.out) > MAX_PENDING:
-                log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
-                            link.node[:8].decode(), link.w, len(link.out))
-                self.fail(link)
-            return
-        try:
-            n = link.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError:
-            self.fail(link)
-            return
-        if n < len(data):
-            link.out += data[n:]
+        status = send_or_keep(link.fd, data, link.out)
+        if status == KEPT:
             self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
+        elif status == BROKEN:
+            self.fail(link)
+        elif status == QUEUED and len(link.out) > MAX_PENDING:
+            log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
+                        link.node[:8].decode(), link.w, len(link.out))
+            self.fail(link)
 
     # ---- outgoing connections --------------------------------------------------------
 
@@ -221,15 +214,11 @@ class JobLinks:
             self.write(link, frame(packb([HELLO, VERSION, self.myid, link.node, link.w])))
             return
         if ev & EPOLLOUT and link.out:
-            try:
-                n = link.sock.send(link.out)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError:
+            left = send_kept(link.fd, link.out)
+            if left < 0:
                 self.fail(link)
                 return
-            del link.out[:n]
-            if not link.out:
+            if not left:
                 self.ep.modify(link.fd, EPOLLIN)
         if ev & ~EPOLLOUT:
             # the peer never writes on this connection: readable means closed or broken
