@@ -12,3 +12,8 @@ cdef class RequestParser:
     cdef list parse_bulks(self, char *base, Py_ssize_t size)
 
 cpdef object parse_int(bytes s)
+cpdef bytes status(bytes s)
+cdef Py_ssize_t int_size(long long v) noexcept
+cdef Py_ssize_t bulk_size(Py_ssize_t n) noexcept
+cdef char *put_int(char *p, char kind, long long v) noexcept
+cdef char *put_bulk(char *p, bytes b) noexcept

@@ -325,7 +325,70 @@ cpdef bytes integer(long long n):
 
 
 cpdef bytes status(bytes s):
-    return b"+" + s + b"\r\n"
+    """+s CRLF in one allocation (ADDJOB's reply)."""
+    cdef Py_ssize_t n = len(s)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 3)
+    cdef char *p = PyBytes_AS_STRING(out)
+    p[0] = b'+'
+    memcpy(p + 1, PyBytes_AS_STRING(s), n)
+    p[n + 1] = 13
+    p[n + 2] = 10
+    return out
+
+
+# Writing replies in place, for replies sized first and written into one bytes object
+# (GETJOB's, disque/_fast/shardcore.pyx encode_jobs)
+
+cdef Py_ssize_t int_size(long long v) noexcept:
+    """Characters of v in decimal."""
+    cdef Py_ssize_t n = 1
+    if v < 0:
+        n += 1
+        v = -v
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+cdef Py_ssize_t bulk_size(Py_ssize_t n) noexcept:
+    """Bytes of a bulk string of n bytes: $n CRLF payload CRLF."""
+    return 3 + int_size(n) + n + 2
+
+
+cdef char *put_int(char *p, char kind, long long v) noexcept:
+    """`kind` v CRLF (a RESP length or integer line); returns the end."""
+    cdef char digits[24]
+    cdef int k = 0
+    p[0] = kind
+    p += 1
+    if v < 0:
+        p[0] = b'-'
+        p += 1
+        v = -v
+    while True:
+        digits[k] = <char>(48 + v % 10)
+        k += 1
+        v //= 10
+        if v == 0:
+            break
+    while k > 0:
+        k -= 1
+        p[0] = digits[k]
+        p += 1
+    p[0] = 13
+    p[1] = 10
+    return p + 2
+
+
+cdef char *put_bulk(char *p, bytes b) noexcept:
+    """A bulk string; returns the end."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    p = put_int(p, b'$', n)
+    memcpy(p, PyBytes_AS_STRING(b), n)
+    p[n] = 13
+    p[n + 1] = 10
+    return p + n + 2
 
 
 cpdef bytes error(str s):

@@ -408,16 +408,7 @@ cdef class ServedCore:
         self.names = []
         cdef long long d = mono_ns() - t0
         cdef Py_ssize_t n = len(names)
-        (<ShardCore>self.shard).account_share(names, d)
-        cdef dict calls = self.calls
-        cdef Py_ssize_t i = 0, j
-        while i < n:
-            name = names[i]             # a run of one command at once, as account_share
-            j = i + 1
-            while j < n and names[j] is name:
-                j += 1
-            calls[name] = calls.get(name, 0) + (j - i)
-            i = j
+        (<ShardCore>self.shard).account_share(names, d, self.calls)
         self.commands += n
         c.last_cmd = names[n - 1]
         if self.slowlog_us >= 0 and d // 1000 >= self.slowlog_us:

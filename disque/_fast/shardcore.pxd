@@ -47,7 +47,8 @@ cdef class ShardCore:
     cdef public int memory_level
     cdef public ScanLog job_log, queue_log
     cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)
-    cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired, n_commands
+    cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired
+    cdef public long long n_commands    # commands run here, on every path (account, account_share)
     cdef unsigned long long rng
     cdef public int index, nworkers      # this worker and how many the node has
     cdef public list prefix_waiters      # consumers blocked in GETJOB FROM-PREFIX
@@ -77,7 +78,7 @@ cdef class ShardCore:
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef account(self, bytes name, long long ns)
-    cpdef account_share(self, list names, long long ns)
+    cpdef account_share(self, list names, long long ns, dict calls=*)
     cpdef long long ack_lone(self, list argv, list left) except -1
     cpdef Job fetch(self, Queue q)
     cpdef list fetch_many(self, Queue q, Py_ssize_t count)

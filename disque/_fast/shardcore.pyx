@@ -10,14 +10,13 @@ from disque._fast.sysio cimport real_ms
 from collections import deque
 
 from libc.stdlib cimport realloc, free
-from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
 
-from disque._fast.resp cimport parse_int
+from disque._fast.resp cimport bulk_size, int_size, parse_int, put_bulk, put_int, status
 from disque.statslog import LATENCY_BOUNDS_US
 
 DEF PAUSE_IN = 1
@@ -169,69 +168,6 @@ cdef inline Py_ssize_t latency_bucket(long long us):
     while i < N_LATENCY_BOUNDS and LATENCY_BOUNDS[i] < us:
         i += 1
     return i
-
-
-cdef bytes status_line(bytes text):
-    """+text CRLF in one allocation."""
-    cdef Py_ssize_t n = len(text)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 3)
-    cdef char *p = PyBytes_AS_STRING(out)
-    p[0] = b'+'
-    memcpy(p + 1, <char *>text, n)
-    p[n + 1] = 13
-    p[n + 2] = 10
-    return out
-
-
-cdef inline Py_ssize_t int_size(long long v):
-    """Characters of v in decimal."""
-    cdef Py_ssize_t n = 1
-    if v < 0:
-        n += 1
-        v = -v
-    while v >= 10:
-        v //= 10
-        n += 1
-    return n
-
-
-cdef inline char *put_int(char *p, char kind, long long v):
-    """`kind` v CRLF (a RESP length or integer line); returns the end."""
-    cdef char digits[24]
-    cdef int k = 0
-    cdef bint neg = v < 0
-    p[0] = kind
-    p += 1
-    if neg:
-        p[0] = b'-'
-        p += 1
-        v = -v
-    while True:
-        digits[k] = <char>(48 + v % 10)
-        k += 1
-        v //= 10
-        if v == 0:
-            break
-    while k > 0:
-        k -= 1
-        p[0] = digits[k]
-        p += 1
-    p[0] = 13
-    p[1] = 10
-    return p + 2
-
-
-cdef inline char *put_bulk(char *p, bytes b):
-    cdef Py_ssize_t n = len(b)
-    p = put_int(p, b'$', n)
-    memcpy(p, <char *>b, n)
-    p[n] = 13
-    p[n + 1] = 10
-    return p + n + 2
-
-
-cdef inline Py_ssize_t bulk_size(Py_ssize_t n):
-    return 3 + int_size(n) + n + 2
 
 
 cdef Py_ssize_t job_size(Job job, bint withcounters):
@@ -472,10 +408,12 @@ cdef class ShardCore:
         command_ns[name] = command_ns.get(name, 0) + ns
         command_count[name] = command_count.get(name, 0) + 1
         self.latency_counts[latency_bucket(ns // 1000)] += 1
+        self.n_commands += 1
 
-    cpdef account_share(self, list names, long long ns):
+    cpdef account_share(self, list names, long long ns, dict calls=None):
         """The commands `names` took `ns` together (one read of a served connection): each
-        is counted with its share."""
+        is counted with its share; `calls` (the served connections' count per command)
+        too, when given."""
         cdef Py_ssize_t n = len(names)
         cdef long long share = ns // n
         cdef dict command_ns = <dict>self.command_ns, command_count = <dict>self.command_count
@@ -489,8 +427,11 @@ cdef class ShardCore:
                 j += 1
             command_ns[name] = command_ns.get(name, 0) + share * (j - i)
             command_count[name] = command_count.get(name, 0) + (j - i)
+            if calls is not None:
+                calls[name] = calls.get(name, 0) + (j - i)
             i = j
         self.latency_counts[latency_bucket(share // 1000)] += n
+        self.n_commands += n
 
     cpdef long long ack_lone(self, list argv, list left) except -1:
         """ACKJOB's common case on a lone node (Shard.cmd_ackjob): every job whose copies
@@ -678,4 +619,4 @@ cdef class ShardCore:
             self.enqueue(job, False)
         if self.aof_on:
             self.aof_loadjob(job)
-        return status_line(job.id)
+        return status(job.id)

@@ -232,19 +232,20 @@ class Worker:
                 shard.out = []
             if persistence.aof_busy:
                 persistence.aof_work()      # rewrite / load slices, auto rewrite, retries
-            # the idle tick: after IDLE_AFTER_MS without work, and back at the first work or
-            # as soon as something is due within a slow tick
-            work = self.work_done()
-            if work != last_work or (served is not None and served.woke):
-                last_work = work
-                last_work_ms = shard.now_ms
-                if idle:
-                    idle = self.set_idle(False)
-            elif idle:
-                if not self.may_idle():
-                    idle = self.set_idle(False)
-            elif ticked and shard.now_ms - last_work_ms >= IDLE_AFTER_MS and self.may_idle():
-                idle = self.set_idle(True)
+            # the idle tick: after IDLE_AFTER_MS without work (looked at on ticks), and back
+            # at the first work or as soon as something is due within a slow tick
+            if idle or ticked:
+                work = self.work_done()
+                if work != last_work or (idle and served is not None and served.woke):
+                    last_work = work
+                    last_work_ms = shard.now_ms
+                    if idle:
+                        idle = self.set_idle(False)
+                elif idle:
+                    if not self.may_idle():
+                        idle = self.set_idle(False)
+                elif shard.now_ms - last_work_ms >= IDLE_AFTER_MS and self.may_idle():
+                    idle = self.set_idle(True)
         if link.closed and self.running:
             log.warning("Link to the front-end closed: worker %d exits", self.index)
         if served is not None:
@@ -258,9 +259,11 @@ class Worker:
         link.close()
 
     def work_done(self):
-        """A count that moves with every command and job message this worker gets (control
-        messages, such as the front-end's memory level every 100 ms, leave it)."""
-        n = self.work
+        """A count that moves with every command and job message this worker gets: the
+        commands it runs on any path (those forwarded by the other workers too), those its
+        connections send elsewhere, the link's requests and job messages (control messages,
+        such as the front-end's memory level every 100 ms, leave it)."""
+        n = self.work + self.shard.n_commands
         if self.served is not None:
             n += self.served.commands
         if self.job_links is not None:
