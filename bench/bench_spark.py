@@ -13,6 +13,7 @@ JVM, sampled with psutil every 0.2 s) for each, and the bytes per line.
     .venv/bin/python bench/bench_spark.py --scale 0.01      # quick: 69,120 lines per schema
     .venv/bin/python bench/bench_spark.py                   # the full day (needs ~9 GB of disk)
     .venv/bin/python bench/bench_spark.py --scale 0.1 --json /tmp/bench_spark.json
+    .venv/bin/python bench/bench_spark.py --scale 0.1 --schema v2 --floor   # + the per-sample floor
 
 --scale shortens the day (seconds = 86400 * scale); nodes and workers stay 10 x 8. The
 generated input goes to a temporary directory (removed unless --keep; --dir reuses one).
@@ -298,6 +299,33 @@ def bare_scan(spark, inp: str, out: str, version: int) -> float:
     return time.monotonic() - t
 
 
+def per_sample_floor(spark, inp: str, out: str) -> float:
+    """The cheapest write we know of the per-sample rows the job's two big tables hold.
+
+    The pipeline's own parser over the same files, then one row per good line (identity,
+    job counters, gauges: no rates, maps or histogram) and one row per (line, top queue) (a
+    single explode), each written to Parquet straight from the text: no window, no shuffle,
+    no cache, no computed column. The job also computes every delta, rate and percentile,
+    node_rates, the summaries, the state and the report, so its time cannot go below this
+    (docs/spark.md#what-it-costs: the floor).
+    """
+    from pyspark.sql import functions as F
+
+    from disque_spark import schema, transform
+
+    def good():
+        text = (spark.read.option("recursiveFileLookup", "true").option("pathGlobFilter", "*.jsonl*").text(inp))
+        return schema.parse_lines(text).where(F.col("bad_reason").isNull())
+
+    t = time.monotonic()
+    date = transform.date_of(F.col("ts")).alias("date")
+    (good().select("ts", "node", "worker", "pid", "uptime_s", *schema.JOB_COUNTERS, *schema.GAUGES, date)
+     .write.mode("overwrite").partitionBy("date").parquet(os.path.join(out, "workers")))
+    qs = transform.queue_samples(good().select("node", "worker", "pid", "ts", "uptime_s", "top_queues", "qmap"))
+    qs.select("*", date).write.mode("overwrite").partitionBy("date").parquet(os.path.join(out, "queues"))
+    return time.monotonic() - t
+
+
 def measure(sampler, fn):
     sampler.reset_peaks()
     c0 = sampler.snapshot()
@@ -321,6 +349,9 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the generated input and the output")
     ap.add_argument("--no-report", action="store_true", help="skip the HTML report stage")
     ap.add_argument("--json", default=None, help="write the figures as JSON here")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the per-sample floor: only the rows of worker_rates and queue_backlog "
+                         "written from the parsed lines, nothing computed (see per_sample_floor)")
     ap.add_argument("--warm-run", action="store_true",
                     help="run the job a second time in the same session and print that time too "
                          "(the first run pays the JIT warm-up of every generated plan)")
@@ -377,6 +408,10 @@ def main(argv=None):
         if args.warm_run:       # the same job again in this JVM: what is left once the JIT is warm
             _, warm, warm_cpu, _, _ = measure(sampler, lambda: ingest.run(
                 inp, out, spark=spark, report=not args.no_report, full=True, progress=False))
+        floor = None
+        if args.floor:
+            _, floor, floor_cpu, _, _ = measure(sampler, lambda: per_sample_floor(
+                spark, inp, os.path.join(work, f"floor-v{v}")))
         f = {"lines": res.rows_read, "bad_lines": res.bad_lines, "input_bytes": res.input_bytes,
              "bytes_per_line": (res.input_bytes or 0) / max(1, res.rows_read), "files": res.files,
              "job_seconds": job, "bare_scan_seconds": [b1, b2], "ratio": job / bare if bare else None,
@@ -386,7 +421,9 @@ def main(argv=None):
              "stages": res.stages, "tables": res.tables, "generation": gens[v], "loadavg": os.getloadavg(),
              "jvm_thread_cpu_seconds": threads,
              "warm_job_seconds": warm, "warm_ratio": warm / bare if warm and bare else None,
-             "warm_cpu_seconds": warm_cpu if warm else None}
+             "warm_cpu_seconds": warm_cpu if warm else None,
+             "floor_seconds": floor, "floor_ratio": floor / bare if floor and bare else None,
+             "floor_cpu_seconds": floor_cpu if floor else None}
         figs["versions"][f"v{v}"] = f
         print()
         print(f"schema v{v}: {res.rows_read:,} lines, {(res.input_bytes or 0) / 1e6:,.0f} MB "
@@ -402,6 +439,9 @@ def main(argv=None):
         if warm:
             print(f"  same job, warm JVM {warm:8.1f} s   (ratio {warm / bare:.2f} x, CPU {warm_cpu:.1f} s: run again "
                   f"in the same session)")
+        if floor:
+            print(f"  per-sample floor   {floor:8.1f} s   ({floor / bare:.2f} x the bare scan, CPU {floor_cpu:.1f} s: "
+                  f"only the worker and queue rows written, nothing computed; job / floor {job / floor:.2f} x)")
         if threads:
             print("  JVM CPU by thread   " + ", ".join(f"{k} {threads.get(k, 0.0):.1f} s" for k in
                                                       ("tasks", "JIT compiler", "GC", "other")))

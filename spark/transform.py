@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from disque_spark.schema import GAUGES, JOB_COUNTERS, QUEUE_COUNTERS
+from disque_spark.schema import GAUGES, JOB_COUNTERS, QUEUE_COUNTERS, TOP_QUEUE_TYPE
 
 PERCENTILES = ((50, 0.50), (90, 0.90), (99, 0.99))
 
@@ -261,20 +262,25 @@ def queue_samples(samples: DataFrame) -> DataFrame:
     """Explode the top queues: one row per (node, worker, queue, sample).
 
     v1 lines carry them as ``top_queues`` (array of structs), v2 lines as ``qmap`` (name ->
-    [len, jobs_in, jobs_out, nacks, additional_deliveries], trailing zeros trimmed).
+    [len, jobs_in, jobs_out, nacks, additional_deliveries], trailing zeros trimmed). Both are
+    brought to the v1 struct and concatenated, so the rows are exploded in one pass (a union
+    of two explodes read the cached samples twice: 20 % of the stage).
     """
     keep = ["node", "worker", "pid", "ts", "uptime_s"]
     if "_tail" in samples.columns:
         keep.append("_tail")
     fields = ["len"] + list(QUEUE_COUNTERS)
-    v1 = samples.select(*keep, F.explode("top_queues").alias("q"))
-    v1 = v1.select(*keep, F.col("q.queue").alias("queue"), *[F.col("q." + c).alias(c) for c in fields])
-    if "qmap" not in samples.columns:
-        return v1.where(F.col("queue").isNotNull())
-    v2 = samples.select(*keep, F.explode("qmap").alias("queue", "_a"))
-    v2 = v2.select(*keep, "queue", *[F.coalesce(F.try_element_at(F.col("_a"), F.lit(i + 1)), F.lit(0)).cast("long")
-                                     .alias(c) for i, c in enumerate(fields)])
-    return v1.unionByName(v2).where(F.col("queue").isNotNull())
+    none = F.array().cast(T.ArrayType(TOP_QUEUE_TYPE))
+    parts = [F.coalesce(F.col("top_queues"), none)]
+    if "qmap" in samples.columns:
+        v2 = F.transform(F.map_entries("qmap"), lambda e: F.struct(
+            e["key"].alias("queue"),
+            *[F.coalesce(F.try_element_at(e["value"], F.lit(i + 1)), F.lit(0)).cast("long").alias(c)
+              for i, c in enumerate(fields)]))
+        parts.append(F.coalesce(v2, none))
+    df = samples.select(*keep, F.explode(F.concat(*parts) if len(parts) > 1 else parts[0]).alias("q"))
+    return df.select(*keep, F.col("q.queue").alias("queue"), *[F.col("q." + c).alias(c) for c in fields]
+                     ).where(F.col("queue").isNotNull())
 
 
 def queue_backlog(qsamples: DataFrame, first_sample: str = "start", prev: str | None = None) -> DataFrame:
