@@ -226,7 +226,12 @@ cdef class ReplicationCore:
 
     cpdef tuple known_nodes(self, tuple nodes):
         cdef frozenset known = self.known
-        if known.issuperset(nodes):
+        # one lookup per node: issuperset() of a tuple builds a set of it first, which
+        # was 5% of a replica's CPU under ADDJOB REPLICATE 3
+        for n in nodes:
+            if n not in known:
+                break
+        else:
             return nodes
         me = self.shard.node_id
         return tuple([n for n in nodes if n in known or n == me])

@@ -201,6 +201,7 @@ cdef class ServedCore:
     cdef public bint idle           # the worker ticks slowly: every wake-up goes to its loop
     cdef public dict extra_fds      # fd -> on_event(events): direct job links (job_links.py)
     cdef public list extra_ready    # (fd, events) the last poll found for them
+    cdef public object job_links_out    # the worker's: job messages to the links, None: no links
 
     def __cinit__(self):
         self.ep = Epoll()
@@ -225,6 +226,7 @@ cdef class ServedCore:
         self.next_wait_id = WAIT_ID_BASE
         self.extra_fds = {}
         self.extra_ready = []
+        self.job_links_out = None
 
     # ---- the worker loop's poll ------------------------------------------------------
 
@@ -240,16 +242,21 @@ cdef class ServedCore:
         is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
         persistence = self.persistence
+        links_out = self.job_links_out
         while True:
             if not self.poll(block):
                 return True             # a signal: its handler ran, the loop looks again
-            if (self.link_ready or self.ticked or self.channel_ready or self.extra_ready
-                    or core.aof_on or self.idle):
+            if (self.link_ready or self.ticked or self.channel_ready or core.aof_on or self.idle
+                    or (self.extra_ready and links_out is None)):
                 return False
             core.tick()
             if core.timers_due() or self.deadlines:
                 return False            # the loop runs those before any command
-            self.serve()
+            self.serve()                # the job links' frames too (their callbacks)
+            # job messages for other nodes: to the direct links here, as the loop would (no
+            # AOF on this path: nothing has to be written before they leave)
+            if links_out is not None and core.bus_out:
+                links_out()
             # what the loop does after serving: consumers to serve, INTEREST, bus messages
             # and replies for the front-end, AOF rewrite or load slices
             if (core.ready or core.out or core.bus_out or self.interest_due

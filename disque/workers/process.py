@@ -158,6 +158,9 @@ class Worker:
             if self.job_links_fd is not None:
                 self.job_links = JobLinks(self.index, shard.nworkers, self.job_links_fd, shard,
                                           served.ep, served.extra_fds)
+                # job messages in and out within the C turn: a copy's GOTJOB, a producer's
+                # REPLJOBs, without a pass through this loop for each frame
+                served.job_links_out = self.job_messages_out
         else:
             served = None
             wait = link.waiter(timer.fileno())
@@ -215,13 +218,7 @@ class Worker:
             if shard.interest_due:
                 shard.federation.tell_interest_due()
             if shard.bus_out:
-                count_types(shard.bus_out, replication.bus_sent)
-                # straight to the owning workers where a direct job link is up, the rest
-                # through the front-end onto the bus
-                rest = shard.bus_out if job_links is None else job_links.send(shard.bus_out)
-                if rest:
-                    shard.out.append([P.BUS_REQID, rest])
-                shard.bus_out = []
+                self.route_bus_out()
             persistence.aof_flush()         # the AOF is written before the replies leave
             if job_links is not None:
                 job_links.flush()
@@ -257,6 +254,23 @@ class Worker:
         shard.persistence.aof_close()
         timer.close()
         link.close()
+
+    def route_bus_out(self):
+        """This turn's job messages: straight to the owning workers where a direct job link
+        is up (in their boxes until job_links.flush), the rest through the front-end onto
+        the bus."""
+        shard = self.shard
+        count_types(shard.bus_out, shard.replication.bus_sent)
+        rest = shard.bus_out if self.job_links is None else self.job_links.send(shard.bus_out)
+        if rest:
+            shard.out.append([P.BUS_REQID, rest])
+        shard.bus_out = []
+
+    def job_messages_out(self):
+        """ServedCore.turn, after serving, with job messages to send and no AOF (the turn
+        leaves a node with an AOF to this loop, which writes it before anything leaves)."""
+        self.route_bus_out()
+        self.job_links.flush()
 
     def work_done(self):
         """A count that moves with every command and job message this worker gets: the
