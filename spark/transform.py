@@ -264,7 +264,7 @@ def queue_samples(samples: DataFrame) -> DataFrame:
     v1 lines carry them as ``top_queues`` (array of structs), v2 lines as ``qmap`` (name ->
     [len, jobs_in, jobs_out, nacks, additional_deliveries], trailing zeros trimmed). Both are
     brought to the v1 struct and concatenated, so the rows are exploded in one pass: a union
-    of two explodes reads its input twice (writing the queue rows of 1.26 M v2 lines took
+    of two explodes reads its input twice (writing the queue rows of 1.38 M v2 lines took
     31.8 s that way, 25.0 s this way; docs/spark.md, "The floor").
     """
     keep = ["node", "worker", "pid", "ts", "uptime_s"]
