@@ -231,8 +231,8 @@ cdef class ServedCore:
     # ---- the worker loop's poll ------------------------------------------------------
 
     def turn(self, bint block):
-        """Turns of the worker loop while only served connections and peer links have news:
-        poll, serve, write, all in C, again and again; True when they are done (a signal
+        """Turns of the worker loop while only served connections, peer links and job links
+        have news: poll, serve, write, all in C, again and again; True when they are done (a signal
         came: the loop looks at its flags). False leaves the rest of the turn to the
         worker's Python loop (disque/workers/process.py), in its usual order, with what the
         poll found in link_ready / ticked: the link, the timer (every tick, so the loop runs
@@ -246,15 +246,15 @@ cdef class ServedCore:
         while True:
             if not self.poll(block):
                 return True             # a signal: its handler ran, the loop looks again
-            if (self.link_ready or self.ticked or self.channel_ready or core.aof_on or self.idle
-                    or (self.extra_ready and links_out is None)):
+            if self.link_ready or self.ticked or self.channel_ready or core.aof_on or self.idle:
                 return False
             core.tick()
             if core.timers_due() or self.deadlines:
                 return False            # the loop runs those before any command
             self.serve()                # the job links' frames too (their callbacks)
             # job messages for other nodes: to the direct links here, as the loop would (no
-            # AOF on this path: nothing has to be written before they leave)
+            # AOF on this path: nothing has to be written before they leave); without links
+            # they stay in bus_out, which the loop below takes to the front-end
             if links_out is not None and core.bus_out:
                 links_out()
             # what the loop does after serving: consumers to serve, INTEREST, bus messages
