@@ -2,7 +2,7 @@
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-FAST_MODULES = ["resp", "jobid", "skiplist", "timers", "job", "frontcore", "shardcore", "peerlinks", "servedcore", "clock", "codec", "busrelay", "replcore", "framereader"]
+FAST_MODULES = ["resp", "jobid", "skiplist", "timers", "job", "frontcore", "shardcore", "peerlinks", "servedcore", "clock", "codec", "busrelay", "replcore", "linkio"]
 
 extensions = [
     Extension(f"disque._fast.{name}", [f"disque/_fast/{name}.pyx"], extra_compile_args=["-O2"])

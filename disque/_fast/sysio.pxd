@@ -2,14 +2,32 @@
 functions only: each core compiles them in, with no module of their own."""
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
 
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport errno, EAGAIN, EINTR
+from libc.string cimport memcpy
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_recv "recv"(int fd, void *buf, size_t n, int flags)
     ssize_t c_send "send"(int fd, const void *buf, size_t n, int flags)
     int MSG_NOSIGNAL
+
+
+cdef inline bytes framed(bytes payload):
+    """<u32 length, little endian><payload> in one bytes object: the writing half of
+    disque/contracts/worker_link.py's format (frame), for the links between workers (peer
+    links) and between nodes (direct job links). Calling frame() (a Python call and a second
+    copy per frame) measured about 1 µs more per job on the 1,000-queue load with 2
+    workers."""
+    cdef Py_ssize_t n = len(payload)
+    cdef bytes data = PyBytes_FromStringAndSize(NULL, n + 4)
+    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(data)
+    p[0] = n & 0xff
+    p[1] = (n >> 8) & 0xff
+    p[2] = (n >> 16) & 0xff
+    p[3] = (n >> 24) & 0xff
+    memcpy(p + 4, PyBytes_AS_STRING(payload), n)
+    return data
 
 
 # send_or_keep's answers: what the caller does next with its poll

@@ -31,9 +31,9 @@ import time
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
-from disque._fast.framereader import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, read_frames,
-                                      send_kept, send_or_keep)
-from disque.contracts.worker_link import frame    # the same <u32 length><payload> framing
+# the <u32 length><payload> frames of disque/contracts/worker_link.py, read and written in C
+from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, frame, read_frames,
+                                 send_kept, send_or_keep)
 
 log = logging.getLogger("disque.worker")
 

@@ -1,9 +1,12 @@
 # cython: language_level=3, boundscheck=True, wraparound=True
 """<u32 length, little endian><payload> frames over a non-blocking socket, in one C call per
-read or write: both ends of the direct job links (disque/workers/job_links.py), which carry
-a cluster's job messages under load. The bytes read come from other hosts, so each frame's
-length is checked against a limit before anything is kept, and bounds checks stay on. The
-writes are the peer links' (disque/_fast/sysio.pxd: send_or_keep, send_kept).
+read, frame or write, for the Python side of the direct job links
+(disque/workers/job_links.py), which carry a cluster's job messages under load.
+
+read_frames is this module's own: the bytes read come from other hosts, so each frame's
+length is checked against a limit before anything is kept, and bounds checks stay on.
+frame, send_or_keep and send_kept give Python callers the C functions the peer links use
+(disque/_fast/sysio.pxd), so both kinds of link frame and write the same way.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -67,6 +70,11 @@ BROKEN = sysio.OUT_BROKEN
 SENT = sysio.OUT_SENT
 QUEUED = sysio.OUT_QUEUED
 KEPT = sysio.OUT_KEPT
+
+
+def frame(bytes payload):
+    """sysio.framed for Python callers: <u32 length, little endian><payload>."""
+    return sysio.framed(payload)
 
 
 def send_or_keep(int fd, bytes data, bytearray out):
