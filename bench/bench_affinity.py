@@ -8,6 +8,9 @@ Loads, each on a fresh server:
   cycle    redis-py: 100 ADDJOB one by one, GETJOB COUNT 100, ACKJOB of the 100
   cyclep   the same with the 100 ADDJOBs pipelined
   addp16   redis-py: ADDJOB pipelined 16 at a time
+  moved    addp16 by a connection that first used another queue, of worker 0 when there are
+           2 workers, while the ADDJOBs go to worker 1's (a client that moved on to
+           another worker's queue: docs/design.md, "Following the queue")
   spread   redis-benchmark ADDJOB, 50 connections, unpipelined, over 1,000 queues
   repl3    3 nodes of a cluster; redis-benchmark ADDJOB ... REPLICATE 3 on the first node,
            50 connections, unpipelined (CPU: every process of the three nodes)
@@ -40,7 +43,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_single_node as B  # noqa: E402  (the servers, redis-benchmark and the cycle)
 
-LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "spread", "repl3")
+LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "moved", "spread", "repl3")
 CLUSTER_NODES = 3
 SETTLE_S = 1.0          # after the cluster forms, before the load (wait_settled)
 SPREAD_QUEUES = 1000
@@ -70,20 +73,30 @@ def run_cycle_pipelined(args, srv) -> dict:
     return per_job(srv, cpu0, cpu1, jobs, elapsed)
 
 
-def run_addjob_pipelined(args, srv, depth=16) -> dict:
-    """redis-py ADDJOB, `depth` commands per pipeline."""
+def queue_of_worker(w: int, nworkers: int = 2) -> str:
+    """A queue name our node with `nworkers` workers puts on worker w (its slot)."""
+    from disque._fast.jobid import queue_slot
+    return next(f"q{i}" for i in range(1000) if queue_slot(f"q{i}".encode()) % nworkers == w)
+
+
+def run_addjob_pipelined(args, srv, depth=16, queue="q", first=None) -> dict:
+    """redis-py ADDJOB on `queue`, `depth` commands per pipeline; `first`: a queue the
+    connection uses once (QLEN) before, so that with affinity it starts on its worker."""
     body = B.make_body(args.body_size)
     srv.flush()
     c = srv.client()
     batches = max(1, args.n_plain // depth // 4)
     jobs = batches * depth
     try:
+        if first is not None:
+            for _ in range(5):          # long enough to be handed over to first's worker
+                c.execute_command("QLEN", first)
         cpu0 = srv.cpu_snapshot()
         t0 = time.perf_counter()
         for _ in range(batches):
             p = c.pipeline(transaction=False)
             for _ in range(depth):
-                p.execute_command("ADDJOB", "q", body, 0)
+                p.execute_command("ADDJOB", queue, body, 0)
             p.execute()
         elapsed = time.perf_counter() - t0
         cpu1 = srv.cpu_snapshot()
@@ -120,6 +133,9 @@ def run_load(args, srv, load: str) -> dict:
                 "cpu_us_per_job_by_role": r["cpu_us_per_job_by_role"]}
     if load == "cyclep":
         return run_cycle_pipelined(args, srv)
+    if load == "moved":
+        return run_addjob_pipelined(args, srv, queue=queue_of_worker(1),
+                                    first=queue_of_worker(0))
     return run_addjob_pipelined(args, srv)
 
 

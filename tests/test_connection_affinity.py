@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from disque.contracts.connection_handover import FOLLOW_AFTER
 from support.resp_client import NULL_ARRAY, RawConn, encode_command
 from support.info import parse_info
 from support.slots import queues_on_distinct_workers
@@ -348,6 +349,7 @@ def test_a_client_of_two_workers_is_not_handed_back_and_forth(node):
         c.execute("QLEN", Q0 if i % 2 else Q1)
     info = node.info_fields("server")
     assert int(info["connection_handoffs"]) <= 12, info
+    assert int(info["connection_follows"]) == 0, info
 
 
 def test_affinity_off_at_run_time_takes_connections_back(node):
@@ -411,6 +413,26 @@ def test_commands_of_the_other_worker_keep_their_order(node):
     if node.affinity:
         # the ECHO took it back once; the two workers' commands never did
         assert int(after["connection_handbacks"]) - int(before["connection_handbacks"]) == 1
+
+
+def test_a_connection_follows_its_commands_to_the_other_worker(node):
+    """A producer served by worker 0 that moves on to worker 1's queue is given to worker 1
+    after FOLLOW_AFTER forwarded commands in a row, rather than forwarded for as long as it
+    lives: when worker 0 then dies, which takes its own connections with it, this one
+    stays (with affinity off the front-end holds it throughout)."""
+    c = node.raw()
+    settle(node, c)                                    # served by worker 0
+    before = node.info_fields("server")
+    ids = [addjob(c, Q1, "moved %d" % i) for i in range(FOLLOW_AFTER + 8)]
+    if node.affinity:
+        wait_until(lambda: served(node) == 1, message="never handed to worker 1")
+        after = node.info_fields("server")
+        assert int(after["connection_follows"]) - int(before["connection_follows"]) == 1
+        assert int(after["connection_handbacks"]) - int(before["connection_handbacks"]) == 1
+    os.kill(node.worker_pids()[0], signal.SIGKILL)
+    assert c.execute("QLEN", Q1) == len(ids)
+    assert [j[1] for j in c.execute("GETJOB", "COUNT", 2, "FROM", Q1)] == ids[:2]
+    assert c.execute("ACKJOB", *ids[:2]) == 2
 
 
 def test_forwarding_survives_the_other_worker_dying(node):

@@ -64,7 +64,7 @@ def test_info_every_section_and_field_in_order(server, section):
             # (docs/design.md), their restarts (docs/faults.md)
             assert got == fields + ["workers", "connection_affinity",
                                     "connections_served_by_workers", "connection_handoffs",
-                                    "connection_handbacks", "worker_restarts", "worker_restarting",
+                                    "connection_handbacks", "connection_follows", "worker_restarts", "worker_restarting",
                                     "worker_last_restart_unavailable_ms",
                                     "worker_max_restart_unavailable_ms"], got
         else:

@@ -62,6 +62,8 @@ cdef int ROUTE_GETJOB = H.ROUTE_GETJOB
 cdef int ROUTE_PING = H.ROUTE_PING
 cdef int BACK_COMMAND = H.BACK_COMMAND
 cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
+cdef int BACK_FOLLOW = H.BACK_FOLLOW
+cdef int FOLLOW_AFTER = H.FOLLOW_AFTER
 cdef object encode_commands = H.encode_commands
 cdef tuple REQUEUES = (b"nack", b"enqueue")     # commands that may dead-letter a job
 
@@ -152,6 +154,9 @@ cdef class ServedClient:
     cdef public object back         # (reason, input) of a hand-back waiting for them
     cdef public long long blocked_on    # the wait id of its ADDJOB waiting for copies, or 0
     cdef public list held           # commands read after that ADDJOB, run once it is answered
+    cdef public int fwd_w           # the other worker its last commands were forwarded to
+    cdef public int fwd_run         # how many in a row (a command run here resets it)
+    cdef public bint following      # handed back to follow them there (BACK_FOLLOW)
 
     def __init__(self, long long cid, sock, bint resp3):
         self.id = cid
@@ -166,6 +171,9 @@ cdef class ServedClient:
         self.back = None
         self.blocked_on = 0
         self.held = None
+        self.fwd_w = -1
+        self.fwd_run = 0
+        self.following = False
 
 
 cdef class ServedCore:
@@ -391,7 +399,8 @@ cdef class ServedCore:
             reply = self.execute(c, <list>argv)
             if reply is None:
                 self.account(c, cmds[:done], t0)
-                (<object>self).hand_back(c, BACK_COMMAND, encode_commands(cmds[done:]))
+                (<object>self).hand_back(c, BACK_FOLLOW if c.following else BACK_COMMAND,
+                                         encode_commands(cmds[done:]))
                 return
             if c.resp3 and type(reply) is bytes:
                 reply = to_resp3(reply)
@@ -472,6 +481,7 @@ cdef class ServedCore:
                 return None
             self.names.append(b"ping")
             return PONG_REPLY if argc == 1 else bulk(argv[1])
+        c.fwd_run = 0               # one of ours: the connection is where its queues are
         if entry[3]:
             argv[0] = name          # renamed: the shard knows a command by its real name
         # looked up each time: while AOF writes fail the write commands' handlers answer
@@ -488,6 +498,7 @@ cdef class ServedCore:
         REPLICATE 1), else a Forwarded place that Shard.answer fills once the copies are
         confirmed (or the wait fails), with the client blocked meanwhile."""
         argv[0] = b"addjob"
+        c.fwd_run = 0
         shard = self.shard
         self.names.append(b"addjob")
         # wait ids are negative, apart from the front-end's request ids and the link's
@@ -544,14 +555,26 @@ cdef class ServedCore:
     # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
 
     cpdef object forward(self, ServedClient c, int w, bytes name, list argv):
-        """Run argv on worker w; its reply takes this place in c's replies."""
+        """Run argv on worker w; its reply takes this place in c's replies. None hands the
+        connection back: no link to w now, or its commands have gone to w FOLLOW_AFTER
+        times in a row (a producer or consumer that moved to a queue of w), so that from
+        now on w serves it with no hop, rather than this worker forwarding each command
+        for as long as the connection lives. A client spread over the workers' queues
+        never gets there (with 2 workers, 32 in a row has odds of 2^-32)."""
         if self.peers is None:
+            return None
+        if c.fwd_w != w:
+            c.fwd_w = w
+            c.fwd_run = 0
+        if c.fwd_run + 1 >= FOLLOW_AFTER:
+            c.following = True
             return None
         slot = Forwarded()
         argv[0] = name                  # the real name (rename-command)
         if not (<PeerLinks>self.peers).forward(w, argv, (c, slot)):
             return None                 # no link to w now (it is being restarted)
         c.waiting += 1
+        c.fwd_run += 1
         # counted as served here (commandstats calls); the worker that runs it counts its
         # time and its call in its own figures (stats log, metrics)
         self.calls[name] = self.calls.get(name, 0) + 1

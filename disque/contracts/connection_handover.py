@@ -49,6 +49,9 @@ SERVED_REQID = -3
 BACK_COMMAND = 0        # a command this worker cannot serve alone
 BACK_RECALL = 1         # the front-end asked (RECALL)
 BACK_SLOW_READER = 2    # its replies did not fit in the socket: the front-end buffers them
+BACK_FOLLOW = 3         # its commands went on to another worker's queues (FOLLOW_AFTER in a
+                        # row): the front-end hands it to that worker instead
+FOLLOW_AFTER = 32       # forwarded commands in a row to one other worker that make a hand-back
 
 # how a worker routes the commands it may serve (served_table)
 ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS, ROUTE_GETJOB, ROUTE_PING = range(5)

@@ -14,7 +14,9 @@ LOADING / MISCONF, queues held off their slot, connection-affinity turned off, S
 
 A connection that keeps coming back for commands its worker cannot serve (a client using
 queues of several workers) is handed over less and less often: each such return doubles
-the number of commands in a row to one worker it takes (`affine_need`).
+the number of commands in a row to one worker it takes (`affine_need`). A worker also
+gives back a connection whose commands have gone on to another worker's queues
+(BACK_FOLLOW: FOLLOW_AFTER forwarded in a row), so that it is handed to that worker.
 """
 import logging
 import os
@@ -43,6 +45,7 @@ class Handover:
         self.base = {}                  # the totals at the last CONFIG RESETSTAT
         self.handoffs = 0
         self.handbacks = 0
+        self.follows = 0                # hand-backs to move to the worker of its commands
         self.ended = 0                  # handed connections closed while a worker served them
         self.stopping = False
         self.configuring = 0            # served_config controls not yet applied by every worker
@@ -181,7 +184,13 @@ class Handover:
             client.last_cmd = last_cmd
         client.affine = -1
         client.affine_run = 0
-        if reason == H.BACK_COMMAND:
+        if reason == H.BACK_FOLLOW:
+            # its commands went on to another worker's queues: once they reach that worker
+            # through here (affine_need in a row), it is handed to it (hand_over)
+            self.follows += 1
+        if reason == H.BACK_COMMAND or reason == H.BACK_FOLLOW:
+            # each return, whatever the cause, makes the next hand-over wait for more
+            # commands in a row: a connection never moves back and forth often
             client.affine_need = min(client.affine_need * 2, MAX_AFFINE_NEED)
         self.returning[cid] = (unsent, unparsed)
         try:
@@ -303,14 +312,15 @@ class Handover:
     @property
     def moves(self):
         """Changes whenever a field of info_fields may have (INFO's section cache key)."""
-        return (self.fe.affinity, self.handoffs, self.handbacks, self.ended)
+        return (self.fe.affinity, self.handoffs, self.handbacks, self.follows, self.ended)
 
     def info_fields(self):
         """INFO server: whether connections move to workers, how many are there now, and
         how often they moved each way."""
         return [("connection_affinity", "yes" if self.fe.affinity else "no"),
                 ("connections_served_by_workers", sum(len(h) for h in self.handed)),
-                ("connection_handoffs", self.handoffs), ("connection_handbacks", self.handbacks)]
+                ("connection_handoffs", self.handoffs), ("connection_handbacks", self.handbacks),
+                ("connection_follows", self.follows)]
 
     def reset(self):
         """CONFIG RESETSTAT: from now on the figures count from the current totals."""

@@ -188,6 +188,7 @@ class ServedClients(ServedCore):
             return self.forward(c, w, b"getjob", argv) if o.nohang else None
         if not o.nohang and not shard.any_ready(o.queues):
             return None
+        c.fwd_run = 0                   # one of ours (ServedCore.forward)
         reply, _ids = shard.consumers.fetch_or_block(0, c.id, o.count, True, o.withcounters, 0,
                                                      False, o.queues)
         self.names.append(b"getjob")
