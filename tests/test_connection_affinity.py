@@ -435,6 +435,24 @@ def test_a_connection_follows_its_commands_to_the_other_worker(node):
     assert c.execute("ACKJOB", *ids[:2]) == 2
 
 
+def test_a_pipelined_burst_that_moves_keeps_its_replies_in_order(node):
+    """One write of 3 * FOLLOW_AFTER commands for the other worker's queue: the first
+    FOLLOW_AFTER - 1 are forwarded, the connection goes back with the rest while their
+    replies are still owed, and every reply arrives in order."""
+    c = node.raw()
+    settle(node, c)                                    # served by worker 0
+    n = 3 * FOLLOW_AFTER
+    cmds = [("ADDJOB", Q1, "burst %d" % i, 0) for i in range(n)] + [("QLEN", Q1)]
+    c.send(b"".join(encode_command(*cmd) for cmd in cmds))
+    replies = [c.read_parsed() for _ in cmds]
+    ids = replies[:n]
+    assert all(r.startswith(b"D-") for r in ids) and replies[-1] == n
+    assert [j[1] for j in c.execute("QPEEK", Q1, n)] == ids     # queued in the order sent
+    if node.affinity:
+        wait_until(lambda: served(node) == 1, message="never handed to worker 1")
+        assert int(node.info_fields("server")["connection_follows"]) == 1
+
+
 def test_forwarding_survives_the_other_worker_dying(node):
     c = node.raw()
     settle(node, c)                                    # served by worker 0
