@@ -4,6 +4,9 @@ import signal
 import time
 
 import conftest as _c
+from disque.contracts import job_codec as codec
+from disque.contracts.aof_format import LOADJOB, record
+from disque._fast.job import Job, QUEUED
 
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 wait_until = _c.wait_until
@@ -105,3 +108,19 @@ def enqueue_all(r, ids):
 
 def registered_jobs(srv):
     return int(info(srv, "jobs")["registered_jobs"])
+
+
+def write_big_aof(path, n, node_id):
+    """An AOF of `n` queued jobs of this node: a load that takes about a second per 300,000."""
+    now = int(time.time())
+    chunks = []
+    for i in range(n):
+        job = Job(b"D-%s-AA%022d-05a1" % (node_id[:8], i), b"big", b"b" * 20)
+        job.state = QUEUED
+        job.etime = now + 3600
+        job.ctime = (now * 1000 + i) * 1000000
+        job.retry = 300
+        job.repl = 1
+        job.nodes_delivered = (node_id,)
+        chunks.append(record(LOADJOB, codec.serialize(job, True, now)))
+    path.write_bytes(b"".join(chunks))

@@ -7,9 +7,6 @@ import time
 
 import aof_helpers as H
 import conftest as _c
-from disque.contracts import job_codec as codec
-from disque.contracts.aof_format import LOADJOB, record
-from disque._fast.job import Job, QUEUED
 
 Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
@@ -172,21 +169,6 @@ def test_debug_flushall_with_aof_on_logs_deletions(start_server):
     assert H.registered_jobs(srv) == 1 and show(srv.raw(), kept) is not None
 
 
-def write_big_aof(path, n, node_id):
-    now = int(time.time())
-    chunks = []
-    for i in range(n):
-        job = Job(b"D-%s-AA%022d-05a1" % (node_id[:8], i), b"big", b"b" * 20)
-        job.state = QUEUED
-        job.etime = now + 3600
-        job.ctime = (now * 1000 + i) * 1000000
-        job.retry = 300
-        job.repl = 1
-        job.nodes_delivered = (node_id,)
-        chunks.append(record(LOADJOB, codec.serialize(job, True, now)))
-    path.write_bytes(b"".join(chunks))
-
-
 def test_clients_get_loading_while_a_large_file_loads(start_server):
     """A small file is loaded before any client is served (tests/test_persistence_startup.py);
     a load that lasts longer than a fraction of a second serves clients meanwhile, with
@@ -196,7 +178,7 @@ def test_clients_get_loading_while_a_large_file_loads(start_server):
     node_id = srv.execute("CLUSTER", "MYID")
     H.kill_node(srv)
     n = 300000      # a load long enough to be seen several times (about 1 s)
-    write_big_aof(H.aof_files(srv)[0], n, node_id)
+    H.write_big_aof(H.aof_files(srv)[0], n, node_id)
     H.restart(srv, wait=False)
     seen = set()
     deadline = time.monotonic() + 60

@@ -1,0 +1,160 @@
+"""`Disque`: the blocking client, on redis-py connection pools (one per node). Safe to
+share between threads: each command takes a connection of its node's pool."""
+from __future__ import annotations
+
+import time
+
+from disque.client.base import ClientBase
+from disque.client.errors import CONNECTION_ERRORS, LeavingError, UnavailableError
+from disque.client.nodes import Failover
+from disque.client.protocol import sync_pool
+
+
+class Disque(ClientBase):
+    """A Disque cluster seen from Python (docs/client.md).
+
+        >>> client = Disque("127.0.0.1:7711", "127.0.0.1:7712")
+        >>> jid = client.add_job("emails", b"payload", retry=30)
+        >>> for job in client.get_jobs("emails", timeout=1.0):
+        ...     job.ack()
+    """
+
+    # -- the I/O the typed methods use ------------------------------------------
+    def _call(self, args, parse):
+        address = self._current
+        if address is None or self._clock() >= self._hello_due:
+            address = self._ready()
+        try:
+            reply = self._send(address, args)
+        except CONNECTION_ERRORS as exc:
+            reply, address = self._failover(args, address, exc)
+        return reply if parse is None else parse(reply)
+
+    def _fetch(self, args, block):
+        address = self._current
+        if address is None or self._clock() >= self._hello_due:
+            address = self._ready()
+        try:
+            reply = self._send(address, args, block)
+        except (LeavingError, *CONNECTION_ERRORS) as exc:
+            reply, address = self._failover(args, address, exc, block)
+        return self._jobs(reply, address)
+
+    def _call_for_jobs(self, name, jobs, tail=(), parse=int):
+        results = []
+        for address, ids in self._groups(jobs):
+            args = (name, *ids, *tail)
+            if address is None or address == self._current:
+                results.append(self._call(args, parse))
+                continue
+            try:
+                reply = self._send(address, args)
+            except CONNECTION_ERRORS as exc:
+                self._table.mark_failed(address)
+                self._note_failure(address, exc)
+                results.append(self._call(args, parse))
+            else:
+                results.append(reply if parse is None else parse(reply))
+        return self._sum_or_one(results)
+
+    def _first(self, jobs):
+        return jobs[0] if jobs else None
+
+    def hello(self):
+        self._ready(force=True)
+        return self._table.hello
+
+    # -- connections --------------------------------------------------------------
+    def _pool(self, address):
+        pool = self._pools.get(address)
+        if pool is None:
+            pool = self._pools.setdefault(address, sync_pool(
+                address, self.password, self.socket_timeout, self.connect_timeout,
+                self.max_connections))
+        return pool
+
+    def _send(self, address, args, block=None):
+        pool = self._pool(address)
+        conn = pool.get_connection()
+        try:
+            conn.send_command(*args)
+            if block is None or self.socket_timeout is None:
+                return conn.read_response()
+            return self._read_blocking(conn, self._blocking_timeout(block))
+        finally:
+            pool.release(conn)
+
+    @staticmethod
+    def _read_blocking(conn, timeout):
+        """A read allowed to outlast socket_timeout (redis-py < 8 has no per-read timeout
+        on sync connections: the socket's own is set for it, as redis-py's parsers do)."""
+        conn._sock.settimeout(None if timeout == float("inf") else timeout)
+        try:
+            return conn.read_response()
+        finally:
+            if conn._sock is not None:
+                conn._sock.settimeout(conn.socket_timeout)
+
+    def _hello_at(self, address):
+        return self._adopt(self._hello_reply(self._send(address, ("HELLO",)), address), address)
+
+    def _ready(self, force=False):
+        """The address to use: connect on first use, HELLO again when due."""
+        address = self._current
+        if address is not None and (force or self._clock() >= self._hello_due):
+            try:
+                self._hello_at(address)
+            except CONNECTION_ERRORS as exc:
+                self._failover(None, address, exc)
+        elif address is None:
+            self._failover(None, None, None)
+        return self._current
+
+    def _failover(self, args, failed, error, block=None):
+        """Try the other nodes, best first, until one answers HELLO (and `args`, if any)
+        or the deadline passes. Returns (reply, address)."""
+        if failed is not None:
+            self._note_failure(failed, error)
+        attempt = Failover(self._table, failed, self.failover_timeout)
+        attempt.last_error = error
+        for step in attempt:
+            if isinstance(step, float):
+                time.sleep(step)
+                continue
+            try:
+                self._hello_at(step)
+                return (None if args is None else self._send(step, args, block)), step
+            except (LeavingError, *CONNECTION_ERRORS) as exc:
+                attempt.failed(step, exc)
+        raise UnavailableError(self._unavailable_message()) from attempt.last_error
+
+    # -- scans and lifetime --------------------------------------------------------
+    def scan_queues(self, **filters):
+        """Every queue name QSCAN yields (filters: count, minlen, maxlen, importrate)."""
+        cursor = None
+        while cursor != 0:
+            cursor, names = self.qscan(cursor or 0, **filters)
+            yield from names
+
+    def scan_jobs(self, **filters):
+        """Every job JSCAN yields (filters: count, queue, states, reply)."""
+        cursor = None
+        while cursor != 0:
+            cursor, items = self.jscan(cursor or 0, **filters)
+            yield from items
+
+    def connect(self):
+        """Connect now (commands otherwise connect on first use); returns the node's ID."""
+        self._ready(force=self._current is not None)
+        return self._current_id
+
+    def close(self):
+        for pool in list(self._pools.values()):
+            pool.disconnect()
+        self._pools.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
