@@ -99,14 +99,15 @@ def disque_cmd():
     return [script] if os.path.exists(script) else [sys.executable, "-m", "disque"]
 
 
-def start_cluster(n, workers, tmp):
+def start_cluster(n, workers, tmp, extra=lambda i: []):
+    """n nodes joined by CLUSTER MEET; `extra(i)` adds arguments to node i's command line."""
     nodes = []
     for i in range(n):
         port = free_port()
         d = os.path.join(tmp, "node%d" % i)
         os.makedirs(d)
         proc = Proc(disque_cmd() + ["--port", str(port), "--workers", str(workers),
-                                    "--bind", "127.0.0.1"], d)
+                                    "--bind", "127.0.0.1", *extra(i)], d)
         nodes.append((port, proc))
     clients = [redis.Redis(port=p, protocol=2) for p, _ in nodes]
     for c in clients:

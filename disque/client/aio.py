@@ -64,16 +64,17 @@ class AsyncDisque(ClientBase):
         await self._ready(force=True)
         return self._table.hello
 
-    def _pool(self, address):
-        pool = self._pools.get(address)
+    def _pool(self, address, control=False):
+        key = (address, control)
+        pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools.setdefault(address, async_pool(
+            pool = self._pools.setdefault(key, async_pool(
                 address, self.password, self.socket_timeout, self.connect_timeout,
-                self.max_connections))
+                None if control else self.max_connections))
         return pool
 
-    async def _send(self, address, args, block=None):
-        pool = self._pool(address)
+    async def _send(self, address, args, block=None, control=False):
+        pool = self._pool(address, control)
         conn = await pool.get_connection()
         try:
             await conn.send_command(*args)
@@ -85,12 +86,13 @@ class AsyncDisque(ClientBase):
             await pool.release(conn)
 
     async def _hello_at(self, address):
-        reply = await self._send(address, ("HELLO",))
+        reply = await self._send(address, ("HELLO",), control=True)
         return self._adopt(self._hello_reply(reply, address), address)
 
     async def _ready(self, force=False):
         address = self._current
         if address is not None and (force or self._clock() >= self._hello_due):
+            self._hello_due = self._clock() + self.hello_interval   # one HELLO, not one per thread
             try:
                 await self._hello_at(address)
             except ASYNC_CONNECTION_ERRORS as exc:

@@ -47,6 +47,9 @@ class ClientBase(JobCommands):
         self._clock = clock
         self._table = NodeTable(addresses, clock=clock)
         self._sources = JobSources(SwitchRule(switch_window, switch_margin))
+        # (address, control) -> redis-py pool; HELLO has a connection of its own, since a
+        # node command makes the node take back a connection its worker serves
+        # (docs/design.md, "Connections served by their worker")
         self._pools = {}
         self._current = None            # the address in use
         self._current_id = None

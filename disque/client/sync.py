@@ -65,16 +65,17 @@ class Disque(ClientBase):
         return self._table.hello
 
     # -- connections --------------------------------------------------------------
-    def _pool(self, address):
-        pool = self._pools.get(address)
+    def _pool(self, address, control=False):
+        key = (address, control)
+        pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools.setdefault(address, sync_pool(
+            pool = self._pools.setdefault(key, sync_pool(
                 address, self.password, self.socket_timeout, self.connect_timeout,
-                self.max_connections))
+                None if control else self.max_connections))
         return pool
 
-    def _send(self, address, args, block=None):
-        pool = self._pool(address)
+    def _send(self, address, args, block=None, control=False):
+        pool = self._pool(address, control)
         conn = pool.get_connection()
         try:
             conn.send_command(*args)
@@ -96,12 +97,14 @@ class Disque(ClientBase):
                 conn._sock.settimeout(conn.socket_timeout)
 
     def _hello_at(self, address):
-        return self._adopt(self._hello_reply(self._send(address, ("HELLO",)), address), address)
+        reply = self._send(address, ("HELLO",), control=True)
+        return self._adopt(self._hello_reply(reply, address), address)
 
     def _ready(self, force=False):
         """The address to use: connect on first use, HELLO again when due."""
         address = self._current
         if address is not None and (force or self._clock() >= self._hello_due):
+            self._hello_due = self._clock() + self.hello_interval   # one HELLO, not one per thread
             try:
                 self._hello_at(address)
             except CONNECTION_ERRORS as exc:
