@@ -125,3 +125,16 @@ def test_the_cython_cores_take_contract_numbers_from_the_contracts():
     for pyx in ("frontcore.pyx", "shardcore.pyx"):
         text = (PACKAGE / "_fast" / pyx).read_text()
         assert not re.search(r"rep\[0\] == -\d", text), pyx
+
+
+def test_the_client_uses_only_the_public_protocol():
+    """disque.client (and the framework brokers on it) import nothing of the server: they
+    speak the protocol, so they work against any Disque (docs/client.md)."""
+    wrong = []
+    for under in ("client", "integrations"):
+        for path in sources(PACKAGE / under):
+            for name in project_imports(path):
+                if is_real_module(name) and not any(imports_module(name, ok) for ok in (
+                        "disque.client", "disque.integrations")):
+                    wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, "\n".join(wrong)

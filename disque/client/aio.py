@@ -21,6 +21,8 @@ class AsyncDisque(ClientBase):
         ...     await job.ack()
     """
 
+    _make_pool = staticmethod(async_pool)
+
     async def _call(self, args, parse):
         address = self._current
         if address is None or self._clock() >= self._hello_due:
@@ -63,15 +65,6 @@ class AsyncDisque(ClientBase):
     async def hello(self):
         await self._ready(force=True)
         return self._table.hello
-
-    def _pool(self, address, control=False):
-        key = (address, control)
-        pool = self._pools.get(key)
-        if pool is None:
-            pool = self._pools.setdefault(key, async_pool(
-                address, self.password, self.socket_timeout, self.connect_timeout,
-                None if control else self.max_connections))
-        return pool
 
     async def _send(self, address, args, block=None, control=False):
         pool = self._pool(address, control)

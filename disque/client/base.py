@@ -57,6 +57,16 @@ class ClientBase(JobCommands):
         self.moves = 0                  # consumer moves made by the switching rule
         self.failovers = 0              # nodes given up after a connection error
 
+    def _pool(self, address, control=False):
+        """The redis-py pool of a node (`_make_pool` is the sync or asyncio kind)."""
+        key = (address, control)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools.setdefault(key, self._make_pool(
+                address, self.password, self.socket_timeout, self.connect_timeout,
+                None if control else self.max_connections))
+        return pool
+
     # -- read-only views --------------------------------------------------------
     @property
     def node(self):

@@ -19,6 +19,8 @@ class Disque(ClientBase):
         ...     job.ack()
     """
 
+    _make_pool = staticmethod(sync_pool)
+
     # -- the I/O the typed methods use ------------------------------------------
     def _call(self, args, parse):
         address = self._current
@@ -65,15 +67,6 @@ class Disque(ClientBase):
         return self._table.hello
 
     # -- connections --------------------------------------------------------------
-    def _pool(self, address, control=False):
-        key = (address, control)
-        pool = self._pools.get(key)
-        if pool is None:
-            pool = self._pools.setdefault(key, sync_pool(
-                address, self.password, self.socket_timeout, self.connect_timeout,
-                None if control else self.max_connections))
-        return pool
-
     def _send(self, address, args, block=None, control=False):
         pool = self._pool(address, control)
         conn = pool.get_connection()
