@@ -78,10 +78,10 @@ def wait_for(pred, timeout, what):
 
 
 class Proc:
-    def __init__(self, argv, cwd):
+    def __init__(self, argv, cwd, env=None):
         self.log = open(os.path.join(cwd, "server.log"), "wb")
         self.p = subprocess.Popen(argv, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+                                  stdin=subprocess.DEVNULL, start_new_session=True, env=env)
 
     def stop(self):
         if self.p.poll() is None:

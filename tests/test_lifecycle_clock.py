@@ -89,6 +89,16 @@ def test_retry_requeues_a_delivered_job_after_retry_seconds(node):
     assert show[b"additional-deliveries"] == 1      # a requeue counts; the first queueing did not
 
 
+def test_retry_counts_from_the_delivery_of_a_job_that_waited_longer_than_retry(node):
+    """The requeue time rolls forward while a job waits (SPEC 7.3); its delivery restarts it
+    (docs/differences.md), so a consumer gets the whole RETRY, not what is left of it."""
+    jid = node.addjob("RETRY", 2)
+    node.advance(5000)                          # queued all along: the time rolled twice
+    assert node.getjob()[0][1] == jid
+    waited = node.first_time_queued(3000)
+    assert 2000 + JITTER_LOW <= waited <= 2000 + JITTER_HIGH + 10
+
+
 def test_a_queued_job_that_nobody_takes_is_not_requeued_twice(node):
     jid = node.addjob("RETRY", 2)
     node.advance(7000)

@@ -237,10 +237,16 @@ cdef class ReplicationCore:
         return tuple([n for n in nodes if n in known or n == me])
 
     cpdef merge_nodes(self, Job job, tuple nodes):
+        """Add the known nodes of `nodes` the job does not list yet, each once: `nodes` may
+        name one twice (YOURJOBS adds its sender to the list it carries), and a node listed
+        twice would keep the ACK's garbage collection from ever completing (SPEC 7.4)."""
         have = job.nodes_delivered
-        extra = tuple([n for n in nodes if n not in have and n in self.known])
+        extra = []
+        for n in nodes:
+            if n not in have and n not in extra and n in self.known:
+                extra.append(n)
         if extra:
-            job.nodes_delivered = have + extra
+            job.nodes_delivered = have + tuple(extra)
 
     cpdef add_node(self, Job job, node):
         if node not in job.nodes_delivered:

@@ -463,10 +463,21 @@ cdef class ShardCore:
             return None
         mark_active(job)
         job.flags |= JOB_FLAG_DELIVERED
+        self.restart_requeue(job)
         q.atime = self.now_s
         q.jobs_out += 1
         self.n_delivered += 1
         return job
+
+    cdef void restart_requeue(self, Job job) except *:
+        """RETRY counts from the delivery on the node that delivers (docs/differences.md):
+        the requeue time set when the job was queued rolls forward by RETRY each time it
+        passes while the job waits (SPEC 7.3), so a job that waited longer than its RETRY
+        would otherwise be queued again at any moment after its delivery."""
+        if job.retry and job.qtime:
+            job.qtime = self.now_ms + retry_interval_ms(job) + self.rand_err()
+            job.flags |= JOB_FLAG_BCAST_WILLQUEUE
+            self.schedule(job)
 
     cpdef list fetch_many(self, Queue q, Py_ssize_t count):
         """Up to `count` jobs from the head of one queue (GETJOB FROM a single queue):
@@ -479,6 +490,7 @@ cdef class ShardCore:
                 break
             mark_active(job)
             job.flags |= JOB_FLAG_DELIVERED
+            self.restart_requeue(job)
             out.append(job)
         if out:
             q.atime = self.now_s

@@ -1,0 +1,178 @@
+"""What the kombu transport (disque.integrations.kombu) reads from a kombu `Connection`: the
+Disque nodes and password of its URL, its transport options checked and completed, and the
+ADDJOB options of one message (its Celery `eta` as a DELAY). No I/O here.
+
+The options and what they mean are documented in docs/frameworks.md.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from disque.client.servers import DEFAULT_PORT, SCHEME, ServerSpecError, parse_servers
+
+DEFAULT_VISIBILITY_TIMEOUT = 300    # s: the RETRY of every job (Disque's own cap for RETRY)
+DEFAULT_TTL = 86400                 # s: Disque's default TTL (docs/spec.md, SPEC 3.1)
+DEFAULT_ADD_TIMEOUT = 5.0           # s: how long ADDJOB waits for the job's copies
+DEFAULT_SOCKET_TIMEOUT = 15.0       # s: a reply that takes longer means the node is lost
+DEFAULT_FAILOVER_TIMEOUT = 10.0     # s: the client's default (docs/client.md)
+DEFAULT_CONNECT_TIMEOUT = 2.0       # s: TCP connect to one node, when kombu gives none
+MAX_BLOCK = 1.0                     # s: the longest blocking GETJOB of a consumer
+
+
+class TransportOptionError(ValueError):
+    """A transport option (Celery's broker_transport_options) the transport cannot use."""
+
+
+@dataclass(frozen=True)
+class TransportSettings:
+    """Everything a Disque transport needs, checked once when it connects."""
+    servers: tuple              # (host, port) pairs, in the order given
+    password: str | None
+    visibility_timeout: int     # the jobs' RETRY
+    ttl: int                    # the jobs' TTL (a delayed job gets more: `job_ttl`)
+    add_timeout: float
+    replicate: int | None       # None: decided from the cluster's size at connect
+    socket_timeout: float
+    connect_timeout: float
+    failover_timeout: float
+
+    def with_replicate(self, replicate):
+        return replace(self, replicate=replicate)
+
+
+def settings_from_connection(connection):
+    """The settings of a kombu `Connection` whose transport is this one: its URL(s), its
+    password and its `transport_options`. Raises ServerSpecError or TransportOptionError
+    with a message naming what is wrong."""
+    servers, password = servers_of(connection)
+    options = dict(connection.transport_options or {})
+    visibility = whole_seconds(options, "visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT)
+    ttl = whole_seconds(options, "ttl", DEFAULT_TTL)
+    if visibility >= ttl:
+        raise TransportOptionError(
+            "Disque transport option visibility_timeout (%d s) must be below ttl (%d s): a "
+            "job would expire before it could be delivered again" % (visibility, ttl))
+    add_timeout = positive_seconds(options, "add_timeout", DEFAULT_ADD_TIMEOUT)
+    socket_timeout = positive_seconds(options, "socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    if socket_timeout <= add_timeout:
+        raise TransportOptionError(
+            "Disque transport option socket_timeout (%s s) must exceed add_timeout (%s s): "
+            "ADDJOB's reply may take add_timeout" % (socket_timeout, add_timeout))
+    replicate = options.get("replicate")
+    if replicate is not None and (isinstance(replicate, bool) or not isinstance(replicate, int)
+                                  or not 1 <= replicate <= 65535):
+        raise TransportOptionError("Disque transport option replicate must be an integer "
+                                   "from 1 to 65535, not %r" % (replicate,))
+    return TransportSettings(
+        servers=tuple(servers), password=password, visibility_timeout=visibility, ttl=ttl,
+        add_timeout=add_timeout, replicate=replicate, socket_timeout=socket_timeout,
+        connect_timeout=float(connection.connect_timeout or DEFAULT_CONNECT_TIMEOUT),
+        failover_timeout=positive_seconds(options, "failover_timeout",
+                                          DEFAULT_FAILOVER_TIMEOUT))
+
+
+def servers_of(connection):
+    """(addresses, password) from a kombu `Connection`: every node of its URL and of its
+    alternates (kombu's `;`-separated or list form), since the Disque client fails over
+    between nodes itself. kombu hands the URL over untouched (the transport sets
+    `can_parse_url`), so `disque://a:7711,b:7712` keeps its whole node list."""
+    specs = []
+    for url in [connection.hostname, *(connection.alt or ())]:
+        if url is None:
+            continue
+        if not isinstance(url, str):
+            raise ServerSpecError("a Disque broker is a disque:// URL, not %r" % (url,))
+        spec = url if "://" in url else "%s%s" % (SCHEME, _with_port(url, connection.port))
+        if not spec.lower().startswith(SCHEME):
+            raise ServerSpecError("not a disque:// URL: %s" % masked_uri(spec))
+        if not _hosts_part(spec):
+            spec = "%s127.0.0.1:%d" % (spec[:len(SCHEME)], DEFAULT_PORT)
+        if spec not in specs:
+            specs.append(spec)
+    if not specs:
+        specs.append("%s127.0.0.1:%d" % (SCHEME, DEFAULT_PORT))
+    try:
+        addresses, password = parse_servers(specs)
+    except ServerSpecError as exc:
+        raise ServerSpecError("bad Disque broker URL %s: %s" % (
+            "; ".join(masked_uri(s) for s in specs), exc)) from None
+    return addresses, password or connection.password
+
+
+def _with_port(host, port):
+    return host if port is None or ":" in host else "%s:%s" % (host, port)
+
+
+def _hosts_part(url):
+    """What lies between the scheme (and password) and the path: the node list."""
+    rest = url[len(SCHEME):].split("/", 1)[0].split("?", 1)[0]
+    return rest.rsplit("@", 1)[-1].strip()
+
+
+_PASSWORD = re.compile(r"^(disque://)([^@/]*)@", re.I)
+
+
+def masked_uri(uri, include_password=False, mask="**"):
+    """The URL as logs show it: the password replaced by `mask`, the node list whole."""
+    if not uri:
+        return "%s127.0.0.1:%d" % (SCHEME, DEFAULT_PORT)
+    if include_password:
+        return uri
+    match = _PASSWORD.match(uri)
+    if match is None:
+        return uri
+    user, sep, _ = match.group(2).partition(":")
+    hidden = "%s:%s" % (user, mask) if sep or user else ""
+    return "%s%s@%s" % (match.group(1), hidden, uri[match.end():])
+
+
+def whole_seconds(options, name, default):
+    value = options.get(name)
+    if value is None:
+        return default
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value)
+            or value < 1):
+        raise TransportOptionError("Disque transport option %s must be a whole number of "
+                                   "seconds >= 1 (the server's unit), not %r" % (name, value))
+    return int(value)
+
+
+def positive_seconds(options, name, default):
+    value = options.get(name)
+    if value is None:
+        return default
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or math.isinf(value)):
+        raise TransportOptionError("Disque transport option %s must be a number of seconds "
+                                   "> 0, not %r" % (name, value))
+    return float(value)
+
+
+def eta_delay(headers, now=None):
+    """ADDJOB's DELAY for a message with a Celery `eta` header (ISO 8601; a naive time is
+    read as UTC, Celery's default): the whole seconds until the eta, rounded down, so the
+    server holds the job and the worker waits the rest (under a second) itself. None when
+    the eta is less than a second away, absent, or not a time (Celery's worker reports a
+    bad eta itself)."""
+    eta = (headers or {}).get("eta")
+    if not eta or not isinstance(eta, str):
+        return None
+    try:
+        when = datetime.fromisoformat(eta)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    return int(seconds) if seconds >= 1 else None
+
+
+def job_ttl(ttl, delay):
+    """The TTL of a job delayed `delay` seconds: `ttl + 2 * delay`. WORKING is refused once
+    half a job's life has passed (docs/spec.md, SPEC 3.6), so a delayed job gets the same
+    `ttl / 2` of leases after it becomes due as a job sent without delay, and lives `ttl`
+    after its eta at least. A DELAY is never refused for being above the TTL."""
+    return ttl + 2 * delay if delay else ttl

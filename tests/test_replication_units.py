@@ -1,0 +1,43 @@
+"""Replication's node lists inside one worker: a node is never listed twice in a job's
+nodes-delivered, whatever the messages that bring it (SPEC 7.4: the ACK's garbage collection
+ends when every node listed has confirmed, so a node listed twice would keep the job forever)."""
+import pytest
+
+from disque._fast.codec import serialize
+from disque.workers.shard import Shard
+
+pytestmark = pytest.mark.unit
+
+ME, OTHER, THIRD = b"b" * 40, b"a" * 40, b"c" * 40
+T0 = 1_000_000_000_000
+
+
+def clustered_shard():
+    s = Shard(0, 1, ME)
+    s.replication.set_cluster({"myid": ME, "size": 3, "reachable": [OTHER, THIRD],
+                               "known": [OTHER, THIRD], "leaving": False})
+    s.now_ms, s.now_s = T0, T0 // 1000
+    return s
+
+
+def local_job(s):
+    reply = s.execute(1, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"1"])
+    return s.jobs[bytes(reply).strip(b"+\r\n")]
+
+
+def test_merge_nodes_lists_each_node_once():
+    s = clustered_shard()
+    job = local_job(s)
+    assert job.nodes_delivered == (ME,)
+    s.replication.merge_nodes(job, (ME, OTHER, OTHER, THIRD, OTHER))
+    assert job.nodes_delivered == (ME, OTHER, THIRD)
+
+
+def test_yourjobs_from_a_node_already_listed_does_not_list_it_twice():
+    s = clustered_shard()
+    job = local_job(s)
+    job.nodes_delivered = (ME, OTHER)
+    copy = serialize(job, False, s.now_s)       # OTHER's copy lists OTHER itself
+    job.nodes_delivered = (ME,)
+    s.federation.on_yourjobs(OTHER, 0, [copy])  # YOURJOBS adds its sender to that list
+    assert job.nodes_delivered == (ME, OTHER)
