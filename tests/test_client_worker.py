@@ -2,10 +2,8 @@
 delays into the dead-letter queue, WORKING for a long job, SIGTERM with jobs in hand, a node
 killed under a worker), and the Python API (stats callback, job timeouts, asyncio)."""
 import asyncio
-import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -15,6 +13,7 @@ import pytest
 
 from disque.client import AsyncDisque, Disque
 from disque.client.worker import AsyncWorker, Worker
+from support.processes import WorkerProcesses
 from support.waits import wait_until
 
 TASKS = textwrap.dedent('''
@@ -44,48 +43,24 @@ TASKS = textwrap.dedent('''
 WORKER = os.path.join(os.path.dirname(sys.executable), "disque-worker")
 
 
-class Workers:
-    """`disque-worker` processes of one test, killed by PID at its end."""
+class Workers(WorkerProcesses):
+    """`disque-worker` processes of one test, killed by process group at its end."""
 
     def __init__(self, tmp_path):
-        self.dir = tmp_path
+        super().__init__(tmp_path)
         (tmp_path / "tasks.py").write_text(TASKS)
-        self.record = tmp_path / "record.jsonl"
-        self.procs = []
 
     def start(self, function, *args):
-        log = open(self.dir / ("worker%d.log" % len(self.procs)), "wb")
-        env = dict(os.environ, RECORD=str(self.record), PYTHONUNBUFFERED="1")
         spec = function if ":" in function else "tasks:" + function
-        proc = subprocess.Popen([WORKER, spec, "--stats-interval", "1", *args],
-                                cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        proc.log_path = log.name
-        self.procs.append(proc)
-        return proc
-
-    def events(self, kind=None):
-        if not self.record.exists():
-            return []
-        rows = [json.loads(line) for line in self.record.read_text().splitlines() if line]
-        return [r for r in rows if kind is None or r[0] == kind]
-
-    def log(self, proc):
-        with open(proc.log_path, "rb") as f:
-            return f.read().decode()
-
-    def stop_all(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        env = dict(os.environ, RECORD=str(self.record), PYTHONUNBUFFERED="1")
+        return self.launch([WORKER, spec, "--stats-interval", "1", *args], env)
 
 
 @pytest.fixture
 def workers(tmp_path):
     w = Workers(tmp_path)
     yield w
-    w.stop_all()
+    w.kill_all()
 
 
 def server_arg(*nodes):

@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -32,6 +30,7 @@ from disque.integrations.kombu_config import (TransportOptionError, eta_delay, j
                                               settings_from_connection)
 from support.celery_app import create_app
 from support.ports import lease_port
+from support.processes import WorkerProcesses
 from support.waits import wait_until
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -69,21 +68,18 @@ def unacknowledged_jobs(nodes):
     return found
 
 
-class CeleryWorkers:
+class CeleryWorkers(WorkerProcesses):
     """`celery worker` processes of a test or a module, each in a session of its own so its
     pool children die with it (os.killpg)."""
 
     def __init__(self, directory):
-        self.dir = Path(directory)
-        self.record = self.dir / "record.jsonl"
+        super().__init__(directory)
         self.results = self.dir / "results"
         self.results.mkdir(exist_ok=True)
-        self.procs = []
         self.apps = []
 
     def start(self, broker, *args, conf=None):
         index = len(self.procs) + 1
-        log_path = self.dir / ("worker%d.log" % index)
         env = dict(os.environ, PYTHONUNBUFFERED="1",
                    CELERY_TEST_BROKER=broker, CELERY_TEST_RESULTS=str(self.results),
                    CELERY_TEST_RECORD=str(self.record), CELERY_TEST_CONF=json.dumps(conf or {}),
@@ -91,21 +87,13 @@ class CeleryWorkers:
                                                             os.environ.get("PYTHONPATH")))))
         command = [sys.executable, "-m", "celery", "-A", "support.celery_app", "worker",
                    "-l", "INFO", "-P", "prefork", "-c", "2", "-n", "w%d@%%h" % index, *args]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(command, cwd=self.dir, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        proc.log_path = log_path
-        self.procs.append(proc)
-        return proc
+        return self.launch(command, env, "worker%d.log" % index)
 
     def app(self, broker, **conf):
         """The producer side: the same app, in this process, sending by task name."""
         app = create_app(broker, str(self.results), **conf)
         self.apps.append(app)
         return app
-
-    def log(self, proc):
-        return proc.log_path.read_bytes().decode("utf-8", "replace")
 
     def wait_ready(self, *procs, timeout=40):
         for proc in procs:
@@ -120,27 +108,10 @@ class CeleryWorkers:
         except psutil.NoSuchProcess:
             return set()
 
-    def kill(self, proc):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
-
     def stop_all(self):
-        for proc in self.procs:
-            self.kill(proc)
+        self.kill_all()
         for app in self.apps:
             app.close()
-
-    def reset_record(self):
-        self.record.write_text("")
-
-    def events(self, kind=None):
-        if not self.record.exists():
-            return []
-        rows = [json.loads(line) for line in self.record.read_text().splitlines() if line]
-        return [row for row in rows if kind is None or row[0] == kind]
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ address and of an unreachable cluster; plus the broker's own operations in-proce
 
 Each actor call of a worker appends `[event, value, time, pid]` to a record file, so the
 checks read what ran, where and when."""
-import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -22,6 +20,7 @@ from dramatiq.message import Message
 from disque.client import Disque
 from disque.integrations.dramatiq import DisqueBroker
 from support.ports import lease_port
+from support.processes import WorkerProcesses
 from support.waits import wait_until
 
 ACTORS = textwrap.dedent('''
@@ -95,43 +94,26 @@ def stays_true(predicate, duration, message):
         time.sleep(0.05)
 
 
-class DramatiqWorkers:
+class DramatiqWorkers(WorkerProcesses):
     """`dramatiq actors` processes of one test (a parent and its worker process each, in a
     session of their own), killed by process group at its end."""
 
     def __init__(self, tmp_path):
-        self.dir = tmp_path
+        super().__init__(tmp_path)
         (tmp_path / "actors.py").write_text(ACTORS)
-        self.record = tmp_path / "record.jsonl"
-        self.procs = []
 
     def start(self, *nodes, servers=None, retry=60, failover=10.0, threads=4, wait=True):
-        log = open(self.dir / ("dramatiq%d.log" % len(self.procs)), "wb")
         env = dict(os.environ, RECORD=str(self.record), PYTHONUNBUFFERED="1",
                    DISQUE_SERVERS=servers or ",".join(address(n) for n in nodes),
                    DISQUE_RETRY=str(retry), DISQUE_FAILOVER=str(failover))
-        proc = subprocess.Popen(
+        proc = self.launch(
             [sys.executable, "-m", "dramatiq", "actors", "--processes", "1", "--threads",
              str(threads), "--path", str(self.dir), "--worker-shutdown-timeout", "5000"],
-            cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        log.close()
-        proc.log_path = log.name
-        self.procs.append(proc)
+            env, "dramatiq%d.log" % len(self.procs))
         if wait:
             wait_until(lambda: READY_LINE in self.log(proc), timeout=30,
                        message="the dramatiq worker never got ready:\n" + self.log(proc))
         return proc
-
-    def log(self, proc):
-        with open(proc.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def events(self, kind):
-        if not self.record.exists():
-            return []
-        rows = [json.loads(line) for line in self.record.read_text().splitlines() if line]
-        return [row for row in rows if row[0] == kind]
 
     def values(self, kind="run"):
         return [row[1] for row in self.events(kind)]
@@ -140,17 +122,6 @@ class DramatiqWorkers:
         """SIGTERM to the parent only (it passes it on): Dramatiq's graceful stop."""
         proc.send_signal(signal.SIGTERM)
         return proc.wait(30)
-
-    def kill(self, proc):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(10)
-
-    def kill_all(self):
-        for proc in self.procs:
-            self.kill(proc)
 
 
 @pytest.fixture
