@@ -354,17 +354,20 @@ class Transport(virtual.Transport):
 
     def drain_events(self, connection, timeout=None):
         """Deliver one batch of messages. Consuming channels wait inside (a blocking
-        GETJOB, or a wait for a free prefetch slot), so there is no sleep between polls
-        unless no channel consumes."""
+        GETJOB of at most MAX_BLOCK, or a wait for a free prefetch slot): one such wait
+        that brought nothing ends the call, so the caller's loop sees a stop (Celery's
+        warm shutdown) within MAX_BLOCK rather than its whole timeout. Without consumers
+        the call sleeps polling_interval between looks, up to the timeout."""
         start = monotonic()
         while True:
             remaining = None if timeout is None else max(0.0, timeout - (monotonic() - start))
             try:
                 return self.cycle.get(self._deliver, timeout=remaining)
             except Empty:
-                if timeout is not None and monotonic() - start >= timeout:
+                consuming = any(channel._consumers for channel in self.channels)
+                if timeout is not None and (consuming or monotonic() - start >= timeout):
                     raise socket.timeout()
-                if not any(channel._consumers for channel in self.channels):
+                if not consuming:
                     pause = self.polling_interval
                     sleep(pause if remaining is None else min(pause, remaining))
 

@@ -19,7 +19,8 @@ DEFAULT_ADD_TIMEOUT = 5.0           # s: how long ADDJOB waits for the job's cop
 DEFAULT_SOCKET_TIMEOUT = 15.0       # s: a reply that takes longer means the node is lost
 DEFAULT_FAILOVER_TIMEOUT = 10.0     # s: the client's default (docs/client.md)
 DEFAULT_CONNECT_TIMEOUT = 2.0       # s: TCP connect to one node, when kombu gives none
-MAX_BLOCK = 1.0                     # s: the longest blocking GETJOB of a consumer
+MAX_BLOCK = 0.25                    # s: the longest blocking GETJOB of a consumer: a stop
+                                    # (Celery checks between two fetches) waits no longer
 
 
 class TransportOptionError(ValueError):
