@@ -133,15 +133,25 @@ class Broker:
         return self.proc.p.pid
 
     def stop(self):
+        """SIGTERM to the whole process tree, by PID: rabbitmq-server's script hands over to
+        an Erlang VM under its own user, out of the script's process group."""
         try:
-            os.killpg(self.proc.p.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            self.proc.p.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.p.pid, signal.SIGKILL)
-            self.proc.p.wait(10)
+            tree = [psutil.Process(self.proc.p.pid)]
+            tree += tree[0].children(recursive=True)
+        except psutil.Error:
+            tree = []
+        for proc in tree:
+            try:
+                proc.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=10)
         self.proc.log.close()
 
 
