@@ -123,6 +123,10 @@ class Broker:
                        RABBITMQ_NODENAME="bench%d@localhost" % port,
                        RABBITMQ_MNESIA_BASE=os.path.join(self.dir, "mnesia"),
                        RABBITMQ_LOG_BASE=os.path.join(self.dir, "log"))
+            # Erlang starts a port-mapper daemon (epmd) outside the tree; stop it at the end
+            # unless one was running before
+            self.own_epmd = not any(p.info["name"] == "epmd"
+                                    for p in psutil.process_iter(["name"]))
             self.proc = Proc(["rabbitmq-server"], self.dir, env=env)
             self.url = "amqp://guest:guest@127.0.0.1:%d/%%2F" % port
             self._ready = lambda: _amqp_ready(port)
@@ -153,6 +157,8 @@ class Broker:
                 pass
         psutil.wait_procs(alive, timeout=10)
         self.proc.log.close()
+        if getattr(self, "own_epmd", False) and shutil.which("epmd"):
+            subprocess.run(["epmd", "-kill"], capture_output=True, timeout=10)
 
 
 def _ping(port):
