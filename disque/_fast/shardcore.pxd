@@ -82,7 +82,7 @@ cdef class ShardCore:
     cpdef long long ack_lone(self, list argv, list left) except -1
     cpdef Job fetch(self, Queue q)
     cpdef list fetch_many(self, Queue q, Py_ssize_t count)
-    cdef void restart_requeue(self, Job job) except *
+    cdef void deliver(self, Job job) except *
     cpdef move_to_dead_letter(self, Job job)
     cpdef object cmd_addjob(self, list argv)
 

@@ -461,19 +461,21 @@ cdef class ShardCore:
         cdef Job job = q.jobs.pop()
         if job is None:
             return None
-        mark_active(job)
-        job.flags |= JOB_FLAG_DELIVERED
-        self.restart_requeue(job)
+        self.deliver(job)
         q.atime = self.now_s
         q.jobs_out += 1
         self.n_delivered += 1
         return job
 
-    cdef void restart_requeue(self, Job job) except *:
-        """RETRY counts from the delivery on the node that delivers (docs/differences.md):
-        the requeue time set when the job was queued rolls forward by RETRY each time it
-        passes while the job waits (SPEC 7.3), so a job that waited longer than its RETRY
-        would otherwise be queued again at any moment after its delivery."""
+    cdef void deliver(self, Job job) except *:
+        """A job taken from its queue for a consumer (or a NEEDJOBS answer): active,
+        delivered, and its requeue time RETRY from now. RETRY counts from the delivery on
+        the node that delivers (docs/differences.md): the time set when the job was queued
+        rolls forward by RETRY each time it passes while the job waits (SPEC 7.3), so a job
+        that waited longer than its RETRY would otherwise be queued again at any moment
+        after its delivery."""
+        mark_active(job)
+        job.flags |= JOB_FLAG_DELIVERED
         if job.retry and job.qtime:
             job.qtime = self.now_ms + retry_interval_ms(job) + self.rand_err()
             job.flags |= JOB_FLAG_BCAST_WILLQUEUE
@@ -488,9 +490,7 @@ cdef class ShardCore:
             job = q.jobs.pop()
             if job is None:
                 break
-            mark_active(job)
-            job.flags |= JOB_FLAG_DELIVERED
-            self.restart_requeue(job)
+            self.deliver(job)
             out.append(job)
         if out:
             q.atime = self.now_s
