@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from disque.client.base import ClientBase
-from disque.client.errors import CONNECTION_ERRORS, LeavingError, UnavailableError
+from disque.client.errors import (CONNECTION_ERRORS, FETCH_MOVES_ON, LeavingError,
+                                  UnavailableError)
 from disque.client.nodes import Failover
 from disque.client.protocol import async_pool
 
@@ -23,25 +24,19 @@ class AsyncDisque(ClientBase):
 
     _make_pool = staticmethod(async_pool)
 
-    async def _call(self, args, parse):
-        address = self._current
-        if address is None or self._clock() >= self._hello_due:
-            address = await self._ready()
+    async def _run(self, args, block=None, moves_on=ASYNC_CONNECTION_ERRORS):
+        address = self._current if self._clock() < self._hello_due else await self._ready()
         try:
-            reply = await self._send(address, args)
-        except ASYNC_CONNECTION_ERRORS as exc:
-            reply, address = await self._failover(args, address, exc)
+            return await self._send(address, args, block), address
+        except moves_on as exc:
+            return await self._failover(args, address, exc, block)
+
+    async def _call(self, args, parse):
+        reply = (await self._run(args))[0]
         return reply if parse is None else parse(reply)
 
     async def _fetch(self, args, block):
-        address = self._current
-        if address is None or self._clock() >= self._hello_due:
-            address = await self._ready()
-        try:
-            reply = await self._send(address, args, block)
-        except (LeavingError, *ASYNC_CONNECTION_ERRORS) as exc:
-            reply, address = await self._failover(args, address, exc, block)
-        return self._jobs(reply, address)
+        return self._jobs(*await self._run(args, block, (*FETCH_MOVES_ON, asyncio.TimeoutError)))
 
     async def _call_for_jobs(self, name, jobs, tail=(), parse=int):
         results = []

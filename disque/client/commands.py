@@ -216,11 +216,6 @@ class JobCommands:
         return self._call(args, lambda r: scan_reply(r, decode))
 
     # -- the node --------------------------------------------------------------
-    def hello(self):
-        """HELLO of the node in use, as a `Hello` (its ID, and every node with its
-        address and priority)."""
-        return self._call(("HELLO",), None, hello=True)
-
     def info(self, section=None):
         """INFO as a dict of fields (numbers converted)."""
         args = ("INFO",) if section is None else ("INFO", section)

@@ -131,3 +131,5 @@ def from_reply(text: str) -> ResponseError:
 # what makes the client try another node: the node is gone or does not answer
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                      ConnectionError, TimeoutError)
+# a GETJOB also moves on from a node that is leaving (the original's client protocol)
+FETCH_MOVES_ON = (LeavingError, *CONNECTION_ERRORS)

@@ -36,7 +36,6 @@ class JobSources:
         self.rule = rule
         self.counts: dict[str, int] = {}
         self.seen = 0
-        self.moves = 0
         self._lock = threading.Lock()
 
     def observe(self, prefixes, current_prefix):

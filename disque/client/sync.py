@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from disque.client.base import ClientBase
-from disque.client.errors import CONNECTION_ERRORS, LeavingError, UnavailableError
+from disque.client.errors import (CONNECTION_ERRORS, FETCH_MOVES_ON, LeavingError,
+                                  UnavailableError)
 from disque.client.nodes import Failover
 from disque.client.protocol import sync_pool
 
@@ -22,25 +23,21 @@ class Disque(ClientBase):
     _make_pool = staticmethod(sync_pool)
 
     # -- the I/O the typed methods use ------------------------------------------
-    def _call(self, args, parse):
-        address = self._current
-        if address is None or self._clock() >= self._hello_due:
-            address = self._ready()
+    def _run(self, args, block=None, moves_on=CONNECTION_ERRORS):
+        """Send to the node in use (HELLO first when due); on an error of `moves_on`, to the
+        next node that answers. Returns (reply, address)."""
+        address = self._current if self._clock() < self._hello_due else self._ready()
         try:
-            reply = self._send(address, args)
-        except CONNECTION_ERRORS as exc:
-            reply, address = self._failover(args, address, exc)
+            return self._send(address, args, block), address
+        except moves_on as exc:
+            return self._failover(args, address, exc, block)
+
+    def _call(self, args, parse):
+        reply = self._run(args)[0]
         return reply if parse is None else parse(reply)
 
     def _fetch(self, args, block):
-        address = self._current
-        if address is None or self._clock() >= self._hello_due:
-            address = self._ready()
-        try:
-            reply = self._send(address, args, block)
-        except (LeavingError, *CONNECTION_ERRORS) as exc:
-            reply, address = self._failover(args, address, exc, block)
-        return self._jobs(reply, address)
+        return self._jobs(*self._run(args, block, FETCH_MOVES_ON))
 
     def _call_for_jobs(self, name, jobs, tail=(), parse=int):
         results = []
@@ -63,6 +60,8 @@ class Disque(ClientBase):
         return jobs[0] if jobs else None
 
     def hello(self):
+        """HELLO of the node in use, as a `Hello` (its ID, and every node with its address
+        and priority); the node list is learnt from it."""
         self._ready(force=True)
         return self._table.hello
 
