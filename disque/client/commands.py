@@ -17,14 +17,22 @@ PAUSE_OPTIONS = frozenset(("in", "out", "all", "none", "state", "bcast"))
 JOB_STATES = frozenset(("wait-repl", "active", "queued", "acked"))
 
 
-def milliseconds(name, seconds):
+def seconds(name, value):
+    """A duration in seconds: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("%s must be a number of seconds, not %r" % (name, value))
+    if not value > 0 or math.isinf(value):
+        raise ValueError("%s must be a finite number of seconds > 0, not %r" % (name, value))
+    return float(value)
+
+
+def milliseconds(name, value):
     """A timeout in seconds -> whole milliseconds for the server, at least 1."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError("%s must be a number of seconds, not %r" % (name, seconds))
-    if not seconds > 0 or math.isinf(seconds):
+    try:
+        return max(1, math.ceil(seconds(name, value) * 1000))
+    except ValueError:
         raise ValueError("%s must be a finite number of seconds > 0 (None waits forever)"
-                         % name)
-    return max(1, math.ceil(seconds * 1000))
+                         % name) from None
 
 
 def whole_seconds(name, seconds, minimum=0):
@@ -38,11 +46,13 @@ def whole_seconds(name, seconds, minimum=0):
     return int(seconds)
 
 
-def count(name, value, minimum=1):
+def count(name, value, minimum=1, maximum=None):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError("%s must be an integer, not %r" % (name, value))
     if value < minimum:
         raise ValueError("%s must be >= %d" % (name, minimum))
+    if maximum is not None and value > maximum:
+        raise ValueError("%s must be <= %d" % (name, maximum))
     return value
 
 

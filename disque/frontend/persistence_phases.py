@@ -22,7 +22,6 @@ import sys
 import time
 
 from disque import replies as R
-from disque.contracts import worker_link as P
 from disque.contracts.aof_format import aof_files, aof_stem
 from disque.contracts.aof_format import fsync_dir
 

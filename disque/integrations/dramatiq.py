@@ -28,7 +28,7 @@ from dramatiq.common import current_millis
 from dramatiq.errors import QueueJoinTimeout, QueueNotFound
 
 from disque.client import Disque
-from disque.client.commands import whole_seconds
+from disque.client.commands import count, seconds, whole_seconds
 from disque.integrations.dramatiq_consumer import DisqueConsumer
 from disque.integrations.dramatiq_errors import as_broker_errors
 from disque.integrations.dramatiq_leases import QueueLeases
@@ -65,17 +65,11 @@ class DisqueBroker(Broker):
                  replication_timeout=DEFAULT_REPLICATION_TIMEOUT, client=None,
                  **client_options):
         super().__init__(middleware=middleware)
-        if replicate is not None and (isinstance(replicate, bool) or
-                                      not isinstance(replicate, int) or replicate < 1):
-            raise ValueError("replicate must be an integer >= 1 (or None), not %r"
-                             % (replicate,))
-        self.replicate = replicate
+        self.replicate = None if replicate is None else count("replicate", replicate)
         self.retry = whole_seconds("retry", retry, 1)
         self.ttl = whole_seconds("ttl", ttl, 1)
         self.dead_message_ttl = whole_seconds("dead_message_ttl", dead_message_ttl, 1)
-        if not replication_timeout > 0:
-            raise ValueError("replication_timeout must be > 0 seconds")
-        self.replication_timeout = replication_timeout
+        self.replication_timeout = seconds("replication_timeout", replication_timeout)
         if client is not None and (servers or password is not None or client_options):
             raise TypeError("give DisqueBroker either a client or servers and client "
                             "options, not both")
@@ -137,19 +131,18 @@ class DisqueBroker(Broker):
         self.emit_after("enqueue", message, delay)
         return message
 
-    def add_message(self, queue_name, body, delay_seconds=0):
-        """ADDJOB with the broker's settings; returns the job ID."""
+    def add_message(self, queue_name, body, delay_seconds=0, ttl=None):
+        """ADDJOB with the broker's settings (TTL `ttl` plus the delay); returns the job ID."""
         with as_broker_errors():
             return self.client.add_job(
                 queue_name, body, self.replication_timeout, replicate=self._replication(),
-                delay=delay_seconds or None, retry=self.retry, ttl=self.ttl + delay_seconds)
+                delay=delay_seconds or None, retry=self.retry,
+                ttl=(self.ttl if ttl is None else ttl) + delay_seconds)
 
     def add_dead_letter(self, queue_name, body):
         """ADDJOB to `<queue>:dead`, kept dead_message_ttl seconds."""
-        with as_broker_errors():
-            return self.client.add_job(
-                self.dead_letter_queue(queue_name), body, self.replication_timeout,
-                replicate=self._replication(), retry=self.retry, ttl=self.dead_message_ttl)
+        return self.add_message(self.dead_letter_queue(queue_name), body,
+                                ttl=self.dead_message_ttl)
 
     def _replication(self):
         if self.replicate is not None:

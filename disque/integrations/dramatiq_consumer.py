@@ -24,6 +24,7 @@ import heapq
 import itertools
 import logging
 from collections import deque
+from contextlib import contextmanager
 
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.common import current_millis
@@ -152,28 +153,27 @@ class DisqueConsumer(Consumer):
 
     # -- ending a message --------------------------------------------------------------
     def ack(self, message):
-        """ACKJOB. The lease ends first, so no WORKING crosses the ACK; if the ACK cannot
-        be sent, the job is held again while Dramatiq retries it."""
-        job = message.job
-        self.leases.release(job.id)
-        try:
-            with as_broker_errors():
-                self.client.ack_job(job)
-        except BrokerConnectionError:
-            self.leases.hold(job)
-            raise
+        """ACKJOB."""
+        with self._ending(message.job):
+            self.client.ack_job(message.job)
 
     def nack(self, message):
         """The message failed for good: ADDJOB to `<queue>:dead` (with the broker's
         dead_message_ttl), then ACKJOB of the original."""
-        job = message.job
-        self.leases.release(job.id)
-        try:
+        with self._ending(message.job):
             if not message.dead_lettered:
                 self.broker.add_dead_letter(self.queue_name, message.encode())
                 message.dead_lettered = True
+            self.client.ack_job(message.job)
+
+    @contextmanager
+    def _ending(self, job):
+        """The lease ends first, so no WORKING crosses the ACK; if the cluster cannot be
+        reached, the job is held again while Dramatiq tries once more."""
+        self.leases.release(job.id)
+        try:
             with as_broker_errors():
-                self.client.ack_job(job)
+                yield
         except BrokerConnectionError:
             self.leases.hold(job)
             raise

@@ -120,18 +120,19 @@ class Channel(virtual.Channel):
             raise Empty()
         self._deliver_jobs(jobs)
 
-    def _get(self, queue, timeout=None):
+    def _get(self, queue, timeout=None, no_ack=False):
+        """One message without blocking (GETJOB NOHANG); Empty when none."""
         jobs = self.disque.get_jobs(queue, timeout=0, withcounters=True)
-        payload = self._accept(jobs[0], no_ack=False) if jobs else None
+        payload = self._accept(jobs[0], no_ack) if jobs else None
         if payload is None:
             raise Empty()
         return payload
 
     def basic_get(self, queue, no_ack=False, **kwargs):
-        """One message without blocking (GETJOB NOHANG), or None."""
-        jobs = self.disque.get_jobs(queue, timeout=0, withcounters=True)
-        payload = self._accept(jobs[0], no_ack) if jobs else None
-        if payload is None:
+        """kombu's basic_get, with `no_ack` reaching the job (ACKed at once, never held)."""
+        try:
+            payload = self._get(queue, no_ack=no_ack)
+        except Empty:
             return None
         message = self.Message(payload, channel=self)
         if not no_ack:

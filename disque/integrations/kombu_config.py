@@ -6,11 +6,11 @@ The options and what they mean are documented in docs/frameworks.md.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
+from disque.client.commands import count, seconds, whole_seconds
 from disque.client.servers import DEFAULT_PORT, SCHEME, ServerSpecError, parse_servers
 
 DEFAULT_VISIBILITY_TIMEOUT = 300    # s: the RETRY of every job (Disque's own cap for RETRY)
@@ -21,6 +21,14 @@ DEFAULT_FAILOVER_TIMEOUT = 10.0     # s: the client's default (docs/client.md)
 DEFAULT_CONNECT_TIMEOUT = 2.0       # s: TCP connect to one node, when kombu gives none
 MAX_BLOCK = 0.25                    # s: the longest blocking GETJOB of a consumer: a stop
                                     # (Celery checks between two fetches) waits no longer
+
+
+def at_least_1(name, value):
+    return whole_seconds(name, value, 1)
+
+
+def replication(name, value):
+    return count(name, value, 1, 65535)         # the server's REPLICATE range (SPEC 3.1)
 
 
 class TransportOptionError(ValueError):
@@ -50,29 +58,25 @@ def settings_from_connection(connection):
     with a message naming what is wrong."""
     servers, password = servers_of(connection)
     options = dict(connection.transport_options or {})
-    visibility = whole_seconds(options, "visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT)
-    ttl = whole_seconds(options, "ttl", DEFAULT_TTL)
+    visibility = option(options, "visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT, at_least_1)
+    ttl = option(options, "ttl", DEFAULT_TTL, at_least_1)
     if visibility >= ttl:
         raise TransportOptionError(
             "Disque transport option visibility_timeout (%d s) must be below ttl (%d s): a "
             "job would expire before it could be delivered again" % (visibility, ttl))
-    add_timeout = positive_seconds(options, "add_timeout", DEFAULT_ADD_TIMEOUT)
-    socket_timeout = positive_seconds(options, "socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+    add_timeout = option(options, "add_timeout", DEFAULT_ADD_TIMEOUT, seconds)
+    socket_timeout = option(options, "socket_timeout", DEFAULT_SOCKET_TIMEOUT, seconds)
     if socket_timeout <= add_timeout:
         raise TransportOptionError(
             "Disque transport option socket_timeout (%s s) must exceed add_timeout (%s s): "
             "ADDJOB's reply may take add_timeout" % (socket_timeout, add_timeout))
-    replicate = options.get("replicate")
-    if replicate is not None and (isinstance(replicate, bool) or not isinstance(replicate, int)
-                                  or not 1 <= replicate <= 65535):
-        raise TransportOptionError("Disque transport option replicate must be an integer "
-                                   "from 1 to 65535, not %r" % (replicate,))
+    replicate = option(options, "replicate", None, replication)
     return TransportSettings(
         servers=tuple(servers), password=password, visibility_timeout=visibility, ttl=ttl,
         add_timeout=add_timeout, replicate=replicate, socket_timeout=socket_timeout,
         connect_timeout=float(connection.connect_timeout or DEFAULT_CONNECT_TIMEOUT),
-        failover_timeout=positive_seconds(options, "failover_timeout",
-                                          DEFAULT_FAILOVER_TIMEOUT))
+        failover_timeout=option(options, "failover_timeout", DEFAULT_FAILOVER_TIMEOUT,
+                                seconds))
 
 
 def servers_of(connection):
@@ -130,26 +134,16 @@ def masked_uri(uri, include_password=False, mask="**"):
     return "%s%s@%s" % (match.group(1), hidden, uri[match.end():])
 
 
-def whole_seconds(options, name, default):
+def option(options, name, default, check):
+    """A transport option checked as the client checks the same value (disque.client's
+    argument checks), or its default; TransportOptionError names the option."""
     value = options.get(name)
     if value is None:
         return default
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value)
-            or value < 1):
-        raise TransportOptionError("Disque transport option %s must be a whole number of "
-                                   "seconds >= 1 (the server's unit), not %r" % (name, value))
-    return int(value)
-
-
-def positive_seconds(options, name, default):
-    value = options.get(name)
-    if value is None:
-        return default
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
-            or math.isinf(value)):
-        raise TransportOptionError("Disque transport option %s must be a number of seconds "
-                                   "> 0, not %r" % (name, value))
-    return float(value)
+    try:
+        return check(name, value)
+    except (TypeError, ValueError) as exc:
+        raise TransportOptionError("Disque transport option %s" % exc) from None
 
 
 def eta_delay(headers, now=None):
