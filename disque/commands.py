@@ -2,20 +2,17 @@
 
 Arity: N > 0 means exactly N words including the command name; -N means at least N.
 Flags follow SPEC 2: w write, r read-only, m deny on OOM, a admin, l allowed while
-loading, F fast. `route` says who executes the command:
-  local  - the front-end answers it (node-level commands)
-  queue  - the worker owning the slot of argv[1] (a queue name)
-  id     - the worker owning the slot carried by the job ID in argv[1]
-  ids    - every job ID in argv[1:] is sent to its worker; integer replies are summed
-  getjob - GETJOB's own routing and blocking logic
-  all    - every worker (replies merged by the front-end)
-`front` names the front-end handler as "part.method" (a part of `disque.frontend.Frontend`,
-listed in its PARTS; None when the Cython core forwards the command by route alone),
+loading, F fast. `route` says who executes the command (disque/contracts/routes.py);
+the dispatch kernel (disque/_fast/dispatch.pyx) builds both command loops' tables from
+this one, after rename-command. `front` names the front-end handler as "part.method" (a
+part of `disque.frontend.Frontend`, listed in its PARTS; None when the Cython core forwards the command by route alone),
 `worker` the worker method (`disque.workers.shard.Shard`, or "part.method" of one of its
 parts; None for node-level commands). Both dispatch tables are built from these names,
 so the two halves of a command are found from one line here.
 """
 from dataclasses import dataclass
+
+from disque.contracts.routes import ALL, GETJOB, ID, IDS, LOCAL, QUEUE, WORKER_ROUTES
 
 
 @dataclass(frozen=True)
@@ -23,7 +20,7 @@ class Command:
     name: str
     arity: int
     flags: str
-    route: str
+    route: int              # disque/contracts/routes.py
     front: str | None = None
     worker: str | None = None
 
@@ -39,45 +36,42 @@ class Command:
 
 
 COMMANDS = {c.name: c for c in [
-    Command("auth", 2, "rlF", "local", "auth.cmd_auth"),
-    Command("ping", -1, "rF", "local", "node_commands.cmd_ping"),
+    Command("auth", 2, "rlF", LOCAL, "auth.cmd_auth"),
+    Command("ping", -1, "rF", LOCAL, "node_commands.cmd_ping"),
     # not in upstream Disque: redis-cli --pipe ends its input with ECHO to know it is done
-    Command("echo", 2, "rF", "local", "node_commands.cmd_echo"),
-    Command("info", -1, "rl", "local", "node_commands.cmd_info"),
-    Command("shutdown", -1, "arl", "local", "node_commands.cmd_shutdown"),
-    Command("monitor", 1, "ar", "local", "monitoring.cmd_monitor"),
-    Command("debug", -2, "a", "local", "node_commands.cmd_debug"),
-    Command("config", -2, "ar", "local", "node_commands.cmd_config"),
-    Command("cluster", -2, "ar", "local", "relay.cmd_cluster"),
-    Command("client", -2, "ar", "local", "connections.cmd_client"),
-    Command("slowlog", -2, "r", "local", "monitoring.cmd_slowlog"),
-    Command("time", 1, "rF", "local", "node_commands.cmd_time"),
-    Command("command", 0, "rl", "local", "command_info.cmd_command"),
-    Command("latency", -2, "arl", "local", "monitoring.cmd_latency"),
+    Command("echo", 2, "rF", LOCAL, "node_commands.cmd_echo"),
+    Command("info", -1, "rl", LOCAL, "node_commands.cmd_info"),
+    Command("shutdown", -1, "arl", LOCAL, "node_commands.cmd_shutdown"),
+    Command("monitor", 1, "ar", LOCAL, "monitoring.cmd_monitor"),
+    Command("debug", -2, "a", LOCAL, "node_commands.cmd_debug"),
+    Command("config", -2, "ar", LOCAL, "node_commands.cmd_config"),
+    Command("cluster", -2, "ar", LOCAL, "relay.cmd_cluster"),
+    Command("client", -2, "ar", LOCAL, "connections.cmd_client"),
+    Command("slowlog", -2, "r", LOCAL, "monitoring.cmd_slowlog"),
+    Command("time", 1, "rF", LOCAL, "node_commands.cmd_time"),
+    Command("command", 0, "rl", LOCAL, "command_info.cmd_command"),
+    Command("latency", -2, "arl", LOCAL, "monitoring.cmd_latency"),
     # -1: HELLO <protover> [AUTH u p] [SETNAME n]; plain HELLO is Disque's (cmd_hello)
-    Command("hello", -1, "rF", "local", "auth.cmd_hello_handshake"),
-    Command("addjob", -4, "wmF", "queue", worker="cmd_addjob"),
-    Command("getjob", -2, "wF", "getjob", "getjobs.getjob", "getjob"),
-    Command("ackjob", -1, "wF", "ids", "routing.route_ids", "cmd_ackjob"),
-    Command("fastack", -1, "wF", "ids", "routing.route_ids", "cmd_fastack"),
-    Command("deljob", -1, "wF", "ids", "routing.route_ids", "cmd_deljob"),
-    Command("show", 2, "rF", "id", worker="cmd_show"),
-    Command("loadjob", 2, "w", "local", "node_commands.cmd_loadjob"),
-    Command("bgrewriteaof", 1, "ar", "local", "persistence.cmd_bgrewriteaof"),
-    Command("qlen", 2, "rF", "queue", worker="cmd_qlen"),
-    Command("qpeek", 3, "r", "queue", worker="cmd_qpeek"),
-    Command("qstat", 2, "rF", "queue", worker="cmd_qstat"),
-    Command("qscan", -1, "r", "all", "scans.all_workers_command", "scan"),
-    Command("jscan", -1, "r", "all", "scans.all_workers_command", "scan"),
-    Command("enqueue", -1, "mwF", "ids", "routing.route_ids", "cmd_enqueue"),
-    Command("nack", -1, "mwF", "ids", "routing.route_ids", "cmd_nack"),
-    Command("dequeue", -1, "wF", "ids", "routing.route_ids", "cmd_dequeue"),
-    Command("working", 2, "wF", "id", worker="cmd_working"),
-    Command("pause", -3, "rF", "queue", worker="cmd_pause"),
+    Command("hello", -1, "rF", LOCAL, "auth.cmd_hello_handshake"),
+    Command("addjob", -4, "wmF", QUEUE, worker="cmd_addjob"),
+    Command("getjob", -2, "wF", GETJOB, "getjobs.getjob", "getjob"),
+    Command("ackjob", -1, "wF", IDS, "routing.route_ids", "cmd_ackjob"),
+    Command("fastack", -1, "wF", IDS, "routing.route_ids", "cmd_fastack"),
+    Command("deljob", -1, "wF", IDS, "routing.route_ids", "cmd_deljob"),
+    Command("show", 2, "rF", ID, worker="cmd_show"),
+    Command("loadjob", 2, "w", LOCAL, "node_commands.cmd_loadjob"),
+    Command("bgrewriteaof", 1, "ar", LOCAL, "persistence.cmd_bgrewriteaof"),
+    Command("qlen", 2, "rF", QUEUE, worker="cmd_qlen"),
+    Command("qpeek", 3, "r", QUEUE, worker="cmd_qpeek"),
+    Command("qstat", 2, "rF", QUEUE, worker="cmd_qstat"),
+    Command("qscan", -1, "r", ALL, "scans.all_workers_command", "scan"),
+    Command("jscan", -1, "r", ALL, "scans.all_workers_command", "scan"),
+    Command("enqueue", -1, "mwF", IDS, "routing.route_ids", "cmd_enqueue"),
+    Command("nack", -1, "mwF", IDS, "routing.route_ids", "cmd_nack"),
+    Command("dequeue", -1, "wF", IDS, "routing.route_ids", "cmd_dequeue"),
+    Command("working", 2, "wF", ID, worker="cmd_working"),
+    Command("pause", -3, "rF", QUEUE, worker="cmd_pause"),
 ]}
-
-# routes whose commands a worker executes whole, through its `worker` handler
-WORKER_ROUTES = ("queue", "id", "ids")
 
 # The byte-string view used on the hot path: lowercased name -> Command.
 BY_BYTES = {name.encode(): cmd for name, cmd in COMMANDS.items()}
@@ -94,7 +88,7 @@ def resolve(owner, handler):
 def front_handlers(frontend):
     """The front-end's dispatch table for node-level commands: name -> bound method."""
     return {name: resolve(frontend, cmd.front) for name, cmd in BY_BYTES.items()
-            if cmd.route == "local"}
+            if cmd.route == LOCAL}
 
 
 def worker_handlers(shard):

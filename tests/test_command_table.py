@@ -2,6 +2,7 @@
 front-end and worker dispatch tables are built from it, so each name must exist."""
 import pytest
 
+from disque.contracts import routes
 from disque import commands
 from disque.frontend.node import PARTS
 from disque.workers.shard import Shard
@@ -25,7 +26,7 @@ def worker_handler(name):
 @pytest.mark.parametrize("name", sorted(commands.COMMANDS))
 def test_every_command_names_handlers_that_exist(name):
     cmd = commands.COMMANDS[name]
-    if cmd.route == "local":
+    if cmd.route == routes.LOCAL:
         assert cmd.front and callable(front_handler(cmd.front)), cmd
         assert cmd.worker is None, cmd
     else:

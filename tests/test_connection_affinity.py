@@ -109,6 +109,41 @@ def test_blocking_getjob_timeout_disconnect_and_other_worker(node):
     assert p.execute("GETJOB", "NOHANG", "FROM", Q0)[0][1] == jid2
 
 
+def handbacks(srv):
+    return int(srv.info_fields("server")["connection_handbacks"])
+
+
+def test_a_blocking_getjob_stays_with_its_worker(node):
+    """A served connection's GETJOB with no job parks in its worker: no hand-back, and the
+    commands pipelined behind it run once it is answered, in order."""
+    c = node.raw()
+    settle(node, c)
+    before = handbacks(node)
+    c.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", Q0) + encode_command("QLEN", Q0))
+    wait_until(lambda: int(node.info_fields("clients")["blocked_clients"]) >= 1)
+    p = node.raw()
+    jid = addjob(p, Q0, "wake")
+    assert c.read_parsed(timeout=5)[0][1] == jid
+    assert c.read_parsed(timeout=5) == 0
+    assert c.execute("GETJOB", "TIMEOUT", 50, "FROM", Q0) is NULL_ARRAY
+    assert handbacks(node) == before        # c never went back to the front-end
+
+
+def test_a_parked_getjob_recalled_by_monitor_still_gets_its_job(node):
+    c = node.raw()
+    settle(node, c)
+    c.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", Q0) + encode_command("PING"))
+    wait_until(lambda: int(node.info_fields("clients")["blocked_clients"]) >= 1)
+    m = node.raw()
+    m.send(encode_command("MONITOR"))
+    assert m.read_parsed() == b"OK"
+    wait_until(lambda: served(node) == 0)       # MONITOR takes every connection back
+    wait_until(lambda: int(node.info_fields("clients")["blocked_clients"]) >= 1)
+    jid = addjob(node.raw(), Q0, "after the recall")
+    assert c.read_parsed(timeout=5)[0][1] == jid
+    assert c.read_parsed(timeout=5) == b"PONG"
+
+
 def test_monitor_sees_served_connections(node):
     c = node.raw()
     settle(node, c)

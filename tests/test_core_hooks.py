@@ -91,12 +91,37 @@ def test_the_shard_binds_every_declared_hook():
         assert bound.__self__ is owner and bound.__name__ == method, hook
 
 
-def test_the_served_core_calls_only_what_its_subclass_defines():
-    """ServedCore (Cython) calls the Python half of served connections on itself as
-    `(<object>self).name(...)`: each such name must be a method of ServedClients."""
-    from disque.workers.served_clients import ServedClients
-    pyx = (FAST / "servedcore.pyx").read_text()
-    called = set(re.findall(r"\(<object>self\)\.(\w+)\(", pyx))
-    assert {"drop", "hand_back", "getjob"} <= called     # the scan finds them
-    missing = {name for name in called if not callable(getattr(ServedClients, name, None))}
-    assert not missing, f"servedcore.pyx calls {sorted(missing)}, which ServedClients lacks"
+def test_the_served_halves_call_only_declared_hooks():
+    """The served loop and its dispatch (servedloop.pyx, servedcore.pyx; one class chain)
+    call the Python half only through hooks declared in their .pxd files."""
+    defined = set()
+    calls = set()
+    for stem in ("servedloop", "servedcore"):
+        pyx = (FAST / f"{stem}.pyx").read_text()
+        defined |= set(re.findall(r"^\s*(?:c?p?def)\s+(?:[\w\*\[\]]+\s+)*?(\w+)\s*\(", pyx, re.M))
+        calls |= set(re.findall(r"self\.(\w+)\(", pyx))
+        assert "<object>self" not in pyx, f"{stem}.pyx calls its subclass by name: declare a hook"
+    declared = declared_names("servedloop") | declared_names("servedcore")
+    assert {"drop_client", "hand_back_client", "getjob_here"} <= calls - defined
+    missing = {name for name in calls - defined if name not in declared}
+    assert not missing, f"the served core calls undeclared {sorted(missing)}"
+
+
+def test_served_clients_bind_every_declared_hook(tmp_path):
+    import socket
+    from disque.workers.served_clients import SERVED_HOOKS, ServedClients
+    from disque.workers.shard import Shard
+    assert set(SERVED_HOOKS) == declared_hooks("servedloop") | declared_hooks("servedcore")
+    a, b = socket.socketpair()
+    link, timer = socket.socketpair()
+    try:
+        served = ServedClients(0, 1, Shard(0, 1, b"a" * 40, {}), a, link.fileno(),
+                               timer.fileno())
+        for hook, method in SERVED_HOOKS.items():
+            bound = getattr(served, hook)
+            assert bound is not None, hook
+            assert bound.__self__ is served and bound.__name__ == method, hook
+        served.ep.close()
+    finally:
+        for s in (a, b, link, timer):
+            s.close()

@@ -1,4 +1,5 @@
 from disque._fast.resp cimport RequestParser
+from disque._fast.dispatch cimport Entry
 
 cdef class Slot:
     cdef public object data
@@ -30,7 +31,7 @@ cdef class Client:
     cdef public bint mute             # replies of the command being executed are dropped
     cdef public int reply_mode        # CLIENT REPLY: 0 on, 1 off, 2 skip the next command
     cdef public object lib_name, lib_ver
-    # connection-affinity (disque/frontend/affinity.py): the worker of the last commands,
+    # connection-affinity (disque/frontend/handover.py): the worker of the last commands,
     # how many in a row went there, how many it takes to hand the connection over, and
     # the worker serving it now (-1: this process)
     cdef public int affine, affine_run, affine_need, handed
@@ -59,7 +60,7 @@ cdef class Core:
     cdef public long long net_input_bytes
     cdef public long long net_output_bytes
     cdef public int maxclients
-    cdef public dict table            # command name as typed -> (route, arity, Command, name, flags, renamed)
+    cdef public dict table            # command name as typed -> dispatch.Entry
     cdef public dict calls            # command name -> calls (INFO commandstats)
     # SPEC 1.3 steps and admin features, each a flag tested once per command
     cdef public bint auth_required    # requirepass is set
@@ -94,7 +95,7 @@ cdef class Core:
     cdef public object slowlog_push         # (client, argv, duration_us)
     cdef public object getjob               # (client, argv) route `getjob`
     cdef public object addjob_clustered     # (client, worker, argv) ADDJOB on a cluster node
-    cdef public object route_ids            # (client, argv) route `ids`
+    cdef public object route_ids            # (client, argv) route `ids`, IDs of several workers
     cdef public object qlen_spread          # (client, argv) QLEN while `queues_spread`
     cdef public object queue_elsewhere      # (queue, worker) a worker's QUEUE_ELSEWHERE entry
     cdef public object all_workers_command  # (client, name, argv) route `all`
@@ -106,7 +107,7 @@ cdef class Core:
     cpdef forward(self, Client client, int w, list argv)
     cpdef dispatch(self, Client client, list argv)
     cdef run(self, Client client, list argv)
-    cdef route(self, Client client, int route, bytes name, list argv)
+    cdef route(self, Client client, Entry entry, list argv)
     cpdef deliver(self, bytes payload)
     cpdef flush_replies(self)
     cpdef int worker_of_id(self, bytes jid)

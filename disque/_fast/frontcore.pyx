@@ -31,31 +31,20 @@ from libc.string cimport memchr
 
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import ProtocolError, QueryBufferOverflow
-from disque._fast.jobid cimport queue_slot, id_slot, valid_id
+from disque._fast.jobid cimport queue_slot, id_slot
 
 cdef extern from "string.h" nogil:
     void *memmem(const void *haystack, size_t haystacklen, const void *needle, size_t needlelen)
 
-DEF ROUTE_LOCAL = 0
-DEF ROUTE_QUEUE = 1
-DEF ROUTE_ID = 2
-DEF ROUTE_IDS = 3
-DEF ROUTE_GETJOB = 4
-DEF ROUTE_ALL = 5
-ROUTE_CODES = {"local": ROUTE_LOCAL, "queue": ROUTE_QUEUE, "id": ROUTE_ID, "ids": ROUTE_IDS,
-               "getjob": ROUTE_GETJOB, "all": ROUTE_ALL}
-
-# Command flag bits kept in the dispatch table (entry[4]).
-DEF F_ADMIN = 1         # SPEC 2 flag `a`
-DEF F_NOAUTH = 2        # AUTH: allowed before authentication
-DEF F_HELLO = 4         # HELLO <protover> ...: authenticates itself (HELLO AUTH)
-DEF F_NOMONITOR = 8     # not fed to MONITOR clients (admin commands, AUTH)
-DEF F_DENYOOM = 16      # SPEC 2 flag `m`
-DEF F_WRITE = 32        # SPEC 2 flag `w`
-DEF F_LOADING = 64      # SPEC 2 flag `l`
-COMMAND_FLAGS = {"admin": F_ADMIN, "noauth": F_NOAUTH, "hello": F_HELLO,
-                 "nomonitor": F_NOMONITOR, "denyoom": F_DENYOOM, "write": F_WRITE,
-                 "loading": F_LOADING}
+from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, F_NOAUTH, F_HELLO,
+                                   F_NOMONITOR, T_BADID, T_BADDELAY, T_SPLIT)
+from disque._fast.dispatch import build_table
+from disque.contracts import routes as _routes
+cdef int ROUTE_QUEUE = _routes.QUEUE
+cdef int ROUTE_ID = _routes.ID
+cdef int ROUTE_IDS = _routes.IDS
+cdef int ROUTE_GETJOB = _routes.GETJOB
+cdef int ROUTE_ALL = _routes.ALL
 
 # link message kinds and reserved reply ids: disque/contracts/worker_link.py is their one home
 cdef int REQ_CMD = _link.CMD
@@ -63,6 +52,7 @@ cdef long BUS_REQID = _link.BUS_REQID
 cdef long QUEUE_ELSEWHERE = _link.QUEUE_ELSEWHERE
 from disque import replies as _replies
 cdef bytes BADID = _replies.BADID
+cdef bytes DELAY_NEGATIVE = _replies.DELAY_NEGATIVE
 cdef bytes OK = _replies.OK
 cdef bytes NOAUTH = b"-NOAUTH Authentication required.\r\n"
 cdef bytes NULL3 = b"_\r\n"
@@ -400,26 +390,9 @@ cdef class Core:
         self.set_commands(commands)
 
     def set_commands(self, commands):
-        """The dispatch table: {name as typed (lowercase bytes): Command}. A name that is
-        not the command's own comes from rename-command."""
-        table = {}
-        for name, cmd in commands.items():
-            real = cmd.name.encode()
-            flags = 0
-            if "a" in cmd.flags:
-                flags |= F_ADMIN | F_NOMONITOR
-            if "m" in cmd.flags:
-                flags |= F_DENYOOM
-            if "w" in cmd.flags:
-                flags |= F_WRITE
-            if "l" in cmd.flags:
-                flags |= F_LOADING
-            if real == b"auth":
-                flags |= F_NOAUTH | F_NOMONITOR
-            elif real == b"hello":
-                flags |= F_HELLO
-            table[name] = (ROUTE_CODES[cmd.route], cmd.arity, cmd, real, flags, name != real)
-        self.table = table
+        """The dispatch table (disque/_fast/dispatch.pyx): {name as typed: Entry}, from
+        disque.commands.command_table (rename-command applied)."""
+        self.table = build_table(commands)
 
     cpdef long long new_reqid(self, int w):
         """A request id for worker w: id % nworkers == w, so the requests still waiting on a
@@ -469,14 +442,14 @@ cdef class Core:
 
     cdef run(self, Client client, list argv):
         """SPEC 1.3 dispatch order for one command."""
-        cdef bytes name = (<bytes>argv[0]).lower()
-        cdef tuple entry = self.table.get(name)
-        cdef int route, arity, flags
+        cdef Entry entry = lookup(self.table, <bytes>argv[0])
+        cdef int flags
         cdef Py_ssize_t argc = len(argv)
         cdef long long t0
+        cdef bytes name
         if entry is None:
             # 1. QUIT (never in the table, so a renamed command cannot shadow it)
-            if name == b"quit":
+            if (<bytes>argv[0]).lower() == b"quit":
                 client.reply(OK)
                 client.close_after_reply()
                 return
@@ -484,41 +457,39 @@ cdef class Core:
             self.unknown_command(client, argv)
             return
         # 3. arity
-        arity = entry[1]
-        if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
-            self.arity_error(client, entry[2])
+        if not arity_ok(entry, argc):
+            self.arity_error(client, entry.command)
             return
-        flags = entry[4]
+        flags = entry.flags
         # 4. requirepass: AUTH, and HELLO with a protocol version, authenticate themselves
         if self.auth_required and not client.authenticated:
             if not (flags & F_NOAUTH or (flags & F_HELLO and argc > 1)):
                 client.reply(NOAUTH)
                 return
         # 5-7. OOM / MISCONF / LOADING: one flag until one of them can apply
-        if self.gate and not self.command_gate(client, entry[2], argv):
+        if self.gate and not self.command_gate(client, entry.command, argv):
             return
-        name = <bytes>entry[3]
+        name = entry.name
         self.commands_processed += 1
         self.calls[name] = self.calls.get(name, 0) + 1
         client.last_cmd = name
         if self.nmonitors and not (flags & F_NOMONITOR):
             self.feed_monitors(client, argv)
-        if entry[5]:
+        if entry.renamed:
             argv[0] = name          # renamed: workers know a command by its real name
-        route = entry[0]
         if self.slowlog_slower_than < 0:
-            self.route(client, route, name, argv)
+            self.route(client, entry, argv)
             return
         # SLOWLOG: from the read that brought the command (Client.process_input) to its
         # reply: now for a command answered at once, else when its reply slot is filled
         # (slot_timed). Two clock readings per read and per worker message, not per command.
         t0 = self.input_t
         if t0 == 0:
-            self.route(client, route, name, argv)
+            self.route(client, entry, argv)
             return
         self.cur_t0 = t0
         self.cur_argv = argv
-        self.route(client, route, name, argv)
+        self.route(client, entry, argv)
         self.cur_argv = None
         if self.cur_slotted:
             self.cur_slotted = False
@@ -528,23 +499,26 @@ cdef class Core:
             if self.slowlog_slower_than >= 0 and t0 >= self.slowlog_slower_than:
                 self.slowlog_push(client, argv, t0)
 
-    cdef route(self, Client client, int route, bytes name, list argv):
-        cdef int w
-        if route == ROUTE_QUEUE:
-            if self.clustered and name == b"addjob":
-                w = queue_slot(<bytes>argv[1]) % self.nworkers
-                note_affine(client, w)      # its worker serves it too (ServedCore.addjob_clustered)
-                self.addjob_clustered(client, w, argv)
-            elif self.queues_spread and name == b"qlen":
-                self.qlen_spread(client, argv)
-            else:
-                self.forward(client, queue_slot(<bytes>argv[1]) % self.nworkers, argv)
-        elif route == ROUTE_ID:
-            if not valid_id(<bytes>argv[1]):
-                client.reply(BADID)
-            else:
-                self.forward(client, self.worker_of_id(<bytes>argv[1]), argv)
-        elif route == ROUTE_IDS:
+    cdef route(self, Client client, Entry entry, list argv):
+        """Where the command runs: the worker the kernel names, else the front-end's parts."""
+        cdef int route = entry.route
+        cdef bytes name = entry.name
+        cdef int w = target_worker(entry, argv, self.nworkers)
+        if w >= 0:
+            if route == ROUTE_QUEUE:
+                if self.clustered and name == b"addjob":
+                    note_affine(client, w)      # its worker serves it too (ServedCore.addjob_clustered)
+                    self.addjob_clustered(client, w, argv)
+                    return
+                if self.queues_spread and name == b"qlen":
+                    self.qlen_spread(client, argv)
+                    return
+            self.forward(client, w, argv)
+        elif w == T_BADID:
+            client.reply(BADID)
+        elif w == T_BADDELAY:
+            client.reply(DELAY_NEGATIVE)
+        elif w == T_SPLIT:
             self.route_ids(client, argv)
         elif route == ROUTE_GETJOB:
             self.getjob(client, argv)

@@ -53,10 +53,6 @@ BACK_FOLLOW = 3         # its commands went on to another worker's queues (FOLLO
                         # row): the front-end hands it to that worker instead
 FOLLOW_AFTER = 32       # forwarded commands in a row to one other worker that make a hand-back
 
-# how a worker routes the commands it may serve (served_table)
-ROUTE_QUEUE, ROUTE_ID, ROUTE_IDS, ROUTE_GETJOB, ROUTE_PING = range(5)
-ROUTES = {"queue": ROUTE_QUEUE, "id": ROUTE_ID, "ids": ROUTE_IDS, "getjob": ROUTE_GETJOB}
-
 MAX_HANDOFF_INPUT = 16 * 1024   # a connection with more unparsed input stays where it is
 RECV_SIZE = 64 * 1024
 MAX_FDS_PER_READ = 256
@@ -139,16 +135,3 @@ def encode_commands(cmds):
         for a in argv:
             out.append(b"$%d\r\n%b\r\n" % (len(a), a))
     return b"".join(out)
-
-
-def served_table(commands):
-    """[[name as typed, real name, route, arity], ...]: the commands a worker may serve, from
-    the front-end's dispatch table (rename-command applied); sent in the `served_config`
-    control with `timeout` and `slowlog` (slowlog-log-slower-than, us)."""
-    table = []
-    for typed, cmd in commands.items():
-        if cmd.route in ROUTES:
-            table.append([typed, cmd.name.encode(), ROUTES[cmd.route], cmd.arity])
-        elif cmd.name == "ping":
-            table.append([typed, b"ping", ROUTE_PING, cmd.arity])
-    return table

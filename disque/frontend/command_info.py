@@ -26,7 +26,7 @@ class CommandInfo:
         """Commands reachable under some name (rename-command removes or renames)."""
         seen = {}
         for entry in self.fe.table.values():
-            seen.setdefault(entry[2].name, entry[2])
+            seen.setdefault(entry.command.name, entry.command)
         return list(seen.values())
 
     def cmd_command(self, client, argv):
@@ -44,13 +44,13 @@ class CommandInfo:
             items = []
             for n in argv[2:]:
                 entry = table.get(n.lower())
-                items.append(command_entry(entry[2], resp3) if entry else NULL_BULK)
+                items.append(command_entry(entry.command, resp3) if entry else NULL_BULK)
             client.reply(b"*%d\r\n" % len(items) + b"".join(items))
         elif sub == b"getkeys" and argc >= 3:
             entry = table.get(argv[2].lower())
             if entry is None:
                 client.reply(b"-ERR Invalid command specified\r\n")
-            elif not entry[2].arity_ok(argc - 2):
+            elif not entry.command.arity_ok(argc - 2):
                 client.reply(b"-ERR Invalid number of arguments specified for command\r\n")
             else:
                 client.reply(b"*0\r\n")         # no command has keys

@@ -80,7 +80,7 @@ class Handover:
         fe.control_all("served_config", self.worker_config(), configured)
 
     def worker_config(self):
-        return {"table": H.served_table({typed: entry[2] for typed, entry in self.fe.table.items()}), "timeout": self.cfg.timeout,
+        return {"renames": self.cfg.rename_commands, "timeout": self.cfg.timeout,
                 "slowlog": self.cfg.slowlog_log_slower_than}
 
     def config_changed(self, name):

@@ -1,21 +1,19 @@
 """Which worker(s) serve a command, beyond the one-worker routes of the Cython core.
 
-* Multi-ID commands (ACKJOB, FASTACK, DELJOB, ENQUEUE, NACK, DEQUEUE; route `ids`): the IDs
-  are split per worker (the slot is in the ID, docs/design.md "Slots") and the integer
-  replies summed. Worker halves: `Shard.cmd_ackjob`, `cmd_fastack`, ... (disque/commands.py).
+* Multi-ID commands (ACKJOB, FASTACK, DELJOB, ENQUEUE, NACK, DEQUEUE; route `ids`) whose
+  IDs belong to several workers (the dispatch kernel, disque/_fast/dispatch.pyx, checked the
+  IDs and NACK's DELAY and sends the one-worker case straight there): the IDs are split per
+  worker (the slot is in the ID, docs/design.md "Slots") and the integer replies summed. Worker halves: `Shard.cmd_ackjob`, `cmd_fastack`, ... (disque/commands.py).
 * Queues held by workers other than their slot's (docs/job-features.md): a dead-lettered
   job stays on the worker its ID routes to, so a dead-letter queue may exist on several
   workers. A worker that creates such a queue tells the front-end (a QUEUE_ELSEWHERE entry,
   reqid -2, in its reply batch); from then on GETJOB FROM that queue asks those workers too
   (blocked GETJOBs included) and QLEN sums their lengths.
 """
-from disque import replies as R
-from disque._fast import resp
-from disque._fast.jobid import queue_slot, valid_id
+from disque._fast.dispatch import ids_end
+from disque._fast.jobid import queue_slot
 from disque.contracts import worker_link as P
 from disque.frontend.getjob import MultiGet
-
-parse_int = resp.parse_int
 
 
 class Gather:
@@ -54,42 +52,22 @@ class Routing:
         self.fe = fe
         self.queues_elsewhere = {}      # queue -> workers holding it off its slot (dead letters)
 
-    def scatter(self, client, groups, argv0, tail=()):
+    def scatter(self, client, groups, argv0, tail):
         """Send each worker its part ({worker: args}) and sum the integer replies."""
         fe = self.fe
         g = Gather(client, client.slot(), len(groups))
         for n, (w, part) in enumerate(groups.items()):
             reqid = fe.new_reqid(w)
             fe.pending[reqid] = gather_part(g, n)
-            fe.send(w, [P.CMD, reqid, [argv0] + part + list(tail)])
+            fe.send(w, [P.CMD, reqid, [argv0] + part + tail])
 
     def route_ids(self, client, argv):
-        fe = self.fe
-        ids = argv[1:]
-        tail = ()
-        if len(argv) > 3 and len(argv[-2]) == 5 and argv[-2].lower() == b"delay" \
-                and argv[0].lower() == b"nack":
-            # NACK <id> ... DELAY <seconds> (docs/job-features.md)
-            delay = parse_int(argv[-1])
-            if delay is None or delay < 0 or delay > 4294967295:
-                client.reply(R.DELAY_NEGATIVE)
-                return
-            ids = argv[1:-2]
-            tail = (argv[-2], b"%d" % delay)
-        for jid in ids:
-            if not valid_id(jid):
-                client.reply(R.BADID)
-                return
-        if fe.nworkers == 1 or not ids:
-            fe.forward(client, 0, argv)
-            return
+        """IDs of several workers: each its part, the integer replies summed."""
+        end = ids_end(argv)
         groups = {}
-        for jid in ids:
-            groups.setdefault(fe.worker_of_id(jid), []).append(jid)
-        if len(groups) == 1:
-            fe.forward(client, next(iter(groups)), argv)
-            return
-        self.scatter(client, groups, argv[0], tail)
+        for jid in argv[1:end]:
+            groups.setdefault(self.fe.worker_of_id(jid), []).append(jid)
+        self.scatter(client, groups, argv[0], argv[end:])
 
     # ---- queues held off their slot's worker ---------------------------------------------
 

@@ -1,7 +1,10 @@
 """Consumers blocked in GETJOB on this worker's queues (SPEC 3.2, 8.3): fetching, blocking,
 serving them in blocking order as jobs arrive, their timeouts, and the front-end's UNBLOCK.
 
-The front-end half is disque/frontend/getjob.py (`Getjobs`); `Shard.getjob` is the entry.
+The front-end half is disque/frontend/getjob.py (`Getjobs`); `Shard.getjob` is the entry
+for the front-end's GETJOBs. A connection this worker serves parks its GETJOB here too
+(ServedClients.getjob), under a negative wait id: its reply goes to that connection
+(`answer`), not to the front-end.
 """
 import heapq
 
@@ -39,8 +42,8 @@ class Consumers:
     """Needs from the shard: the ShardCore (queues, get_queue, fetch, ready, leaving,
     cluster_size, now_ms, out, prefix_waiters), `shard.federation` (NEEDJOBS / INTEREST
     for queues whose consumers wait) and `shard.replication.cancel_replication`.
-    Offers: fetch_or_block, unblock, unblock_client, serve_ready, expire, and `by_client`
-    (the blocked consumer of each client)."""
+    Offers: fetch_or_block, unblock, unblock_client, unpark, release, serve_ready, expire,
+    and `by_client` (the blocked consumer of each client)."""
 
     def __init__(self, shard):
         self.shard = shard
@@ -142,6 +145,25 @@ class Consumers:
             if q.fed is not None:
                 self.shard.federation.waiters_left(q)
 
+    def answer(self, b, reply, ids):
+        """The reply of blocked consumer b: to the front-end, or to the connection this
+        worker serves that parked it (a negative wait id, ServedCore.repl_answered)."""
+        if b.reqid < 0:
+            self.shard.served.repl_answered(b.reqid, reply)
+        else:
+            self.shard.out.append([b.reqid, reply, ids])
+
+    def release(self, b, reply):
+        """Unblock b with a reply that gives it no job (-LEAVING, FLUSHALL)."""
+        self.unblock(b)
+        self.answer(b, reply, None)
+
+    def unpark(self, client, wid):
+        """A served connection's parked GETJOB ends with no reply (gone, handed back)."""
+        b = self.by_client.get(client)
+        if b is not None and b.reqid == wid:
+            self.unblock(b)
+
     def unblock_client(self, client, reqid):
         """The front-end gave up on this consumer's GETJOB `reqid`. The answer is always
         the last message about that reqid: a null reply (local waiter) or the ack 0."""
@@ -165,7 +187,7 @@ class Consumers:
                 if b.proxy:
                     self.shard.out.append([b.reqid, [item], [job.id]])
                 else:
-                    self.shard.out.append([b.reqid, b"*1\r\n" + item, [job.id]])
+                    self.answer(b, b"*1\r\n" + item, [job.id])
                 if not len(q.jobs) and q.fed is not None:
                     self.shard.federation.needjobs(q, reached_zero=True)
             if q.remote is not None and len(q.jobs) and not q.paused & PAUSE_OUT:
@@ -178,7 +200,7 @@ class Consumers:
             _, _, b = heapq.heappop(deadlines)
             if not b.done:
                 self.unblock(b)
-                self.shard.out.append([b.reqid, NULL_ARRAY, None])
+                self.answer(b, NULL_ARRAY, None)
         if len(deadlines) > 1024:
             # consumers served before their timeout leave an entry behind: drop them in bulk
             live = [e for e in deadlines if not e[2].done]

@@ -7,12 +7,14 @@ then on this worker reads, parses, executes and writes that connection's replies
 process in between: all commands one read brings run before one write, and many
 connections share the worker's one epoll loop.
 
-Only the plain case is served here. Anything else goes back to the front-end with the
-connection, unexecuted, replies still in order: a command of another worker's queue or job,
-a node command (INFO, CONFIG, CLIENT, HELLO, ...), a GETJOB that would block, an ADDJOB on a
-node of a cluster for another worker's queue, any error the front-end words (arity, bad ID,
-syntax), and a client that reads its replies slower than they come (the front-end buffers
-and applies the output limits). The front-end takes every connection back (RECALL) when a
+The commands of this worker's queues and jobs run here; those of another worker's go to it
+over a peer link; a GETJOB of this worker's queues with no job waits here, parked among the
+shard's consumers, like an ADDJOB waiting for its copies. Anything else goes back to the
+front-end with the connection, unexecuted, replies still in order: a node command (INFO,
+CONFIG, CLIENT, HELLO, ...), a GETJOB that spans workers or would block on another worker's
+queue, an ADDJOB on a node of a cluster for another worker's queue, any error the front-end
+words (arity, bad ID, syntax), and a client that reads its replies slower than they come
+(the front-end buffers and applies the output limits). The front-end takes every connection back (RECALL) when a
 node-wide state needs it: MONITOR, CLIENT PAUSE, requirepass, OOM / MISCONF / LOADING, cluster
 LEAVING, queues held off their slot.
 """
@@ -21,9 +23,12 @@ import select
 import socket
 import time
 
+from disque import commands as C
+from disque._fast.dispatch import build_table
 from disque._fast.jobid import queue_slot
 from disque._fast.resp import NULL_ARRAY
-from disque._fast.servedcore import ServedClient, ServedCore, take_ready
+from disque._fast.servedcore import ServedCore
+from disque._fast.servedloop import ServedClient, take_ready
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob
 from disque.workers.peer_links import PeerLinks
@@ -31,6 +36,18 @@ from disque.workers.peer_links import PeerLinks
 log = logging.getLogger("disque.worker")
 
 EPOLLIN = select.EPOLLIN
+
+# the hooks the Cython halves call (declared in servedloop.pxd and servedcore.pxd): hook -> method
+SERVED_HOOKS = {
+    "channel_readable": "on_channel",
+    "drop_client": "drop",
+    "back_when_answered": "finish_back",
+    "slow_commands_out": "send_slow",
+    "hand_back_client": "hand_back",
+    "getjob_here": "getjob",
+    "getjob_of_peer": "peer_getjob",
+    "dead_letter_possible": "may_dead_letter",
+}
 
 
 class ServedClients(ServedCore):
@@ -55,6 +72,8 @@ class ServedClients(ServedCore):
         ep.register(timer_fd, EPOLLIN)
         ep.register(channel.fileno(), EPOLLIN)
         self.reported = None
+        for hook, method in SERVED_HOOKS.items():
+            setattr(self, hook, getattr(self, method))
         # the other workers, for the commands of their queues and jobs (None: hand back)
         if peers is not None:
             self.peers = PeerLinks(index, peers, self.ep, self.peer_execute, self.peer_answered)
@@ -100,9 +119,15 @@ class ServedClients(ServedCore):
         While replies of other workers are still to come it stops reading and waits."""
         if c.back is not None:
             return                  # already on its way back
-        if c.held:                  # read behind an ADDJOB still waiting for copies
+        if c.held:                  # read behind a command still waiting here
             pending = H.encode_commands(c.held) + pending
             c.held = None
+        parked = c.parked
+        if parked is not None:
+            # a GETJOB parked here may wait for ever: the front-end runs it again (its
+            # TIMEOUT starts over), and nothing was given to it (no reply in its place)
+            c.out.remove(self.cancel_wait(c))
+            pending = H.encode_commands([parked]) + pending
         if c.waiting:
             c.back = (reason, pending + c.parser.take_unparsed())
             try:
@@ -167,10 +192,12 @@ class ServedClients(ServedCore):
         return reply if reply is not None else NULL_ARRAY
 
     def getjob(self, c, argv):
-        """GETJOB whose queues are all here, answered now: a GETJOB that would block (no
-        job, no NOHANG) or that the front-end must widen goes back. On a node of a cluster
-        too: a queue it empties, or a NOHANG that finds nothing, asks the other nodes for
-        jobs (NEEDJOBS) through the shard's bus messages, as on the front-end's path."""
+        """GETJOB whose queues are all here: a job now, or the client parks among the
+        shard's consumers (a negative wait id: Consumers.answer gives its reply to
+        repl_answered), like a GETJOB the front-end sends. One that spans workers or uses
+        FROM-PREFIX goes back, one that would block on another worker's queue follows it
+        there. On a node of a cluster a queue it empties, or a consumer with nothing,
+        asks the other nodes for jobs (NEEDJOBS) through the shard's bus messages."""
         shard = self.shard
         error, o = parse_getjob(argv)
         if error is not None or o.prefix is not None:
@@ -185,14 +212,19 @@ class ServedClients(ServedCore):
                 return None             # several workers: the front-end merges them
         if w != me:
             # another worker's queues: only a GETJOB that cannot block goes there directly
-            return self.forward(c, w, b"getjob", argv) if o.nohang else None
-        if not o.nohang and not shard.any_ready(o.queues):
+            if o.nohang:
+                return self.forward(c, w, b"getjob", argv)
+            c.following = True          # handed back, then over to that worker
             return None
         c.fwd_run = 0                   # one of ours (ServedCore.forward)
-        reply, _ids = shard.consumers.fetch_or_block(0, c.id, o.count, True, o.withcounters, 0,
-                                                     False, o.queues)
         self.names.append(b"getjob")
-        return reply if reply is not None else NULL_ARRAY
+        wid = self.new_wait_id()
+        reply, _ids = shard.consumers.fetch_or_block(wid, c.id, o.count, o.nohang,
+                                                     o.withcounters, o.timeout, False, o.queues)
+        if reply is not None:
+            return reply
+        c.parked = argv
+        return self.wait_here(c, wid)
 
     # ---- output --------------------------------------------------------------------------
 
@@ -235,14 +267,8 @@ class ServedClients(ServedCore):
     def configure(self, conf):
         self.timeout = conf["timeout"]
         self.slowlog_us = conf["slowlog"]
-        handlers = self.shard.handlers
-        table = {}
-        for typed, real, route, arity in conf["table"]:
-            if real in handlers or route in (H.ROUTE_PING, H.ROUTE_GETJOB):
-                entry = (real, route, arity, typed != real)
-                # clients send capitals (redis-py, redis-cli): found without a lower()
-                table[typed] = table[typed.upper()] = entry
-        self.table = table
+        # the front-end's table, built here by the same kernel (disque/_fast/dispatch.pyx)
+        self.table = build_table(C.command_table(conf["renames"]))
 
     def close_all(self):
         """The worker stops: what was executed is written (best effort), then closed."""

@@ -16,6 +16,7 @@ from disque._fast import resp
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
                               STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
+from disque._fast.dispatch import ids_end, nack_delay
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import NO_LIMIT, ShardCore, encode_job, expire_ms
@@ -238,8 +239,7 @@ class Shard(ShardCore):
         if self.replication.repl_waits:
             self.replication.repl_leaving_cron()
         for b in list(self.consumers.by_client.values()):
-            self.consumers.unblock(b)
-            self.out.append([b.reqid, LEAVING_ERROR, None])
+            self.consumers.release(b, LEAVING_ERROR)
 
     def return_jobs(self, ids):
         """Undo fetches the front-end could not deliver (consumer gone or already served)."""
@@ -326,12 +326,10 @@ class Shard(ShardCore):
         return b":%d\r\n" % count
 
     def cmd_nack(self, argv):
-        """NACK <id> ... [DELAY <seconds>] (the front-end checked the IDs and the delay)."""
-        ids = argv[1:]
-        delay_ms = 0
-        if len(argv) > 3 and argv[-2].lower() == b"delay":
-            delay_ms = (parse_int(argv[-1]) or 0) * 1000
-            ids = argv[1:-2]
+        """NACK <id> ... [DELAY <seconds>] (the dispatch kernel checked the IDs and the delay)."""
+        end = ids_end(argv)
+        ids = argv[1:end]
+        delay_ms = nack_delay(argv) * 1000 if end < len(argv) else 0
         count = 0
         for jid in ids:
             job = self.jobs.get(jid)
@@ -573,8 +571,7 @@ class Shard(ShardCore):
             self.replication.end_wait(wait)
             self.answer(wait.reqid, NOREPL_REMOVED)
         for b in list(self.consumers.by_client.values()):
-            self.consumers.unblock(b)
-            self.out.append([b.reqid, None if b.proxy else NULL_ARRAY, None])
+            self.consumers.release(b, None if b.proxy else NULL_ARRAY)
         for q in self.queues.values():
             q.jobs.clear()
         for job in self.jobs.values():

@@ -1,0 +1,365 @@
+# cython: language_level=3
+"""The event loop of the connections a worker serves itself (`connection-affinity yes`;
+docs/design.md "Connections served by their worker").
+
+The poll, the reads, the writes and the turns of the worker loop while only those
+connections, peer links and job links have news run here as C calls: epoll_wait, recv into
+one buffer, the Cython RESP parser, send. What a read's commands do is the dispatch half,
+servedcore.pyx's ServedCore, which extends `ServedLoop` and supplies `run_input` (the
+commands of a read) and `resume_unblocked` (the held commands of a client whose waiting
+command was answered). The hand-over channel and the closing of connections are the Python
+half's (disque/workers/served_clients.py), reached through the hooks in servedloop.pxd.
+"""
+import logging
+
+from cpython.exc cimport PyErr_SetFromErrno, PyErr_CheckSignals
+from libc.errno cimport errno, EAGAIN, EINTR
+
+from disque._fast.resp cimport RequestParser
+from disque._fast.resp import QueryBufferOverflow
+from disque.contracts import connection_handover as H
+from disque._fast.shardcore cimport ShardCore
+from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        void *ptr
+        int fd
+        unsigned int u32
+        unsigned long long u64
+    cdef struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
+    int EPOLL_CLOEXEC
+    int EPOLL_CTL_ADD
+    int EPOLL_CTL_MOD
+    int EPOLL_CTL_DEL
+    unsigned int EPOLLIN
+    unsigned int EPOLLOUT
+
+cdef extern from "<unistd.h>" nogil:
+    int c_close "close"(int fd)
+
+log = logging.getLogger("disque.worker")
+
+DEF READ_SIZE = 65536
+DEF MAX_EVENTS = 256
+cdef char read_buf[READ_SIZE]          # one worker, one thread: every read lands here
+
+cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
+
+
+cpdef double monotonic():
+    """time.monotonic() (the same clock), without the call through the time module."""
+    return mono_ns() / 1e9
+
+
+cdef class Epoll:
+    """An epoll set with select.epoll's register / modify / unregister / close, which the
+    core polls in C (PeerLinks registers its sockets in it too)."""
+
+    def __cinit__(self):
+        self.fd = epoll_create1(EPOLL_CLOEXEC)
+        if self.fd < 0:
+            PyErr_SetFromErrno(OSError)
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    cdef int ctl(self, int op, int fd, unsigned int mask) except -1:
+        cdef epoll_event ev
+        ev.events = mask
+        ev.data.u64 = 0
+        ev.data.fd = fd
+        if epoll_ctl(self.fd, op, fd, &ev) < 0:
+            PyErr_SetFromErrno(OSError)
+            return -1
+        return 0
+
+    def register(self, int fd, unsigned int mask):
+        self.ctl(EPOLL_CTL_ADD, fd, mask)
+
+    def modify(self, int fd, unsigned int mask):
+        self.ctl(EPOLL_CTL_MOD, fd, mask)
+
+    def unregister(self, int fd):
+        self.ctl(EPOLL_CTL_DEL, fd, 0)
+
+    def fileno(self):
+        return self.fd
+
+    def close(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+
+cdef class Forwarded:
+    """The place of a reply another worker is producing (PeerLinks.forward)."""
+
+    def __init__(self):
+        self.data = None
+
+
+cpdef bytes take_ready(list out):
+    """The replies at the head of a connection's `out` that are ready, in order, joined and
+    taken off it; one still being made (a Forwarded with no data: another worker's, or a
+    producer's waiting for its copies) stops it, as nothing may overtake it. None: none."""
+    cdef Py_ssize_t ready = 0
+    for x in out:
+        if type(x) is not bytes:
+            if (<Forwarded>x).data is None:
+                break
+            out[ready] = (<Forwarded>x).data
+        ready += 1
+    if not ready:
+        return None
+    data = out[0] if ready == 1 else b"".join(out[:ready])
+    del out[:ready]
+    return data
+
+
+cdef class ServedClient:
+    """A connection this worker serves (its fields: servedloop.pxd)."""
+
+    def __init__(self, long long cid, sock, bint resp3):
+        self.id = cid
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.parser = RequestParser()
+        self.out = []
+        self.resp3 = resp3
+        self.last_cmd = b""
+        self.last_io = monotonic()
+        self.waiting = 0
+        self.back = None
+        self.blocked_on = 0
+        self.parked = None
+        self.held = None
+        self.fwd_w = -1
+        self.fwd_run = 0
+        self.following = False
+
+
+cdef class ServedLoop:
+    """Offers: turn and wait (the worker loop's poll), serve_ready, read, flush. Needs
+    from the subclass: run_input, resume_unblocked; from the Python half, its hooks."""
+
+    def __cinit__(self):
+        self.ep = Epoll()
+        self.clients = {}
+        self.by_id = {}
+        self.deadlines = []
+        self.interest_due = set()
+        self.ready = []
+        self.peer_ready = []
+        self.channel_ready = False
+        self.dirty = []
+        self.slow = []
+        self.peers = None
+        self.unblocked = []
+        self.extra_fds = {}
+        self.extra_ready = []
+        self.job_links_out = None
+
+    # ---- the worker loop's poll ------------------------------------------------------
+
+    def turn(self, bint block):
+        """Turns of the worker loop while only served connections, peer links and job links
+        have news: poll, serve, write, all in C, again and again; True when they are done (a signal
+        came: the loop looks at its flags). False leaves the rest of the turn to the
+        worker's Python loop (disque/workers/process.py), in its usual order, with what the
+        poll found in link_ready / ticked: the link, the timer (every tick, so the loop runs
+        at least that often), the hand-over channel, due job timers, consumer deadlines,
+        replies or bus messages for the front-end, consumers to serve, the AOF. Serving
+        again there finds nothing left. A non-blocking turn (the AOF has slices to work)
+        is one turn."""
+        cdef ShardCore core = <ShardCore>self.shard
+        persistence = self.persistence
+        links_out = self.job_links_out
+        while True:
+            if not self.poll(block):
+                return True             # a signal: its handler ran, the loop looks again
+            if self.link_ready or self.ticked or self.channel_ready or core.aof_on or self.idle:
+                return False
+            core.tick()
+            if core.timers_due() or self.deadlines:
+                return False            # the loop runs those before any command
+            self.serve()                # the job links' frames too (their callbacks)
+            # job messages for other nodes: to the direct links here, as the loop would (no
+            # AOF on this path: nothing has to be written before they leave); without links
+            # they stay in bus_out, which the loop below takes to the front-end
+            if links_out is not None and core.bus_out:
+                links_out()
+            # what the loop does after serving: consumers to serve, INTEREST, bus messages
+            # and replies for the front-end, AOF rewrite or load slices
+            if (core.ready or core.out or core.bus_out or self.interest_due
+                    or persistence.aof_busy):
+                return False
+            self.write_all()
+            if not block:
+                return True
+
+    def wait(self, bint block):
+        """(link readable, timer fired); readable clients and channel are kept for
+        serve_ready."""
+        self.poll(block)
+        return self.link_ready, self.ticked
+
+    cdef bint poll(self, bint block) except -1:
+        """False: a signal interrupted the wait (its Python handler has run)."""
+        cdef epoll_event evs[MAX_EVENTS]
+        cdef int n, i, fd, epfd = self.ep.fd
+        cdef unsigned int ev
+        cdef bint link_ready = False, ticked = False
+        if block and not self.unblocked:
+            with nogil:         # the AOF's fsync thread runs while this worker waits
+                n = epoll_wait(epfd, evs, MAX_EVENTS, -1)
+        else:
+            n = epoll_wait(epfd, evs, MAX_EVENTS, 0)
+        self.link_ready = self.ticked = False
+        if n < 0:
+            if errno != EINTR:
+                PyErr_SetFromErrno(OSError)
+            PyErr_CheckSignals()    # a signal: its handler runs, the loop looks again
+            return False
+        cdef dict clients = self.clients
+        peers = self.peers
+        for i in range(n):
+            fd = evs[i].data.fd
+            ev = evs[i].events
+            if fd == self.link_fd:
+                link_ready = True
+            elif fd == self.timer_fd:
+                ticked = True
+            elif fd in clients:
+                self.ready.append(fd)
+            elif peers is not None and fd in peers.by_fd:
+                if ev & EPOLLOUT:
+                    peers.writable(fd)
+                if ev & ~EPOLLOUT:
+                    self.peer_ready.append(fd)
+            elif fd in self.extra_fds:
+                self.extra_ready.append((fd, ev))
+            else:
+                self.channel_ready = True
+        self.link_ready = link_ready
+        self.ticked = ticked
+        self.woke = n > <int>link_ready + <int>ticked
+        return True
+
+    def serve_ready(self):
+        self.serve()
+
+    cdef int serve(self) except -1:
+        cdef list ready
+        cdef ServedClient c
+        if self.channel_ready:
+            self.channel_ready = False
+            self.channel_readable()
+        if self.extra_ready:
+            ready, self.extra_ready = self.extra_ready, []
+            for fd, ev in ready:
+                on_event = self.extra_fds.get(fd)
+                if on_event is not None:
+                    on_event(ev)
+        if self.peer_ready:
+            ready, self.peer_ready = self.peer_ready, []
+            for fd in ready:
+                self.peers.readable(fd)
+        if self.ready:
+            ready, self.ready = self.ready, []
+            clients = self.clients
+            for fd in ready:
+                c = clients.get(fd)
+                if c is not None:
+                    self.read(c)
+        if self.unblocked:
+            self.resume_unblocked()
+        return 0
+
+    # ---- input ---------------------------------------------------------------------------
+
+    cpdef read(self, ServedClient c):
+        cdef ssize_t n = c_recv(c.fd, read_buf, READ_SIZE, 0)
+        if n < 0:
+            if errno == EAGAIN or errno == EINTR:
+                return
+            n = 0
+        if n == 0:
+            self.drop_client(c)
+            return
+        self.net_in += n
+        c.last_io = monotonic()
+        try:
+            c.parser.feed_raw(read_buf, n)
+        except QueryBufferOverflow:
+            log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
+            self.drop_client(c)
+            return
+        self.run_input(c)
+
+    cpdef run_input(self, ServedClient c):
+        """The commands c's input holds (ServedCore)."""
+        raise NotImplementedError
+
+    cdef resume_unblocked(self):
+        """Clients whose waiting command was answered run what they hold (ServedCore)."""
+        raise NotImplementedError
+
+    # ---- output --------------------------------------------------------------------------
+
+    def flush(self):
+        """Write every connection's replies (the worker loop calls this after the AOF)."""
+        self.write_all()
+
+    cdef int write_all(self) except -1:
+        cdef ServedClient c
+        cdef list out, dirty
+        cdef Py_ssize_t size
+        cdef ssize_t n
+        cdef bytes data
+        if self.peers is not None:
+            self.peers.send_all()   # requests to, and replies for, the other workers
+        if self.slow:
+            self.slow_commands_out()      # SLOWLOG shows them before their replies are read
+        dirty, self.dirty = self.dirty, []
+        clients = self.clients
+        for c in dirty:
+            if clients.get(c.fd) is not c:
+                continue
+            out = c.out
+            if not out:
+                if c.back is not None:
+                    self.back_when_answered(c)
+                continue
+            data = take_ready(out)
+            if data is None:
+                continue
+            size = len(data)
+            n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
+            if n < 0:
+                if errno == EAGAIN or errno == EINTR:
+                    n = 0
+                else:
+                    self.drop_client(c)
+                    continue
+            self.net_out += n
+            if n < size:
+                out.insert(0, data[n:])
+                if c.back is None:
+                    c.back = (BACK_SLOW_READER, b"")
+                    if c.waiting:
+                        try:
+                            self.ep.unregister(c.fd)
+                        except (OSError, ValueError):
+                            pass
+            else:
+                c.last_io = monotonic()
+            if c.back is not None:
+                self.back_when_answered(c)
+        return 0
