@@ -7,6 +7,7 @@ import heapq
 
 from disque._fast import resp
 from disque._fast.shardcore import encode_job, encode_jobs
+from disque.contracts import worker_link as P
 from disque.workers.replication import LEAVING_ERROR
 
 NULL_ARRAY = resp.NULL_ARRAY
@@ -148,10 +149,10 @@ class Consumers:
         b = self.by_client.get(client)
         if b is not None and b.reqid == reqid:
             self.unblock(b)
-            self.shard.out.append([reqid, 0 if b.proxy else NULL_ARRAY, None])
+            self.shard.out.append(P.GetJobReply.encode(reqid, 0 if b.proxy else NULL_ARRAY, None))
         else:
             self.shard.replication.cancel_replication(reqid)      # an ADDJOB waiting for its copies
-            self.shard.out.append([reqid, 0, None])
+            self.shard.out.append(P.GetJobReply.encode(reqid, 0, None))
 
     def serve_ready(self):
         """Give queued jobs to blocked consumers, one job each, in blocking order."""
@@ -163,9 +164,9 @@ class Consumers:
                 job = self.shard.fetch(q)
                 item = encode_job(job, b.withcounters)
                 if b.proxy:
-                    self.shard.out.append([b.reqid, [item], [job.id]])
+                    self.shard.out.append(P.GetJobReply.encode(b.reqid, [item], [job.id]))
                 else:
-                    self.shard.out.append([b.reqid, b"*1\r\n" + item, [job.id]])
+                    self.shard.out.append(P.GetJobReply.encode(b.reqid, b"*1\r\n" + item, [job.id]))
                 if not len(q.jobs) and q.fed is not None:
                     self.shard.federation.needjobs(q, reached_zero=True)
             if q.remote is not None and len(q.jobs) and not q.paused & PAUSE_OUT:
@@ -178,7 +179,7 @@ class Consumers:
             _, _, b = heapq.heappop(deadlines)
             if not b.done:
                 self.unblock(b)
-                self.shard.out.append([b.reqid, NULL_ARRAY, None])
+                self.shard.out.append(P.GetJobReply.encode(b.reqid, NULL_ARRAY, None))
         if len(deadlines) > 1024:
             # consumers served before their timeout leave an entry behind: drop them in bulk
             live = [e for e in deadlines if not e[2].done]
