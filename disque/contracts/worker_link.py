@@ -29,7 +29,6 @@ Each kind is a named type below (disque/contracts/typed.py: one encoder, one dec
 Framing on the socketpair link: <u32 little-endian length><payload> (ZeroMQ frames its own),
 read by disque/_fast/frames.pyx.
 """
-import struct
 from typing import NamedTuple
 
 from disque._fast import frames
@@ -122,7 +121,6 @@ class QueueElsewhere(NamedTuple):   # built inline by shardcore.pyx
 
 # ---- framing (socketpair link) ----
 
-HEADER = struct.Struct("<I")
 RECV_SIZE = frames.READ_SIZE
 MAX_FRAME = frames.MAX_LENGTH   # both ends are this node's processes: the header's own limit
 
