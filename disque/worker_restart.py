@@ -92,14 +92,14 @@ class WorkerRestarts:
             cb = fe.pending.get(reqid)
             ctl = controls.get(reqid)
             if ctl is not None:
-                fe.send(w, [P.CONTROL, reqid, ctl[0], ctl[1]])     # held: the next process
+                fe.send(w, P.Control.encode(reqid, ctl[0], ctl[1]))     # held: the next process
                 continue
             del fe.pending[reqid]
             try:
                 if hasattr(cb, "fill"):
                     cb.fill(LOST_REPLY)
                 else:
-                    cb([reqid, LOST_REPLY, None])
+                    cb(P.GetJobReply.encode(reqid, LOST_REPLY, None))
             except Exception:
                 log.exception("answering request %d of dead worker %d", reqid, w)
         fe.flush_replies()
@@ -134,7 +134,8 @@ class WorkerRestarts:
                 return
             done(rep[1])
         fe.pending[reqid] = got
-        self.node.links.send_now(w, msgpack.packb([[P.CONTROL, reqid, name, arg]]))
+        control = P.Control.encode(reqid, name, arg)
+        self.node.links.send_now(w, msgpack.packb([control]))
 
     def load_aof(self, w):
         cfg = self.node.fe.cfg

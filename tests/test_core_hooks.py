@@ -42,7 +42,7 @@ def test_the_scan_finds_the_front_end_hooks():
     assert {"getjob", "route_ids", "client_connected"} <= undefined_self_calls("frontcore")
 
 
-@pytest.mark.parametrize("stem", ["frontcore", "shardcore"])
+@pytest.mark.parametrize("stem", ["frontcore", "shardcore", "peerlinks"])
 def test_every_python_hook_the_core_calls_is_declared(stem):
     missing = {name for name in undefined_self_calls(stem) if name not in declared_names(stem)}
     assert not missing, f"{stem}.pyx calls undeclared {sorted(missing)}: declare them in {stem}.pxd"
@@ -125,3 +125,30 @@ def test_served_clients_bind_every_declared_hook(tmp_path):
     finally:
         for s in (a, b, link, timer):
             s.close()
+
+
+def test_the_peer_links_bind_every_declared_hook():
+    """PeerLinks (peerlinks.pyx) calls its owner, ServedClients, through the hooks
+    peer_links() binds from PEER_HOOKS."""
+    import select
+    import socket
+    from disque.workers.peer_links import PEER_HOOKS, peer_links
+    from disque.workers.served_clients import ServedClients
+    assert set(PEER_HOOKS) == declared_hooks("peerlinks")
+
+    class Owner:
+        def __getattr__(self, name):
+            return getattr(ServedClients, name).__get__(self)
+    owner = Owner()
+    a, b = socket.socketpair()
+    ep = select.epoll()
+    try:
+        links = peer_links(0, {1: a}, ep, owner)
+        for hook, method in PEER_HOOKS.items():
+            bound = getattr(links, hook)
+            assert bound is not None, hook
+            assert bound.__self__ is owner and bound.__name__ == method, hook
+    finally:
+        links.close()
+        b.close()
+        ep.close()

@@ -18,6 +18,8 @@ an IndexError, not a read past the end of memory.
 from disque._fast.jobid cimport id_slot, queue_slot, valid_id
 
 from disque.contracts import bus_messages as _bus
+# the job messages' shapes (JobMessage, Inbound, Outbound) are bus_messages' named types,
+# built inline here: this is the job path (tests/test_messages.py holds them to the encoders)
 # bus message types and flags: disque/contracts/bus_messages.py is their one home (C ints, read at import)
 cdef long REPLJOB = _bus.REPLJOB
 cdef long GOTJOB = _bus.GOTJOB
@@ -88,7 +90,7 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
 def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int copies,
                        list gotjobs):
     """The job messages of one JOBS frame from a known node: each well-formed one is
-    appended to inbox[worker] as [sender, type, flags, payload]; anything else in the frame
+    appended to inbox[worker] as an Inbound [sender, type, flags, payload]; anything else in the frame
     is dropped on its own, like any bad bus message. `copies` is one of the *_COPIES
     policies; with ACCEPT_COPIES the GOTJOB each copy asks for is appended to `gotjobs`,
     and the worker gets the copy flagged NOREPLY | ACCEPTED."""
@@ -116,7 +118,7 @@ def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int co
             if copies == REFUSE_COPIES:
                 continue
             if not mflags & NOREPLY:
-                gotjobs.append([GOTJOB, 0, [payload[4:44], 0]])
+                gotjobs.append([GOTJOB, 0, [payload[4:44], 0]])      # a JobMessage
             mflags |= NOREPLY | ACCEPTED
         per_worker = inbox.get(w)
         if per_worker is None:
@@ -126,8 +128,8 @@ def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int co
 
 
 def group_by_node(list entries, dict outbox, str myid, object everyone, dict node_names):
-    """Job messages a worker wants sent, [destinations, type, flags, payload] each: appended
-    to outbox[node id] as [type, flags, payload]. Destinations None means every other
+    """Job messages a worker wants sent, Outbound [destinations, type, flags, payload] each:
+    appended to outbox[node id] as JobMessage [type, flags, payload]. Destinations None means every other
     node (`everyone()`, asked at most once); node ids come as bytes from the workers and
     `node_names` caches their str form. True when anything was queued."""
     cdef object e, dests, d, name, msg, per_node
@@ -136,7 +138,7 @@ def group_by_node(list entries, dict outbox, str myid, object everyone, dict nod
     cdef bint queued = False
     for e in entries:
         dests = e[0]
-        msg = [e[1], e[2], e[3]]
+        msg = [e[1], e[2], e[3]]        # JobMessage
         if dests is None:
             if all_nodes is None:
                 all_nodes = everyone()

@@ -428,7 +428,7 @@ cdef class Core:
         cdef long long reqid = self.next_reqid * self.nworkers + w
         cdef Slot s = client.slot()
         self.pending[reqid] = s
-        self.send(w, [REQ_CMD, reqid, argv])
+        self.send(w, [REQ_CMD, reqid, argv])        # worker_link.Cmd, inline: the command path
 
     cpdef dispatch(self, Client client, list argv):
         """One command, with CLIENT REPLY OFF/SKIP applied around it."""

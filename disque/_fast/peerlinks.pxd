@@ -6,7 +6,11 @@ cdef class Peer:
 
 cdef class PeerLinks:
     cdef public int index
-    cdef public object ep, execute, answered
+    cdef public object ep           # the worker's epoll set (ServedCore.ep)
+    # Hooks: bound once by disque.workers.peer_links.peer_links (PEER_HOOKS there); a C field
+    # holding the bound method, None until bound (tests/test_core_hooks.py).
+    cdef public object execute      # (argv) a request of another worker: its RESP reply
+    cdef public object answered     # (waiter, reply) the reply to a request of ours
     cdef public dict peers          # peer worker -> Peer
     cdef public dict by_fd          # fd -> peer worker
     cdef public dict waiting        # reqid -> (peer, waiter)

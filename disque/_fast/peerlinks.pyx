@@ -1,11 +1,12 @@
 # cython: language_level=3
 """The links between the workers of a node, in C calls (docs/design.md, "Connections served
-by their worker"; the frames are described in disque/workers/peer_links.py).
+by their worker"; the messages are disque/contracts/peer_link.py's).
 
 A worker serving a connection runs a command of another worker's queue or job on that
 worker: `forward` puts it in this loop turn's box for that worker, `send_all` sends each
-box as one frame after the AOF write, `readable` reads frames, runs the requests
-(`execute`) and hands the replies to `answered`. Sends never block: what the socket does
+box as one frame after the AOF write, `readable` reads frames (disque/_fast/frames.pyx),
+runs the requests (hook `execute`) and hands the replies to hook `answered`; the owner binds
+both (disque/workers/peer_links.py, PEER_HOOKS). Sends never block: what the socket does
 not take waits for EPOLLOUT, so two workers forwarding to each other at once cannot
 deadlock.
 """
@@ -14,19 +15,17 @@ import select
 
 import msgpack
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
-from libc.errno cimport errno, EAGAIN, EINTR
-
 from disque import replies as R
-from disque._fast.sysio cimport c_recv, framed, send_or_keep, send_kept, OUT_KEPT
+from disque._fast.frames cimport recv_frames, FRAMES_AGAIN, FRAMES_READ_SIZE, FRAMES_TOO_LONG
+from disque._fast.sysio cimport framed, send_or_keep, send_kept, OUT_KEPT
+from disque.contracts import peer_link as _peer
 
 log = logging.getLogger("disque.worker")
 
-REQUEST = 0
-REPLY = 1
-DEF PEER_READ_SIZE = 262144
-cdef char recv_buf[PEER_READ_SIZE]           # one worker, one thread: every read lands here
+# the entries' kinds: disque/contracts/peer_link.py is their one home
+cdef long REQUEST = _peer.REQUEST
+cdef long REPLY = _peer.REPLY
+cdef Py_ssize_t FRAME_LIMIT = _peer.MAX_FRAME
 cdef unsigned int EPOLLIN = select.EPOLLIN
 cdef unsigned int EPOLLOUT = select.EPOLLOUT
 # one Packer for every frame: msgpack.packb makes (and mallocs the buffer of) a new one
@@ -48,31 +47,15 @@ cdef class Peer:
         self.box = []
 
 
-cdef Py_ssize_t split_frames(const unsigned char *base, Py_ssize_t size, list frames):
-    """Append the whole frames in base[:size] to `frames`; returns the bytes they took.
-    The reading half of disque/contracts/worker_link.py's format (FrameReader.feed), over
-    the C read buffer."""
-    cdef Py_ssize_t pos = 0, flen
-    while size - pos >= 4:
-        flen = (<Py_ssize_t>base[pos] | (<Py_ssize_t>base[pos + 1] << 8)
-                | (<Py_ssize_t>base[pos + 2] << 16) | (<Py_ssize_t>base[pos + 3] << 24))
-        if size - pos - 4 < flen:
-            break
-        frames.append(PyBytes_FromStringAndSize(<const char *>base + pos + 4, flen))
-        pos += 4 + flen
-    return pos
-
-
 cdef class PeerLinks:
     """Offers: by_fd (for the poll), forward, readable, writable, send_all (after the AOF
     write), replace (a restarted peer's new socket), close. Needs an epoll set it registers
-    its sockets with, `execute(argv) -> reply` for requests, and `answered(waiter, reply)`
-    for the replies to its own requests."""
-    def __init__(self, int index, dict socks, ep, execute, answered):
+    its sockets with, and its hooks bound (peerlinks.pxd)."""
+    def __init__(self, int index, dict socks, ep):
         self.index = index
         self.ep = ep
-        self.execute = execute
-        self.answered = answered
+        self.execute = None
+        self.answered = None
         self.peers = {}
         self.by_fd = {}
         self.waiting = {}
@@ -116,7 +99,7 @@ cdef class PeerLinks:
             return False
         self.next_reqid += 1
         self.waiting[self.next_reqid] = (w, waiter)
-        p.box.append([REQUEST, self.next_reqid, argv])
+        p.box.append([REQUEST, self.next_reqid, argv])     # peer_link.Request
         return True
 
     # ---- input ---------------------------------------------------------------------------
@@ -126,34 +109,25 @@ cdef class PeerLinks:
         if w is None:
             return
         cdef Peer p = self.peers[w]
-        cdef ssize_t n
-        cdef Py_ssize_t used, have
+        cdef Py_ssize_t n
         cdef list frames
         while True:
-            n = c_recv(p.fd, recv_buf, PEER_READ_SIZE, 0)
-            if n < 0:
-                if errno == EAGAIN or errno == EINTR:
-                    return
-                n = 0
+            frames = []
+            n = recv_frames(p.fd, p.inbuf, FRAME_LIMIT, FRAME_LIMIT, frames, 0)
+            if n == FRAMES_AGAIN:
+                return
+            if n == FRAMES_TOO_LONG:
+                log.error("Worker %d: the link to worker %d closed: a frame above %d bytes",
+                          self.index, w, FRAME_LIMIT)
+                self.lost(w)
+                return
             if n == 0:
                 log.warning("Worker %d: the link to worker %d closed", self.index, w)
                 self.lost(w)
                 return
-            frames = []
-            have = PyByteArray_GET_SIZE(p.inbuf)
-            if have:
-                p.inbuf.extend(recv_buf[:n])
-                used = split_frames(<unsigned char *>PyByteArray_AS_STRING(p.inbuf),
-                                    have + n, frames)
-                if used:
-                    del p.inbuf[:used]
-            else:
-                used = split_frames(<unsigned char *>recv_buf, n, frames)
-                if used < n:
-                    p.inbuf.extend(recv_buf[used:n])
             for data in frames:
                 self.entries(p, unpackb(data, use_list=True))
-            if n < PEER_READ_SIZE or self.peers.get(w) is not p:
+            if n < FRAMES_READ_SIZE or self.peers.get(w) is not p:
                 return
 
     cdef entries(self, Peer p, list entries):
@@ -161,7 +135,7 @@ cdef class PeerLinks:
         waiting = self.waiting
         for e in entries:
             if e[0] == REQUEST:
-                p.box.append([REPLY, e[1], self.execute(e[2])])
+                p.box.append([REPLY, e[1], self.execute(e[2])])   # peer_link.Reply
             else:
                 got = waiting.pop(e[1], None)
                 if got is not None:

@@ -281,7 +281,7 @@ class Cluster:
                 sender.job_ports = ports
                 self.changed()
         elif msg.type in M.JOB_TYPES and self.on_job_messages is not None:
-            self.on_job_messages(sender, [[msg.type, msg.flags, msg.payload]])
+            self.on_job_messages(sender, [M.JobMessage.encode(msg.type, msg.flags, msg.payload)])
 
     def complete_handshake(self, msg):
         """A PONG from an unknown ID answers our MEET: rename the handshake node."""

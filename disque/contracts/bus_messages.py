@@ -1,12 +1,25 @@
 """Cluster bus messages (SPEC 10.2-10.4, carried as msgpack instead of the C header).
 
-Every bus message is one ZeroMQ frame holding the msgpack list
+Every bus message is one ZeroMQ frame holding the msgpack list (Envelope)
     [type, sender_id, sender_ip, sender_port, sender_flags, message_flags, payload]
 The sender's client port (not the bus port), its node flags (only LEAVING is trusted by
 receivers) and the message flags (NOREPLY, INCR_NACKS, INCR_DELIV) mirror the upstream
 header; `payload` depends on the type (see PAYLOADS).
+
+A job message travels in three more shapes on its way between two workers, each a named
+type below (disque/contracts/typed.py: one encoder, one decoder):
+    JobMessage [type, flags, payload]          an entry of a JOBS frame or a job-link frame
+    Outbound   [dests, type, flags, payload]   worker -> its front-end (worker_link.BusOut),
+                                               dests a list of node ids or None: every other
+    Inbound    [sender, type, flags, payload]  front-end -> the owning worker (worker_link.Bus)
+The Cython cores build them inline (busrelay.pyx, replcore.pyx, shardcore.pyx: the job
+path); tests/test_messages.py holds those lists to these encoders.
 """
+from typing import NamedTuple
+
 import msgpack
+
+from disque.contracts.typed import message
 
 # Message types. The numbers are the wire format: never renumber, only add.
 PING = 0
@@ -70,8 +83,42 @@ PAYLOADS = {
 # the messages themselves).
 
 
+@message(None)
+class Envelope(NamedTuple):
+    type: int
+    sender: str
+    ip: str
+    port: int
+    node_flags: int
+    flags: int
+    payload: object
+
+
+@message(None)
+class JobMessage(NamedTuple):
+    type: int
+    flags: int
+    payload: object
+
+
+@message(None)
+class Outbound(NamedTuple):
+    dests: object               # node ids (bytes), or None: every other node
+    type: int
+    flags: int
+    payload: object
+
+
+@message(None)
+class Inbound(NamedTuple):
+    sender: bytes
+    type: int
+    flags: int
+    payload: object
+
+
 def encode(mtype, sender_id, ip, port, node_flags, mflags, payload):
-    return msgpack.packb([mtype, sender_id, ip, port, node_flags, mflags, payload],
+    return msgpack.packb(Envelope.encode(mtype, sender_id, ip, port, node_flags, mflags, payload),
                          use_bin_type=True)
 
 
@@ -99,9 +146,10 @@ def decode(data, peer_ip=""):
         fields = msgpack.unpackb(data, raw=False, use_list=True)
     except Exception:
         return None
-    if not isinstance(fields, list) or len(fields) != 7:
+    try:
+        mtype, sender, ip, port, node_flags, mflags, payload = Envelope.decode(fields)
+    except ValueError:
         return None
-    mtype, sender, ip, port, node_flags, mflags, payload = fields
     if not (isinstance(mtype, int) and 0 <= mtype < len(NAMES)):
         return None
     if not (isinstance(sender, str) and len(sender) == 40):

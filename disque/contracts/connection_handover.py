@@ -21,18 +21,25 @@ worker -> front-end:
   [SLOWLOG, [[client_id, argv, duration_us], ...]]  slow commands it served (SLOWLOG),
                                                 sent before their replies are written
 
+Each kind is a named type below (disque/contracts/typed.py: one encoder, one decoder).
+
 Reports a worker puts in its ordinary reply batches (link entries with reserved reqids):
-  [SERVED_REQID, worker, totals]    totals of the commands it served itself: {"commands",
+  [SERVED_REQID, worker, totals]    (Served) totals of the commands it served itself: {"commands",
                             "net_in", "net_out", "calls": {name: n}}, every 100 ms if changed
 """
 import array
+import logging
 import os
 import socket
 from collections import deque
+from typing import NamedTuple
 
 import msgpack
 
-from disque.contracts.worker_link import HEADER, frame
+from disque._fast import frames
+from disque.contracts.typed import by_kind, message
+
+log = logging.getLogger("disque")
 
 HANDOFF = 0
 RECALL = 1
@@ -45,6 +52,57 @@ CARRIES_FD = (HANDOFF, HANDBACK, PEER)
 
 SERVED_REQID = -3
 
+
+@message(HANDOFF)
+class Handoff(NamedTuple):
+    client: int
+    resp3: bool
+    unparsed: bytes
+
+
+@message(RECALL)
+class Recall(NamedTuple):
+    pass
+
+
+@message(KILL)
+class Kill(NamedTuple):
+    client: int
+
+
+@message(PEER)
+class Peer(NamedTuple):
+    worker: int
+
+
+@message(HANDBACK)
+class Handback(NamedTuple):
+    client: int
+    unsent: bytes
+    unparsed: bytes
+    last_cmd: object            # bytes, or None
+    reason: int
+    totals: dict
+
+
+@message(GONE)
+class Gone(NamedTuple):
+    client: int
+
+
+@message(SLOWLOG)
+class Slowlog(NamedTuple):
+    entries: list               # [client_id, argv, duration_us] each
+
+
+MESSAGES = by_kind(Handoff, Recall, Kill, Peer, Handback, Gone, Slowlog)
+
+
+@message(SERVED_REQID)
+class Served(NamedTuple):       # an entry of the worker's ordinary reply batches
+    worker: int
+    totals: dict
+
 # why a worker handed a connection back (HANDBACK's `reason`, logged at debug level)
 BACK_COMMAND = 0        # a command this worker cannot serve alone
 BACK_RECALL = 1         # the front-end asked (RECALL)
@@ -56,14 +114,16 @@ FOLLOW_AFTER = 32       # forwarded commands in a row to one other worker that m
 MAX_HANDOFF_INPUT = 16 * 1024   # a connection with more unparsed input stays where it is
 RECV_SIZE = 64 * 1024
 MAX_FDS_PER_READ = 256
+MAX_FRAME = frames.MAX_LENGTH   # both ends are this node's processes: the header's own limit
 
 
 class HandoverChannel:
     """One end of the hand-over channel. Sends block (frames are small, and each side
     reads its end on every loop turn); `receive` never blocks."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, limit=MAX_FRAME):
         self.sock = sock
+        self.limit = limit
         self.buf = bytearray()
         self.fds = deque()
         self.closed = False
@@ -73,7 +133,7 @@ class HandoverChannel:
         return self.sock.fileno()
 
     def send(self, msg, fd=None):
-        data = frame(msgpack.packb(msg))
+        data = frames.frame(msgpack.packb(msg))
         if fd is None:
             self.sock.sendall(data)
             return
@@ -83,7 +143,9 @@ class HandoverChannel:
             self.sock.sendall(data[n:])
 
     def receive(self):
-        """Every complete frame available now, as (msg, fd or None)."""
+        """Every complete frame available now, as (msg, fd or None). A frame above the
+        limit closes the channel (`closed`)."""
+        payloads = []
         while True:
             try:
                 data, anc, _flags, _ = self.sock.recvmsg(RECV_SIZE, self.ancillary,
@@ -100,22 +162,17 @@ class HandoverChannel:
             if not data:
                 self.closed = True
                 break
-            self.buf += data
+            if frames.feed(self.buf, data, self.limit, payloads) == frames.TOO_LONG:
+                log.error("Hand-over channel closed: a frame above %d bytes", self.limit)
+                self.closed = True
+                break
             if len(data) < RECV_SIZE:
                 break
         out = []
-        buf = self.buf
-        pos, n = 0, len(buf)
-        while n - pos >= 4:
-            size = HEADER.unpack_from(buf, pos)[0]
-            if n - pos - 4 < size:
-                break
-            msg = msgpack.unpackb(bytes(buf[pos + 4:pos + 4 + size]), use_list=True)
-            pos += 4 + size
+        for payload in payloads:
+            msg = msgpack.unpackb(payload, use_list=True)
             fd = self.fds.popleft() if msg[0] in CARRIES_FD and self.fds else None
             out.append((msg, fd))
-        if pos:
-            del buf[:pos]
         return out
 
     def close(self):

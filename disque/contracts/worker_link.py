@@ -25,9 +25,14 @@ Requests:
         memory (every ~100 ms: [level, excess, noeviction] in, memory figures and scan-log
         sequence numbers out, Shard.set_memory / Shard.memory_report)
 
-Framing on the socketpair link: <u32 little-endian length><payload> (ZeroMQ frames its own).
+Each kind is a named type below (disque/contracts/typed.py: one encoder, one decoder).
+Framing on the socketpair link: <u32 little-endian length><payload> (ZeroMQ frames its own),
+read by disque/_fast/frames.pyx.
 """
-import struct
+from typing import NamedTuple
+
+from disque._fast import frames
+from disque.contracts.typed import by_kind, message
 
 CMD = 0
 GETJOB = 1
@@ -42,50 +47,116 @@ QUEUE_ELSEWHERE = -2   # worker -> front-end entry [QUEUE_ELSEWHERE, queue, work
 READY = b"READY"   # first message of a worker: it is connected and loaded
 
 
+# ---- requests (front-end -> worker) ----
+
+@message(CMD)
+class Cmd(NamedTuple):          # built inline by frontcore.pyx: the per-command path
+    reqid: int
+    argv: list
+
+
+@message(GETJOB)
+class GetJob(NamedTuple):
+    reqid: int
+    client: int
+    count: int
+    nohang: bool
+    withcounters: bool
+    timeout_ms: int
+    proxy: bool
+    queues: list
+
+
+@message(UNBLOCK)
+class Unblock(NamedTuple):
+    client: int
+    reqid: int
+
+
+@message(RETURN)
+class Return(NamedTuple):
+    job_ids: list
+
+
+@message(BUS)
+class Bus(NamedTuple):
+    messages: list              # bus_messages.Inbound lists
+
+
+@message(CONTROL)
+class Control(NamedTuple):
+    reqid: int
+    name: str
+    arg: object
+
+
+REQUESTS = by_kind(Cmd, GetJob, Unblock, Return, Bus, Control)
+
+
+# ---- replies (worker -> front-end), one entry each in the batch ----
+
+@message(None)
+class Reply(NamedTuple):        # CMD and CONTROL; built inline by the cores
+    reqid: int
+    value: object
+
+
+@message(None)
+class GetJobReply(NamedTuple):
+    reqid: int
+    reply: object               # RESP bytes (local), encoded jobs (proxy), null or 0 (unblocked)
+    job_ids: list
+
+
+@message(BUS_REQID)
+class BusOut(NamedTuple):
+    messages: list              # bus_messages.Outbound lists
+
+
+@message(QUEUE_ELSEWHERE)
+class QueueElsewhere(NamedTuple):   # built inline by shardcore.pyx
+    queue: bytes
+    worker: int
+
+
 # ---- framing (socketpair link) ----
 
-HEADER = struct.Struct("<I")
+RECV_SIZE = frames.READ_SIZE
+MAX_FRAME = frames.MAX_LENGTH   # both ends are this node's processes: the header's own limit
 
 
-RECV_SIZE = 256 * 1024
+class FrameTooLong(OSError):
+    """A frame above the reader's limit: the link is closed."""
 
 
 class FrameReader:
-    """Splits a byte stream into <u32 length><payload> frames.
+    """Splits a byte stream into <u32 length><payload> frames, in C (disque/_fast/frames.pyx).
 
-    Reads land in one preallocated buffer (`recv_from`): allocating a fresh large bytes
-    object per read made glibc mmap/munmap it every time, which cost more than the rest
-    of a command.
+    Reads land in one preallocated C buffer and only a partial frame is kept here:
+    allocating a fresh large bytes object per read made glibc mmap/munmap it every time,
+    which cost more than the rest of a command.
     """
 
-    def __init__(self):
+    def __init__(self, limit=MAX_FRAME):
         self.buf = bytearray()
-        self.chunk = bytearray(RECV_SIZE)
-        self.view = memoryview(self.chunk)
+        self.limit = limit
 
     def recv_from(self, sock, flags=0):
-        """One recv into the preallocated buffer; returns (frames, nbytes)."""
-        n = sock.recv_into(self.view, RECV_SIZE, flags)
-        if not n:
-            return [], 0
-        return self.feed(self.view[:n]), n
+        """One recv; returns (frames, nbytes), nbytes 0 when the peer closed. Raises
+        BlockingIOError when nothing waits, FrameTooLong."""
+        out = []
+        n = frames.read_frames(sock.fileno(), self.buf, self.limit, self.limit, out, flags)
+        if n == frames.AGAIN:
+            raise BlockingIOError
+        if n == frames.TOO_LONG:
+            raise FrameTooLong("a frame above %d bytes" % self.limit)
+        return out, n
 
     def feed(self, data):
-        self.buf += data
         out = []
-        buf = self.buf
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            size = HEADER.unpack_from(buf, pos)[0]
-            if n - pos - 4 < size:
-                break
-            out.append(bytes(buf[pos + 4:pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        if frames.feed(self.buf, bytes(data), self.limit, out) == frames.TOO_LONG:
+            raise FrameTooLong("a frame above %d bytes" % self.limit)
         return out
 
 
-def frame(payload):
-    return HEADER.pack(len(payload)) + payload
+frame = frames.frame

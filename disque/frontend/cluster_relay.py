@@ -63,7 +63,7 @@ class ClusterRelay:
         if inbox:
             self.bus_inbox = {}
             for w, msgs in inbox.items():
-                self.fe.send(w, [P.BUS, msgs])
+                self.fe.send(w, P.Bus.encode(msgs))
         if more:
             # ZeroMQ signals edges: what is left after the read limit needs another pass
             self.fe.loop.call_soon(self.bus_readable)
@@ -153,7 +153,7 @@ class ClusterRelay:
         self.fe.clustered = state["size"] > 1
         self.fe.node_id = state["myid"]
         for w in range(self.fe.nworkers):
-            self.fe.send(w, [P.CONTROL, self.fe.new_reqid(w), "cluster", state])
+            self.fe.send(w, P.Control.encode(self.fe.new_reqid(w), "cluster", state))
 
     def push_then_ok(self, client):
         """push, and +OK once every worker has the new state (a ping behind it on each

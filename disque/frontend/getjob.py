@@ -107,8 +107,8 @@ class Getjobs:
                 client.waiting = (reqid, w)
                 if prefix is None:
                     self.blocked_on_one[reqid] = (argv, queues)
-            fe.send(w, [P.GETJOB, reqid, client.id, count, nohang, withcounters, timeout, False,
-                        queues])
+            fe.send(w, P.GetJob.encode(reqid, client.id, count, nohang, withcounters, timeout,
+                                       False, queues))
             return
         order = {}
         for pos, q in enumerate(queues):
@@ -131,8 +131,8 @@ class Getjobs:
         m.reqids[reqid] = w
         m.workers.append(w)
         fe.pending[reqid] = self.multiget_reply(m, reqid, w)
-        fe.send(w, [P.GETJOB, reqid, m.client.id, m.count, m.nohang, m.withcounters, timeout,
-                    True, queues])
+        fe.send(w, P.GetJob.encode(reqid, m.client.id, m.count, m.nohang, m.withcounters,
+                                   timeout, True, queues))
 
     def addjob_clustered(self, client, w, argv):
         """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and
@@ -146,7 +146,7 @@ class Getjobs:
                 break
         else:
             client.waiting = (reqid, w)
-        fe.send(w, [P.CMD, reqid, argv])
+        fe.send(w, P.Cmd.encode(reqid, argv))
 
     def waited_reply(self, client, slot, w, reqid):
         """The reply callback of a command the client waits on (a blocking GETJOB, an ADDJOB
@@ -164,7 +164,7 @@ class Getjobs:
                         return
             if client.closed:
                 if len(rep) > 2 and rep[2]:
-                    fe.send(w, [P.RETURN, rep[2]])    # the consumer vanished: not delivered
+                    fe.send(w, P.Return.encode(rep[2]))    # the consumer vanished: not delivered
                 return
             slot.fill(rep[1])
             waiting = client.waiting
@@ -184,7 +184,7 @@ class Getjobs:
             if m.done:
                 # too late for this client: give the jobs back and wait for the UNBLOCK ack
                 if ids:
-                    fe.send(w, [P.RETURN, ids])
+                    fe.send(w, P.Return.encode(ids))
                 if reqid in m.unblocked:
                     fe.pending[reqid] = got
                 return
@@ -230,7 +230,7 @@ class Getjobs:
                 # this worker may still hold a waiter: drop it; its ack (and any offer
                 # already on the way, which is returned) still reaches `got`
                 m.unblocked.add(reqid)
-                fe.send(w, [P.UNBLOCK, m.client.id, reqid])
+                fe.send(w, P.Unblock.encode(m.client.id, reqid))
         client = m.client
         jobs = sorted(m.jobs, key=lambda j: j[0])
         limit = m.count if not m.blocked else 1
@@ -239,7 +239,7 @@ class Getjobs:
             back = jobs
             give = []
         for _, _, jid, w in back:
-            fe.send(w, [P.RETURN, [jid]])
+            fe.send(w, P.Return.encode([jid]))
         if not client.closed:
             if give:
                 m.slot.fill(b"*%d\r\n" % len(give) + b"".join(j[1] for j in give))
@@ -258,7 +258,7 @@ class Getjobs:
         else:
             # the worker answers the UNBLOCK with a null reply, or a job already on its
             # way reaches waited_reply, which sees the closed client and returns it
-            self.fe.send(w[1], [P.UNBLOCK, client.id, w[0]])
+            self.fe.send(w[1], P.Unblock.encode(client.id, w[0]))
 
     def expire(self):
         """Cron: time out cross-worker GETJOBs (a single-worker one times out in its worker)."""

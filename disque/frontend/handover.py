@@ -135,7 +135,7 @@ class Handover:
         t.pause_reading()
         unparsed = parser.take_unparsed()      # a command parsed in part included
         try:
-            links.channel(w).send([H.HANDOFF, client.id, client.resp3, unparsed], fd)
+            links.channel(w).send(H.Handoff.encode(client.id, client.resp3, unparsed), fd)
         except OSError:
             if unparsed:
                 parser.feed(unparsed)
@@ -154,11 +154,11 @@ class Handover:
         for msg, fd in channel.receive():
             kind = msg[0]
             if kind == H.HANDBACK:
-                self.take_back(w, msg, fd)
+                self.take_back(w, H.Handback.decode(msg), fd)
             elif kind == H.GONE:
-                self.gone(w, msg[1])
+                self.gone(w, H.Gone.decode(msg).client)
             elif kind == H.SLOWLOG:
-                self.slow_commands(msg[1])
+                self.slow_commands(H.Slowlog.decode(msg).entries)
             elif fd is not None:
                 os.close(fd)
         if channel.closed:
@@ -168,7 +168,7 @@ class Handover:
                 pass
 
     def take_back(self, w, msg, fd):
-        _, cid, unsent, unparsed, last_cmd, reason, totals = msg
+        cid, unsent, unparsed, last_cmd, reason, totals = msg
         self.served[w] = totals
         self.fe.info_snapshot.invalidate()
         client = self.handed[w].pop(cid, None)
@@ -245,7 +245,7 @@ class Handover:
         for w, clients in enumerate(self.handed):
             if clients and links.held[w] is None:
                 try:
-                    links.channel(w).send([H.RECALL])
+                    links.channel(w).send(H.Recall.encode())
                 except OSError:
                     pass
 
@@ -255,7 +255,7 @@ class Handover:
         log.debug("Client id=%d killed while worker %d serves it", client.id, w)
         self.handed[w].pop(client.id, None)
         try:
-            self.fe.links.channel(w).send([H.KILL, client.id])
+            self.fe.links.channel(w).send(H.Kill.encode(client.id))
         except OSError:
             pass
         self.lost(client)
@@ -276,7 +276,8 @@ class Handover:
 
     def worker_report(self, rep):
         if rep[0] == H.SERVED_REQID:
-            self.served[rep[1]] = rep[2]
+            served = H.Served.decode(rep)
+            self.served[served.worker] = served.totals
 
     def slow_commands(self, entries):
         clients = self.fe.clients

@@ -152,7 +152,7 @@ class Frontend(Core):
         """A control whose answer someone waits for: kept until answered, so it can be sent
         again to the next process of a worker that dies meanwhile (disque.worker_restart)."""
         self.controls_sent[reqid] = (name, arg)
-        self.send(w, [P.CONTROL, reqid, name, arg])
+        self.send(w, P.Control.encode(reqid, name, arg))
 
     def prune_controls(self):
         pending = self.pending

@@ -9,10 +9,10 @@ membership state). A worker connects to every worker of every node that has port
 sends on its own connections only: each direction of a pair of workers has its own
 connection, so nothing needs matching.
 
-Frames are <u32 length, little endian><msgpack>. The first frame on a connection is the
-hello [HELLO, VERSION, sender node id, receiver node id, receiver worker]; the receiver
-refuses a hello meant for another node or worker (a port reused after a restart). Every
-later one is a list of [type, flags, payload], as a JOBS bus frame carries. The receiver
+The messages are disque/contracts/job_link.py's. The first frame on a connection is the
+Hello (sender node id, receiver node id, receiver worker); the receiver refuses a hello
+meant for another node or worker (a port reused after a restart). Every later one is a list
+of [type, flags, payload] (bus_messages.JobMessage), as a JOBS bus frame carries. The receiver
 checks each entry as its front-end checks a bus frame (disque/_fast/busrelay.pyx,
 route_job_messages) and keeps what it owns.
 
@@ -31,16 +31,14 @@ import time
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
-# the <u32 length><payload> frames of disque/contracts/worker_link.py, read and written in C
+# the <u32 length><payload> frames, read (disque/_fast/frames.pyx) and written in C
 from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, frame, read_frames,
                                  send_kept, send_or_keep)
+from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
+from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello, read_hello
 
 log = logging.getLogger("disque.worker")
 
-HELLO = b"disque-job-link"
-VERSION = 1
-MAX_FRAME = 1 << 30             # a frame above this is not ours: the link is closed
-MAX_HELLO = 256                 # nor a first frame above this (HTTP, TLS ... fail at once)
 MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
@@ -211,7 +209,7 @@ class JobLinks:
             slots = self.boxes.get(link.node)
             if slots is not None and link.w < len(slots):
                 slots[link.w] = link.box
-            self.write(link, frame(packb([HELLO, VERSION, self.myid, link.node, link.w])))
+            self.write(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
             return
         if ev & EPOLLOUT and link.out:
             left = send_kept(link.fd, link.out)
@@ -289,13 +287,13 @@ class JobLinks:
                           MAX_FRAME, frames)
         if got == AGAIN:
             return
+        for data in frames:             # the whole frames before a frame too long count
+            if not self.on_frame(link, data):
+                return
         if got == TOO_LONG:
             self.refuse(link, "a frame too long" if link.sender
                         else "a first frame that is no hello")
             return
-        for data in frames:
-            if not self.on_frame(link, data):
-                return
         if not got:
             self.close_in(link)
 
@@ -306,16 +304,16 @@ class JobLinks:
             self.refuse(link, "a frame that is not msgpack")
             return False
         if link.sender is None:
-            if (type(msgs) is not list or len(msgs) != 5 or msgs[0] != HELLO
-                    or msgs[1] != VERSION or type(msgs[2]) is not bytes or len(msgs[2]) != 40):
+            hello = read_hello(msgs)
+            if hello is None:
                 self.refuse(link, "no hello")
                 return False
-            if msgs[3] != self.myid or msgs[4] != self.index:
+            if hello.receiver != self.myid or hello.worker != self.index:
                 # meant for a worker that listened on this port before (a node restarted,
                 # its port reused): its messages are not ours to take
                 self.refuse(link, "a hello for another worker")
                 return False
-            link.sender = msgs[2]
+            link.sender = hello.sender
             return True
         if type(msgs) is not list:
             self.refuse(link, "a frame that is not a list")

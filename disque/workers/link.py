@@ -9,14 +9,17 @@ hand-offs per side) against 29 us and ~22 us over a socketpair; for clients that
 command at a time that difference is most of a command's cost, so ``unix`` is the default
 (``worker-link zmq`` selects ZeroMQ). docs/design.md has the figures.
 """
+import logging
 import select
 import socket
 
 import zmq
 
 from disque.contracts import worker_link as P
-from disque.contracts.connection_handover import PEER, HandoverChannel
-from disque.contracts.worker_link import RECV_SIZE, FrameReader, frame
+from disque.contracts.connection_handover import HandoverChannel, Peer
+from disque.contracts.worker_link import RECV_SIZE, FrameReader, FrameTooLong, frame
+
+log = logging.getLogger("disque")
 
 
 # ---- front-end side -------------------------------------------------------------------
@@ -142,6 +145,9 @@ class UnixLinks(HeldSends):
                 msgs, n = reader.recv_from(sock)
             except (BlockingIOError, InterruptedError):
                 break
+            except FrameTooLong as e:
+                log.error("Link from worker %d closed: %s", w, e)
+                n = 0
             except OSError:
                 n = 0
             if not n:
@@ -199,7 +205,7 @@ class UnixLinks(HeldSends):
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self.peer_ends[(w, v)] = mine
             try:
-                self.channel(v).send([PEER, w], theirs.fileno())
+                self.channel(v).send(Peer.encode(w), theirs.fileno())
             except OSError:
                 pass                    # v is gone too: it gets new links when it restarts
             theirs.close()
@@ -371,6 +377,9 @@ class WorkerUnixLink:
                 msgs, n = self.reader.recv_from(self.sock, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
+            except FrameTooLong as e:
+                log.error("Link from the front-end closed: %s", e)
+                n = 0
             except OSError:
                 n = 0                   # reset: the front-end is gone (killed)
             if not n:

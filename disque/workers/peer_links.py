@@ -3,9 +3,7 @@ of another worker's queue or job on that worker, with no front-end hop (docs/des
 "Connections served by their worker").
 
 One Unix socketpair per pair of workers, made by the front-end (disque/workers/link.py) and
-replaced when a worker is restarted. Frames <u32 length><msgpack list of entries>:
-  [REQUEST, reqid, argv]      run this command (route queue / id / ids, or GETJOB NOHANG)
-  [REPLY, reqid, resp_bytes]  its reply, sent after the AOF record of the command is written
+replaced when a worker is restarted. The messages are disque/contracts/peer_link.py's.
 Sends never block: what the socket does not take waits for EPOLLOUT, so two workers
 forwarding to each other at once cannot deadlock.
 
@@ -14,7 +12,22 @@ path of every command of a client that spreads its jobs over the workers' queues
 """
 import socket
 
-from disque._fast.peerlinks import REPLY, REQUEST, PeerLinks  # noqa: F401  (the frames' kinds)
+from disque import commands
+from disque._fast.peerlinks import PeerLinks
+
+# the hooks PeerLinks calls (declared in peerlinks.pxd): hook -> method of its owner
+PEER_HOOKS = {
+    "execute": "peer_execute",
+    "answered": "peer_answered",
+}
+
+
+def peer_links(index, socks, ep, owner):
+    """PeerLinks over `socks` ({worker: socket}), its hooks bound to `owner`'s methods."""
+    links = PeerLinks(index, socks, ep)
+    for hook, handler in PEER_HOOKS.items():
+        setattr(links, hook, commands.resolve(owner, handler))
+    return links
 
 
 def peer_sockets(spec):

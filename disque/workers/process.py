@@ -119,6 +119,7 @@ class Worker:
             if kind != P.CONTROL:
                 self.work += 1
             if kind == P.CMD:
+                # P.Cmd in, P.Reply out, indexed and built inline: the per-command path
                 try:
                     reply = shard.execute(req[1], req[2])
                     if reply is not None:       # None: an ADDJOB waiting for its copies
@@ -127,23 +128,24 @@ class Worker:
                     log.exception("command failed: %r", req[2][:3])
                     out.append([req[1], R.INTERNAL_ERROR])
             elif kind == P.GETJOB:
-                _, reqid, client, count, nohang, withcounters, timeout_ms, proxy, queues = req
-                reply, ids = shard.getjob(reqid, client, count, nohang, withcounters,
-                                          timeout_ms, proxy, queues)
+                g = P.GetJob.decode(req)
+                reply, ids = shard.getjob(*g)
                 if reply is not None:
-                    out.append([reqid, reply, ids])
+                    out.append(P.GetJobReply.encode(g.reqid, reply, ids))
             elif kind == P.UNBLOCK:
-                shard.consumers.unblock_client(req[1], req[2])
+                u = P.Unblock.decode(req)
+                shard.consumers.unblock_client(u.client, u.reqid)
             elif kind == P.RETURN:
-                shard.return_jobs(req[1])
+                shard.return_jobs(P.Return.decode(req).job_ids)
             elif kind == P.BUS:
-                shard.replication.on_bus(req[1])
+                shard.replication.on_bus(P.Bus.decode(req).messages)
             elif kind == P.CONTROL:
+                c = P.Control.decode(req)
                 try:
-                    out.append([req[1], self.control(req[2], req[3])])
+                    out.append(P.Reply.encode(c.reqid, self.control(c.name, c.arg)))
                 except Exception as e:
-                    log.exception("control %s failed", req[2])
-                    out.append([req[1], {"error": str(e)}])
+                    log.exception("control %s failed", c.name)
+                    out.append(P.Reply.encode(c.reqid, {"error": str(e)}))
 
     def run(self):
         link = self.link
@@ -263,7 +265,7 @@ class Worker:
         count_types(shard.bus_out, shard.replication.bus_sent)
         rest = shard.bus_out if self.job_links is None else self.job_links.send(shard.bus_out)
         if rest:
-            shard.out.append([P.BUS_REQID, rest])
+            shard.out.append(P.BusOut.encode(rest))
         shard.bus_out = []
 
     def job_messages_out(self):

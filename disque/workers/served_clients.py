@@ -31,7 +31,7 @@ from disque._fast.servedcore import ServedCore
 from disque._fast.servedloop import ServedClient, take_ready
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob
-from disque.workers.peer_links import PeerLinks
+from disque.workers.peer_links import peer_links
 
 log = logging.getLogger("disque.worker")
 
@@ -76,7 +76,7 @@ class ServedClients(ServedCore):
             setattr(self, hook, getattr(self, method))
         # the other workers, for the commands of their queues and jobs (None: hand back)
         if peers is not None:
-            self.peers = PeerLinks(index, peers, self.ep, self.peer_execute, self.peer_answered)
+            self.peers = peer_links(index, peers, self.ep, self)
 
     # ---- the hand-over channel ---------------------------------------------------------
 
@@ -85,18 +85,19 @@ class ServedClients(ServedCore):
             kind = msg[0]
             if kind == H.HANDOFF:
                 if fd is not None:
-                    self.adopt(msg[1], fd, msg[2], msg[3])
+                    h = H.Handoff.decode(msg)
+                    self.adopt(h.client, fd, h.resp3, h.unparsed)
             elif kind == H.RECALL:
                 for c in list(self.clients.values()):
                     self.hand_back(c, H.BACK_RECALL)
             elif kind == H.KILL:
-                c = self.by_id.get(msg[1])
+                c = self.by_id.get(H.Kill.decode(msg).client)
                 if c is not None:
                     self.drop(c, report=False)
             elif kind == H.PEER and fd is not None:
                 sock = socket.socket(fileno=fd)
                 if self.peers is not None:
-                    self.peers.replace(msg[1], sock)
+                    self.peers.replace(H.Peer.decode(msg).worker, sock)
                 else:
                     sock.close()
 
@@ -143,8 +144,8 @@ class ServedClients(ServedCore):
             self.shard.persistence.aof_flush()   # no reply leaves before its AOF record
         pending += c.parser.take_unparsed()
         try:
-            self.channel.send([H.HANDBACK, c.id, unsent, pending, c.last_cmd, reason,
-                               self.totals()], c.fd)
+            self.channel.send(H.Handback.encode(c.id, unsent, pending, c.last_cmd, reason,
+                                                self.totals()), c.fd)
         finally:
             c.sock.close()
 
@@ -163,7 +164,7 @@ class ServedClients(ServedCore):
         c.out = []
         c.sock.close()
         if report:
-            self.channel.send([H.GONE, c.id])
+            self.channel.send(H.Gone.encode(c.id))
 
     def may_dead_letter(self, w, argv):
         """NACK / ENQUEUE that may move a job to a dead-letter queue, which can put that
@@ -250,14 +251,14 @@ class ServedClients(ServedCore):
     def send_slow(self):
         if self.slow:
             slow, self.slow = self.slow, []
-            self.channel.send([H.SLOWLOG, slow])
+            self.channel.send(H.Slowlog.encode(slow))
 
     def report(self):
         out = self.shard.out
         key = (self.commands, self.net_in, self.net_out)
         if key != self.reported:
             self.reported = key
-            out.append([H.SERVED_REQID, self.index, self.totals()])
+            out.append(H.Served.encode(self.index, self.totals()))
 
     def totals(self):
         return {"commands": self.commands, "net_in": self.net_in, "net_out": self.net_out,

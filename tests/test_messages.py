@@ -1,0 +1,310 @@
+"""The messages at the process boundaries (disque/contracts/, docs/design.md "Contracts
+between processes") and the one frame reader every stream link uses
+(disque/_fast/frames.pyx).
+
+- every named message type: encode -> msgpack -> decode gives back exactly what was sent;
+- the lists the Cython cores build inline on the per-command and job paths are the ones
+  the types' encoders make (read off real PeerLinks sockets and the bus relay's output);
+- the frame reader's edge cases: partial header, partial payload, many frames in one read,
+  a frame at its limit and one above it;
+- a real node that gets an oversized frame on a direct job link closes that link with a
+  log line and loses no job.
+"""
+import select
+import socket
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import conftest as _c
+from support.info import parse_info
+from support.jobs import show
+from support.resp_client import RawConn
+from support.waits import wait_until
+from disque._fast import frames
+from disque._fast.busrelay import ACCEPT_COPIES, group_by_link, group_by_node, route_job_messages
+from disque._fast.jobid import IdMaker, queue_slot
+from disque.contracts import bus_messages as M
+from disque.contracts import connection_handover as H
+from disque.contracts import job_link as J
+from disque.contracts import peer_link as PL
+from disque.contracts import worker_link as P
+from disque.contracts.worker_link import FrameReader, FrameTooLong
+
+BOUNDARIES = {"worker_link": P, "connection_handover": H, "peer_link": PL, "job_link": J,
+              "bus_messages": M}
+
+
+def message_types(module):
+    return [v for v in vars(module).values()
+            if isinstance(v, type) and hasattr(v, "KIND") and hasattr(v, "_fields")]
+
+
+ALL_TYPES = [(name, t) for name, mod in BOUNDARIES.items() for t in message_types(mod)]
+
+# what msgpack carries back unchanged (lists, not tuples; str map keys)
+scalars = (st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1)
+           | st.binary(max_size=40) | st.text(max_size=20))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=10)
+
+
+def over_the_wire(msg):
+    return msgpack.unpackb(msgpack.packb(msg), use_list=True)
+
+
+@pytest.mark.unit
+def test_every_boundary_names_its_message_kinds():
+    names = {name: {t.__name__ for t in message_types(mod)} for name, mod in BOUNDARIES.items()}
+    assert names["worker_link"] == {"Cmd", "GetJob", "Unblock", "Return", "Bus", "Control",
+                                    "Reply", "GetJobReply", "BusOut", "QueueElsewhere"}
+    assert names["connection_handover"] == {"Handoff", "Recall", "Kill", "Peer", "Handback",
+                                            "Gone", "Slowlog", "Served"}
+    assert names["peer_link"] == {"Request", "Reply"}
+    assert names["job_link"] == {"Hello"}
+    assert names["bus_messages"] == {"Envelope", "JobMessage", "Outbound", "Inbound"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("boundary,mtype", ALL_TYPES, ids=[t.__name__ for _, t in ALL_TYPES])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_round_trip_is_exact(boundary, mtype, data):
+    fields = [data.draw(values, label=f) for f in mtype._fields]
+    sent = mtype(*fields)
+    got = mtype.decode(over_the_wire(mtype.encode(*sent)))
+    assert type(got) is mtype and got == sent
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("boundary,mtype", ALL_TYPES, ids=[t.__name__ for _, t in ALL_TYPES])
+def test_a_list_of_another_shape_is_no_message(boundary, mtype):
+    good = mtype.encode(*[0] * len(mtype._fields))
+    for bad in (good[:-1], good + [0], {"a": 1}, None):
+        with pytest.raises(ValueError):
+            mtype.decode(bad)
+    if mtype.KIND is not None:
+        with pytest.raises(ValueError):
+            mtype.decode(["another kind"] + good[1:])
+    with pytest.raises(TypeError):
+        mtype.encode(*[0] * (len(mtype._fields) + 1))
+
+
+@pytest.mark.unit
+def test_kinds_are_unique_per_boundary():
+    for mapping in (P.REQUESTS, H.MESSAGES, PL.ENTRIES):
+        assert all(t.KIND == k for k, t in mapping.items())
+    assert set(H.MESSAGES) == {H.HANDOFF, H.RECALL, H.KILL, H.HANDBACK, H.GONE, H.SLOWLOG, H.PEER}
+
+
+@pytest.mark.unit
+def test_the_bus_envelope_goes_through_encode_and_decode():
+    sender = "a" * 40
+    data = M.encode(M.FAIL, sender, "127.0.0.1", 7711, M.LEAVING, M.NOREPLY, "b" * 40)
+    msg = M.decode(data, "10.0.0.1")
+    assert (msg.type, msg.sender, msg.ip, msg.port, msg.node_flags, msg.flags, msg.payload,
+            msg.peer_ip) == (M.FAIL, sender, "127.0.0.1", 7711, M.LEAVING, M.NOREPLY,
+                             "b" * 40, "10.0.0.1")
+    assert M.decode(msgpack.packb([M.FAIL, sender])) is None
+
+
+@pytest.mark.unit
+def test_a_hello_is_read_only_when_it_is_ours():
+    me = b"n" * 40
+    assert J.read_hello(over_the_wire(J.Hello.encode(J.VERSION, me, b"m" * 40, 1))) == \
+        J.Hello(J.VERSION, me, b"m" * 40, 1)
+    assert J.read_hello(J.Hello.encode(J.VERSION + 1, me, b"m" * 40, 1)) is None
+    assert J.read_hello(J.Hello.encode(J.VERSION, b"short", b"m" * 40, 1)) is None
+    assert J.read_hello([b"other", J.VERSION, me, b"m" * 40, 1]) is None
+
+
+# ---- the Cython cores' inline lists are the encoders' ---------------------------------------
+
+def read_one_frame(sock):
+    pending, out = bytearray(), []
+    sock.settimeout(5)
+    while not out:
+        got = sock.recv(65536)
+        assert got
+        assert frames.feed(pending, got, 1 << 20, out) == 0
+    return msgpack.unpackb(out[0], use_list=True)
+
+
+@pytest.mark.unit
+def test_peer_link_requests_and_replies_are_the_contracts():
+    from disque._fast.peerlinks import PeerLinks
+    mine, theirs = socket.socketpair()
+    ep = select.epoll()
+    answered = []
+    links = PeerLinks(0, {1: mine}, ep)
+    links.execute = lambda argv: b"+ran %s\r\n" % argv[0]
+    links.answered = lambda waiter, reply: answered.append((waiter, reply))
+    try:
+        assert links.forward(1, [b"qlen", b"q"], "waiter")
+        links.send_all()
+        (entry,) = read_one_frame(theirs)
+        request = PL.Request.decode(entry)
+        assert request.argv == [b"qlen", b"q"]
+        # the other worker asks in turn, and answers ours
+        theirs.sendall(frames.frame(msgpack.packb([PL.Request.encode(7, [b"ping"]),
+                                                   PL.Reply.encode(request.reqid, b":3\r\n")])))
+        links.readable(mine.fileno())
+        assert answered == [("waiter", b":3\r\n")]
+        links.send_all()
+        (entry,) = read_one_frame(theirs)
+        assert PL.Reply.decode(entry) == PL.Reply(7, b"+ran ping\r\n")
+    finally:
+        links.close()
+        theirs.close()
+        ep.close()
+
+
+@pytest.mark.unit
+def test_the_bus_relay_builds_the_job_message_shapes():
+    jid = IdMaker(b"a" * 40).make(queue_slot(b"q"), 60, 5)
+    inbox, gotjobs = {}, []
+    copy = b"\0" * 4 + jid + b"rest"
+    route_job_messages([M.JobMessage.encode(M.GOTJOB, 0, [jid, 1]),
+                        M.JobMessage.encode(M.REPLJOB, 0, copy)], b"s" * 40, 1, inbox,
+                       ACCEPT_COPIES, gotjobs)
+    assert [M.Inbound.decode(e) for e in inbox[0]] == [
+        M.Inbound(b"s" * 40, M.GOTJOB, 0, [jid, 1]),
+        M.Inbound(b"s" * 40, M.REPLJOB, M.NOREPLY | M.ACCEPTED, copy)]
+    assert [M.JobMessage.decode(g) for g in gotjobs] == [M.JobMessage(M.GOTJOB, 0, [jid, 0])]
+    outbound = [list(M.Outbound.encode([b"n" * 40], M.WORKING, 0, [jid, 5]))]
+    outbox = {}
+    assert group_by_node(outbound, outbox, "me", lambda: [], {})
+    assert outbox == {"n" * 40: [M.JobMessage.encode(M.WORKING, 0, [jid, 5])]}
+    box, leftover = [], []
+    group_by_link(outbound + [M.Outbound.encode([b"x" * 40], M.WORKING, 0, [jid, 6])],
+                  {b"n" * 40: [box]}, b"me", (), leftover)
+    assert box == [M.JobMessage.encode(M.WORKING, 0, [jid, 5])]
+    assert [M.Outbound.decode(list(e)) for e in leftover] == [
+        M.Outbound((b"x" * 40,), M.WORKING, 0, [jid, 6])]
+
+
+# ---- the frame reader ---------------------------------------------------------------------
+
+def framed(*payloads):
+    return b"".join(struct.pack("<I", len(p)) + p for p in payloads)
+
+
+@pytest.mark.unit
+def test_partial_headers_and_payloads_wait_for_the_rest():
+    pending, out = bytearray(), []
+    data = framed(b"hello", b"", b"world!")
+    for i in range(len(data)):          # one byte at a time: every partial state
+        assert frames.feed(pending, data[i:i + 1], 100, out) == 0
+    assert out == [b"hello", b"", b"world!"] and pending == b""
+
+
+@pytest.mark.unit
+def test_many_frames_in_one_read():
+    out, pending = [], bytearray()
+    payloads = [b"%d" % i * (i % 7) for i in range(1000)]
+    assert frames.feed(pending, framed(*payloads) + b"\x03\x00", 100, out) == 0
+    assert out == payloads and pending == b"\x03\x00"
+
+
+@pytest.mark.unit
+@settings(max_examples=100, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=300), max_size=12),
+       cuts=st.lists(st.integers(0, 4000), max_size=8))
+def test_any_split_of_a_stream_gives_the_same_frames(payloads, cuts):
+    data = framed(*payloads)
+    bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    out, pending = [], bytearray()
+    for a, b in zip(bounds, bounds[1:]):
+        assert frames.feed(pending, data[a:b], 300, out) == 0
+    assert out == payloads and pending == b""
+
+
+@pytest.mark.unit
+def test_a_frame_at_the_limit_passes_and_one_above_it_is_too_long():
+    out, pending = [], bytearray()
+    assert frames.feed(pending, framed(b"x" * 64), 64, out) == 0 and out == [b"x" * 64]
+    out, pending = [], bytearray()
+    # refused from its header alone: nothing of it is kept
+    assert frames.feed(pending, struct.pack("<I", 65), 64, out) == frames.TOO_LONG
+    assert pending == b"" and out == []
+    # after a partial frame already kept
+    pending = bytearray(b"\x02")
+    assert frames.feed(pending, b"\x00\x00\x00ok" + struct.pack("<I", 1 << 31), 64, out) \
+        == frames.TOO_LONG
+    assert out == [b"ok"]
+
+
+@pytest.mark.unit
+def test_read_frames_limits_the_first_frame_apart():
+    a, b = socket.socketpair()
+    try:
+        a.sendall(framed(b"x" * 10, b"y" * 100))
+        out, pending = [], bytearray()
+        assert frames.read_frames(b.fileno(), pending, 10, 100, out) == 4 + 10 + 4 + 100
+        assert out == [b"x" * 10, b"y" * 100]
+        a.sendall(framed(b"z" * 11))
+        assert frames.read_frames(b.fileno(), pending, 10, 100, []) == frames.TOO_LONG
+        b.setblocking(False)
+        assert frames.read_frames(b.fileno(), pending, 10, 100, []) == frames.AGAIN
+        a.close()
+        assert frames.read_frames(b.fileno(), pending, 10, 100, []) == 0
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.unit
+def test_the_python_links_read_through_the_one_reader():
+    a, b = socket.socketpair()
+    try:
+        reader = FrameReader(limit=8)
+        a.sendall(framed(b"12345678"))
+        assert reader.recv_from(b) == ([b"12345678"], 4 + 8)
+        a.sendall(framed(b"123456789"))
+        with pytest.raises(FrameTooLong):
+            reader.recv_from(b)
+        channel = H.HandoverChannel(b, limit=8)
+        a.sendall(framed(msgpack.packb(H.Gone.encode(3))) + struct.pack("<I", 1000))
+        assert channel.receive() == [([H.GONE, 3], None)] and channel.closed
+    finally:
+        a.close()
+        b.close()
+
+
+# ---- a real node ----------------------------------------------------------------------------
+
+@pytest.mark.cluster
+def test_an_oversized_frame_on_a_job_link_closes_that_link_and_loses_no_job(start_cluster):
+    c = start_cluster(2, workers=1, extra_args=["--cluster-job-links", "direct"])
+
+    def info(node, key):
+        return parse_info(node.execute("INFO", "cluster"))[key]
+    for node in c.nodes:
+        wait_until(lambda: info(node, "cluster_job_links_up") == "1", timeout=15)
+    with RawConn(c[0].port) as r:
+        ids = [_c.addjob(r, "big-frame-q", b"body%d" % i, 5000, "REPLICATE", 2)
+               for i in range(10)]
+    pids = c[1].worker_pids()
+    port = int(info(c[1], "cluster_job_link_ports"))
+    hello = msgpack.packb(J.Hello.encode(J.VERSION, c.ids[0].encode(), c.ids[1].encode(), 0))
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(framed(hello) + struct.pack("<I", J.MAX_FRAME + 1) + b"x" * 1000)
+    s.settimeout(10)
+    assert s.recv(100) == b""           # closed on the header alone
+    s.close()
+    wait_until(lambda: "closed: a frame too long" in c[1].log_text(), timeout=10,
+               message=c[1].log_tail())
+    wait_until(lambda: info(c[1], "cluster_job_links_refused") == "1", timeout=10)
+    assert c[1].all_alive() and c[1].worker_pids() == pids
+    for node in c.nodes:                # every copy where it was
+        with RawConn(node.port) as r:
+            assert all(show(r, jid) is not None for jid in ids)
+    # the nodes' own links still carry job messages: the acks reach both copies
+    with RawConn(c[1].port) as r:
+        assert r.execute("ACKJOB", *ids) == 10
+    for node in c.nodes:
+        with RawConn(node.port) as r:
+            wait_until(lambda: all(show(r, jid) is None for jid in ids), timeout=15)
