@@ -91,6 +91,28 @@ def describe(proc: psutil.Process) -> str:
         return f"pid={proc.pid}"
 
 
+def kill_tree(pid, known=()):
+    """SIGKILL `pid`, its descendants, the `known` processes of its tree (those that left it)
+    and its session (started with start_new_session: nothing else is in it); wait until
+    they are gone, but for `pid` itself, which its parent reaps (Popen.wait)."""
+    procs = [p for p in (*known, *descendants(pid)) if p.pid != pid]
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    psutil.wait_procs(procs, timeout=5)     # a SIGKILLed process takes a moment to go
+
+
 class Node:
     """One node process tree.
 
@@ -246,15 +268,7 @@ class Node:
         if self.proc is None:
             return
         self.record_descendants()
-        for p in [*self.tracked.values(), *descendants(self.proc.pid)]:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)    # its own session: nothing else
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_tree(self.proc.pid, self.tracked.values())
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:

@@ -36,7 +36,7 @@ def remove_new_ipc_dirs(port, before):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_env():
+def node_env():
     """This checkout first on the path of the node, output unbuffered for the log."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -51,7 +51,7 @@ class DisqueServer(Node):
                  start_timeout: float = START_TIMEOUT):
         workdir = Path(workdir or tempfile.mkdtemp(prefix="disque-test-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        super().__init__(None, cwd=workdir, env=test_env(),
+        super().__init__(None, cwd=workdir, env=node_env(),
                          log_path=workdir / "server.log", start_timeout=start_timeout,
                          label="server")
         self.workers = workers
