@@ -8,15 +8,16 @@ import psutil
 import pytest
 
 from disque.harness import Cluster, Node, NodeStartError, disque_argv, lease_port
+from disque.harness.node import checkout_env
 from disque.harness.ports import BUS_OFFSET, PORT_MIN
-from support.server import node_env
+from support.server import REPO_ROOT
 
 
 def node(tmp_path, name, *extra, workers=1):
     workdir = tmp_path / name
     workdir.mkdir()
     return Node(lambda port: disque_argv(port, workers, *extra, python=sys.executable),
-                cwd=workdir, env=node_env(), label=name)
+                cwd=workdir, env=checkout_env(REPO_ROOT), label=name)
 
 
 def gone(pids):

@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from disque.harness.node import POLL, Node, NodeStartError
+from disque.harness.node import Node, NodeStartError
 
 JOIN_TIMEOUT = 30.0
 
@@ -35,7 +35,7 @@ def wait_mesh(nodes, timeout=JOIN_TIMEOUT) -> bool:
     while not all(reachable_nodes(n) >= len(nodes) - 1 for n in nodes):
         if time.monotonic() > deadline:
             return False
-        time.sleep(POLL)
+        time.sleep(max(n.poll_interval for n in nodes))
     return True
 
 

@@ -46,6 +46,16 @@ def original_argv(binary, port, workdir, *extra, host="127.0.0.1"):
             "--cluster-config-file", conf, *map(str, extra)]
 
 
+def checkout_env(repo_root):
+    """The environment of a node run from a checkout: the checkout first on its path, and
+    its output unbuffered so that the log is complete when it dies."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(repo_root) + (os.pathsep + env["PYTHONPATH"]
+                                          if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def ping(host, port, timeout=2.0) -> bool:
     """The node at host:port answers +PONG to a PING written as raw RESP."""
     try:
@@ -137,6 +147,7 @@ class Node:
         self._ready = ready
         self._call = call
         self.start_timeout = start_timeout
+        self.poll_interval = POLL       # larger when a check spawns a process (redis-cli)
         self.label = label or "node"
         self.proc: subprocess.Popen | None = None
         self.tracked: dict[int, psutil.Process] = {}   # every PID of the tree ever seen
@@ -198,7 +209,7 @@ class Node:
             if time.monotonic() > deadline:
                 raise NodeStartError(f"{self.label} did not answer PING within {timeout}s; "
                                      f"log:\n{self.log_tail()}")
-            time.sleep(POLL)
+            time.sleep(self.poll_interval)
         self.record_descendants()
         return self
 

@@ -18,7 +18,7 @@ import redis
 
 from disque.harness.node import (  # noqa: F401  (re-exported for the tests)
     DESCENDANT_EXIT_TIMEOUT, START_TIMEOUT, STOP_TIMEOUT, Node, NodeStartError as ServerStartError,
-    disque_argv)
+    checkout_env, disque_argv)
 from support.info import parse_info
 from support.resp_client import RawConn
 
@@ -36,14 +36,6 @@ def remove_new_ipc_dirs(port, before):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def node_env():
-    """This checkout first on the path of the node, output unbuffered for the log."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 class DisqueServer(Node):
     """One ``python -m disque`` process tree."""
 
@@ -51,7 +43,7 @@ class DisqueServer(Node):
                  start_timeout: float = START_TIMEOUT):
         workdir = Path(workdir or tempfile.mkdtemp(prefix="disque-test-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        super().__init__(None, cwd=workdir, env=node_env(),
+        super().__init__(None, cwd=workdir, env=checkout_env(REPO_ROOT),
                          log_path=workdir / "server.log", start_timeout=start_timeout,
                          label="server")
         self.workers = workers
