@@ -4,7 +4,6 @@ redis-cli inside the clients' namespace."""
 import os
 import signal
 import subprocess
-import sys
 
 from disque.harness import cluster, node as harness
 from faults import netns
