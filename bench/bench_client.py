@@ -34,8 +34,7 @@ import time
 import psutil
 import redis
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.bench_cluster import Proc, disque_cmd, free_port, log, start_cluster, wait_for  # noqa: E402
+from common.cluster import Proc, disque_cmd, free_port, log, start_cluster, wait_for  # noqa: E402
 from disque.client import Disque  # noqa: E402
 from disque.client.worker import Worker  # noqa: E402
 

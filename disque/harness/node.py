@@ -163,10 +163,10 @@ class Node:
 
     def spawn(self, port=None) -> subprocess.Popen:
         """Start the process without waiting, on `port`, else the node's fixed port, else
-        a newly leased one (held until stop)."""
+        (when the command line is made from the port) a newly leased one, held until stop."""
         if port is None:
             port = self.fixed_port
-        if port is None:
+        if port is None and not isinstance(self._argv, (list, tuple)):   # argv of the port
             self.release_port()
             self._lease = lease_port()
             port = self._lease.port
