@@ -109,14 +109,20 @@ def run_redis_benchmark(args, srv: Server, n: int, pipeline: int, keyspace: int 
 # (b) produce / consume / ack cycle with redis-py
 # --------------------------------------------------------------------------
 
+def _timed_adds(ex, command, seq0: int, batch: int, body_size: int, lat_add):
+    """`batch` numbered bodies added one command at a time, each command's time kept."""
+    pc = time.perf_counter_ns
+    for i in range(batch):
+        args = command(make_body(body_size, seq0 + i))
+        t = pc()
+        ex(*args)
+        lat_add.append(pc() - t)
+
+
 def _cycle_round_disque(c, seq0: int, batch: int, body_size: int, lat_add, lat_get, lat_ack, stats):
     pc = time.perf_counter_ns
     ex = c.execute_command
-    for i in range(batch):
-        body = make_body(body_size, seq0 + i)
-        t = pc()
-        ex("ADDJOB", "q", body, 0)
-        lat_add.append(pc() - t)
+    _timed_adds(ex, lambda body: ("ADDJOB", "q", body, 0), seq0, batch, body_size, lat_add)
     ids = []
     t = pc()
     reply = ex("GETJOB", "COUNT", batch, "FROM", "q")
@@ -142,11 +148,7 @@ def _cycle_round_disque(c, seq0: int, batch: int, body_size: int, lat_add, lat_g
 def _cycle_round_redis(c, seq0: int, batch: int, body_size: int, lat_add, lat_get, lat_ack, stats):
     pc = time.perf_counter_ns
     ex = c.execute_command
-    for i in range(batch):
-        body = make_body(body_size, seq0 + i)
-        t = pc()
-        ex("LPUSH", "q", body)
-        lat_add.append(pc() - t)
+    _timed_adds(ex, lambda body: ("LPUSH", "q", body), seq0, batch, body_size, lat_add)
     vals = []
     for _ in range(batch):
         t = pc()
