@@ -187,7 +187,10 @@ class Node:
             finally:
                 if err:
                     err.close()
-        self.tracked = {self.proc.pid: psutil.Process(self.proc.pid)}
+        try:
+            self.tracked = {self.proc.pid: psutil.Process(self.proc.pid)}
+        except psutil.NoSuchProcess:    # gone already: Popen still has its exit code
+            self.tracked = {}
         self.starts += 1
         return self.proc
 
@@ -216,8 +219,8 @@ class Node:
     def start(self, timeout=None, children=0):
         """Spawn, wait until it answers and has `children` worker processes; on failure
         kill the whole tree (and free the leased port) before raising."""
-        self.spawn()
         try:
+            self.spawn()
             self.wait_ready(timeout)
             self.wait_children(children)
         except BaseException:
