@@ -40,8 +40,12 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_single_node as B  # noqa: E402  (the servers, redis-benchmark and the cycle)
+from common.loads import run_cycle, run_redis_benchmark
+from common.machine import check_machine_quiet, cpu_delta
+from common.options import parse_args
+from common.report import BenchError, log, make_body, warn
+from common.servers import cleanup_all, new_server
+from disque.harness import join
 
 LOADS = ("plain", "pipe16", "cycle", "cyclep", "addp16", "moved", "spread", "repl3")
 CLUSTER_NODES = 3
@@ -53,7 +57,7 @@ PROJECT_CORES = (4, 8, 16)
 def run_cycle_pipelined(args, srv) -> dict:
     """The cycle with its ADDJOBs sent as one pipeline per round; twice the cycle's rounds,
     so that it lasts about a second (a half-second load swung by ±25% on this VM)."""
-    body = B.make_body(args.body_size)
+    body = make_body(args.body_size)
     srv.flush()
     c = srv.client()
     rounds = args.rounds * 2
@@ -84,7 +88,7 @@ def queue_of_worker(w: int, nworkers: int = 2) -> str:
 def run_addjob_pipelined(args, srv, depth=16, queue="q", first=None) -> dict:
     """redis-py ADDJOB on `queue`, `depth` commands per pipeline; `first`: a queue the
     connection uses once (QLEN) before, so that with affinity it starts on its worker."""
-    body = B.make_body(args.body_size)
+    body = make_body(args.body_size)
     srv.flush()
     c = srv.client()
     batches = max(1, args.n_plain // depth // 2)    # 100,000 jobs: about 1.5 s
@@ -109,7 +113,7 @@ def run_addjob_pipelined(args, srv, depth=16, queue="q", first=None) -> dict:
 
 
 def per_job(srv, cpu0, cpu1, jobs, elapsed) -> dict:
-    cpu_s, _ = B.Server.cpu_delta(cpu0, cpu1)
+    cpu_s, _ = cpu_delta(cpu0, cpu1)
     return {"jobs": jobs, "jobs_per_s": jobs / elapsed, "cpu_us_per_job": cpu_s / jobs * 1e6,
             "cpu_us_per_job_by_role": {k: round(v / jobs * 1e6, 3)
                                        for k, v in srv.cpu_by_role(cpu0, cpu1).items()}}
@@ -123,13 +127,13 @@ def from_benchmark(r: dict) -> dict:
 
 def run_load(args, srv, load: str) -> dict:
     if load == "plain":
-        return from_benchmark(B.run_redis_benchmark(args, srv, args.n_plain, 1))
+        return from_benchmark(run_redis_benchmark(args, srv, args.n_plain, 1))
     if load == "pipe16":
-        return from_benchmark(B.run_redis_benchmark(args, srv, args.n_pipe, 16))
+        return from_benchmark(run_redis_benchmark(args, srv, args.n_pipe, 16))
     if load == "spread":
-        return from_benchmark(B.run_redis_benchmark(args, srv, args.n_plain, 1, SPREAD_QUEUES))
+        return from_benchmark(run_redis_benchmark(args, srv, args.n_plain, 1, SPREAD_QUEUES))
     if load == "cycle":
-        r = B.run_cycle(args, srv)
+        r = run_cycle(args, srv)
         return {"jobs": r["jobs"], "jobs_per_s": r["jobs_per_s"], "p50_ms": r["add_p50_ms"],
                 "p99_ms": r["add_p99_ms"], "cpu_us_per_job": r["cpu_us_per_job"],
                 "cpu_us_per_job_by_role": r["cpu_us_per_job_by_role"]}
@@ -154,30 +158,25 @@ def wait_settled(clients, workers: int, deadline: float) -> None:
             if int(fields.get("cluster_job_links_up", 0)) >= want:
                 break
             if time.monotonic() > deadline:
-                raise B.BenchError("the direct job links did not come up")
+                raise BenchError("the direct job links did not come up")
             time.sleep(0.05)
     time.sleep(SETTLE_S)
 
 
 def run_replicated(args, kind: str, label: str, workers: int) -> dict:
     """repl3: ADDJOB REPLICATE 3 on node 0 of a 3-node cluster; the CPU of all nodes."""
-    nodes = [B.new_server(args, kind, f"{label}-n{i}", workers) for i in range(CLUSTER_NODES)]
+    nodes = [new_server(args, kind, f"{label}-n{i}", workers) for i in range(CLUSTER_NODES)]
     try:
         for srv in nodes:
             srv.start(args.start_timeout)
         clients = [srv.client() for srv in nodes]
-        for i in range(1, CLUSTER_NODES):
-            clients[i].execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
         deadline = time.monotonic() + 30
-        want = "cluster_reachable_nodes:%d" % (CLUSTER_NODES - 1)
-        while not all(want in c.execute_command("CLUSTER", "INFO").decode() for c in clients):
-            if time.monotonic() > deadline:
-                raise B.BenchError("the 3 nodes did not form a cluster")
-            time.sleep(0.05)
+        if not join(nodes, timeout=30):
+            raise BenchError("the 3 nodes did not form a cluster")
         wait_settled(clients, workers, deadline)
-        B.log(f"{label}: repl3 (cluster of {CLUSTER_NODES} formed)")
+        log(f"{label}: repl3 (cluster of {CLUSTER_NODES} formed)")
         n = args.n_plain // 2
-        body = B.make_body(args.body_size).decode()
+        body = make_body(args.body_size).decode()
         argv = [args.redis_benchmark, "-h", "127.0.0.1", "-p", str(nodes[0].port),
                 "-c", str(args.clients), "-n", str(n), "--csv",
                 "ADDJOB", "q", body, "0", "REPLICATE", str(CLUSTER_NODES)]
@@ -187,18 +186,18 @@ def run_replicated(args, kind: str, label: str, workers: int) -> dict:
         elapsed = time.monotonic() - t0
         cpu1 = [srv.cpu_snapshot() for srv in nodes]
         if out.returncode != 0 or "ERR" in out.stdout:
-            raise B.BenchError(f"redis-benchmark failed: {out.stdout[-500:]} {out.stderr[-500:]}")
+            raise BenchError(f"redis-benchmark failed: {out.stdout[-500:]} {out.stderr[-500:]}")
         rows = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
         row = list(csv.DictReader(io.StringIO("\n".join(rows))))[-1]
         cpu = 0.0
         roles = {}
         for i, srv in enumerate(nodes):
-            cpu += B.Server.cpu_delta(cpu0[i], cpu1[i])[0]
+            cpu += cpu_delta(cpu0[i], cpu1[i])[0]
             for role, v in srv.cpu_by_role(cpu0[i], cpu1[i]).items():
                 roles[f"n{i}-{role}"] = round(v / n * 1e6, 3)
         queued = clients[0].execute_command("QLEN", "q")
         if queued != n:
-            B.warn(f"{label}: repl3 queued {queued} of {n} jobs on the first node")
+            warn(f"{label}: repl3 queued {queued} of {n} jobs on the first node")
         return {"jobs": n, "jobs_per_s": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]),
                 "p99_ms": float(row["p99_latency_ms"]), "wall_s": round(elapsed, 2),
                 "cpu_us_per_job": cpu / n * 1e6, "cpu_us_per_job_by_role": roles}
@@ -212,15 +211,15 @@ def bench(args, kind: str, label: str, workers: int) -> dict:
     for load in args.loads:
         if load == "repl3":
             out[load] = r = run_replicated(args, kind, label, workers)
-            B.log(f"{label}:     -> {r['jobs_per_s']:,.0f} jobs/s, {r['cpu_us_per_job']:.2f} us CPU/job")
+            log(f"{label}:     -> {r['jobs_per_s']:,.0f} jobs/s, {r['cpu_us_per_job']:.2f} us CPU/job")
             continue
-        srv = B.new_server(args, kind, label, workers)
+        srv = new_server(args, kind, label, workers)
         try:
             srv.start(args.start_timeout)
-            B.log(f"{label}: {load}")
+            log(f"{label}: {load}")
             out[load] = run_load(args, srv, load)
             r = out[load]
-            B.log(f"{label}:     -> {r['jobs_per_s']:,.0f} jobs/s, {r['cpu_us_per_job']:.2f} us CPU/job "
+            log(f"{label}:     -> {r['jobs_per_s']:,.0f} jobs/s, {r['cpu_us_per_job']:.2f} us CPU/job "
                   f"({', '.join(f'{k} {v:.2f}' for k, v in sorted(r['cpu_us_per_job_by_role'].items()))})")
         finally:
             srv.stop()
@@ -302,7 +301,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate the servers this many times; the median round is shown")
     mine = ap.parse_args(argv)
-    args = B.parse_args(["--quick"] if mine.quick else [])
+    args = parse_args(["--quick"] if mine.quick else [])
     args.disque_binary = mine.disque_binary
     args.clients = mine.clients
     args.loads = [x for x in mine.loads.split(",") if x]
@@ -313,18 +312,18 @@ def main(argv=None) -> int:
     for w in [int(x) for x in mine.workers.split(",")]:
         targets.append((f"ours_w{w}", "disque", f"ours(w={w})", w))
     rounds = {key: [] for key, *_ in targets}
-    B.check_machine_quiet()
+    check_machine_quiet()
     done = False
     try:
         for n in range(mine.rounds):
             for key, kind, label, w in targets:       # alternating: a slow moment of the
-                B.log(f"round {n + 1}/{mine.rounds}: {label}")   # machine hits all alike
+                log(f"round {n + 1}/{mine.rounds}: {label}")   # machine hits all alike
                 rounds[key].append(bench(args, kind, label, w))
         done = True
     finally:
-        B.cleanup_all()
+        cleanup_all()
         if mine.keep_logs or not done:
-            B.log(f"servers' logs kept in {args.logdir}")
+            log(f"servers' logs kept in {args.logdir}")
         else:
             shutil.rmtree(args.logdir, ignore_errors=True)
     results = {key: median_round(runs, args.loads) for key, runs in rounds.items()}

@@ -27,8 +27,11 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_single_node as B  # noqa: E402  (the server and redis-benchmark drivers)
+import redis
+
+from common.loads import run_redis_benchmark
+from common.report import BenchError, log, make_body
+from common.servers import cleanup_all, new_server
 
 CONFIGS = [
     ("AOF off", []),
@@ -73,7 +76,7 @@ def aof_bytes(directory):
 
 def latency_probe(port, stop, out):
     """One client sending ADDJOB one at a time; appends (monotonic time, seconds) to out."""
-    c = B.redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=60)
+    c = redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=60)
     body = b"p" * 100
     pc = time.perf_counter
     try:
@@ -93,14 +96,12 @@ def pct(values, q):
 def rewrite_phase(args, root):
     directory = os.path.join(root, "rewrite")
     os.mkdir(directory)
-    port = B.pick_port()
-    argv = B.disque_argv(args, port, args.workers) + [
-        "--dir", directory, "--appendonly", "yes", "--auto-aof-rewrite-percentage", "0"]
-    srv = B.Server("rewrite", "disque", argv, port, root)
-    B._ALL_SERVERS.append(srv)
+    srv = new_server(args, "disque", "rewrite", args.workers, extra=[
+        "--dir", directory, "--appendonly", "yes", "--auto-aof-rewrite-percentage", "0"])
+    port = srv.port
     srv.start(args.start_timeout)
     n = args.rewrite_jobs
-    body = B.make_body(args.body_size)
+    body = make_body(args.body_size)
     c = srv.client(timeout=300)
     sent = 0
     while sent < n:
@@ -109,7 +110,7 @@ def rewrite_phase(args, root):
             pipe.execute_command("ADDJOB", "q%d" % ((sent + i) % 16), body, 0)
         pipe.execute()
         sent += min(1000, n - sent)
-    B.log("rewrite: %d jobs loaded, AOF %d bytes" % (n, aof_bytes(directory)))
+    log("rewrite: %d jobs loaded, AOF %d bytes" % (n, aof_bytes(directory)))
     samples = []
     stop = threading.Event()
     probe = threading.Thread(target=latency_probe, args=(port, stop, samples))
@@ -119,7 +120,7 @@ def rewrite_phase(args, root):
         t_start = time.monotonic()
         reply = c.execute_command("BGREWRITEAOF")       # redis-py maps the status to True
         if reply not in (True, b"Background append only file rewriting started"):
-            raise B.BenchError("BGREWRITEAOF answered %r" % (reply,))
+            raise BenchError("BGREWRITEAOF answered %r" % (reply,))
         while True:
             info = c.info("persistence")
             if not info["aof_rewrite_in_progress"]:
@@ -161,22 +162,19 @@ def main(argv=None):
         for label, extra in ([] if args.rewrite_only else CONFIGS):
             directory = os.path.join(root, label.replace(" ", "-"))
             os.mkdir(directory)
-            port = B.pick_port()
-            argv = B.disque_argv(args, port, args.workers) + [
-                "--dir", directory, "--auto-aof-rewrite-percentage", "0"] + extra
-            srv = B.Server(label, "disque", argv, port, root)
-            B._ALL_SERVERS.append(srv)
+            srv = new_server(args, "disque", label, args.workers, extra=[
+                "--dir", directory, "--auto-aof-rewrite-percentage", "0"] + extra)
             srv.start(args.start_timeout)
             servers.append((label, srv, directory))
         for rnd in range(args.repeat):
             for n, pipeline in ((args.n_plain, 1), (args.n_pipe, args.pipeline)):
                 for label, srv, directory in servers:
                     before = aof_bytes(directory)
-                    res = B.run_redis_benchmark(args, srv, n, pipeline)
+                    res = run_redis_benchmark(args, srv, n, pipeline)
                     # (run_redis_benchmark flushes after the run: with AOF on, DEBUG FLUSHALL
                     # logs one DELJOB per job, which is counted in the growth, not the figure)
                     res["aof_grew"] = aof_bytes(directory) - before
-                    B.log("round %d, %s, -P %d: %.0f req/s, %.2f us CPU/job, other load "
+                    log("round %d, %s, -P %d: %.0f req/s, %.2f us CPU/job, other load "
                           "%.2f cores" % (rnd + 1, label, pipeline, res["rps"],
                                           res["cpu_us_per_job"], res["other_load_cores"]))
                     key = (label, pipeline)
@@ -186,11 +184,7 @@ def main(argv=None):
             srv.stop()
         rw = rewrite_phase(args, root) if args.rewrite_jobs else None
     finally:
-        for srv in B._ALL_SERVERS:
-            try:
-                srv.stop()
-            except Exception:
-                pass
+        cleanup_all()
         shutil.rmtree(root, ignore_errors=True)
     print()
     if best:
@@ -244,6 +238,6 @@ def print_rewrite(args, rw):
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except B.BenchError as e:
+    except BenchError as e:
         print("benchmark failed: %s" % e, file=sys.stderr)
         sys.exit(1)

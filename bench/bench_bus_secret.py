@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
 import tempfile
 
 import psutil
-import redis
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_cluster import BODY, Proc, disque_cmd, free_port, log, redis_benchmark, wait_for  # noqa: E402
+from common.cluster import BODY, free_port, log, redis_benchmark, start_cluster
 
 SECRET = "bench-" + "0123456789abcdef" * 2
 
@@ -81,27 +78,6 @@ def transport_rate(secured, frames, base_port):
         ctx_b.term()
 
 
-def start_cluster(n, workers, tmp, name, extra):
-    nodes = []
-    for i in range(n):
-        port = free_port()
-        d = os.path.join(tmp, "%s%d" % (name, i))
-        os.makedirs(d)
-        nodes.append((port, Proc(disque_cmd() + ["--port", str(port), "--workers", str(workers),
-                                                 "--bind", "127.0.0.1"] + extra, d)))
-    clients = [redis.Redis(port=p, protocol=2) for p, _ in nodes]
-    for c in clients:
-        wait_for(c.ping, 30, "node start")
-    for i in range(1, n):
-        clients[i].execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[i - 1][0])
-
-    def mesh():
-        return all("cluster_reachable_nodes:%d" % (n - 1) in
-                   c.execute_command("CLUSTER", "INFO").decode() for c in clients)
-    wait_for(mesh, 30, "cluster mesh (%s)" % name)
-    return nodes, clients
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -131,7 +107,7 @@ def main():
         setups = {}
         for name, extra in (("open", []), ("secured", ["--cluster-secret", SECRET])):
             log("starting 3 %s nodes with --workers %d" % (name, args.workers))
-            nodes, clients = start_cluster(3, args.workers, tmp, name, extra)
+            nodes, clients = start_cluster(3, args.workers, tmp, lambda i, extra=extra: extra, name)
             procs.extend(p for _, p in nodes)
             secured = clients[0].info("cluster").get("cluster_bus_secured") == 1
             assert secured == (name == "secured"), "bus security is not what was asked"

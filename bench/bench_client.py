@@ -34,8 +34,7 @@ import time
 import psutil
 import redis
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.bench_cluster import Proc, disque_cmd, free_port, log, start_cluster, wait_for  # noqa: E402
+from common.cluster import Proc, disque_cmd, free_port, log, start_cluster, wait_for  # noqa: E402
 from disque.client import Disque  # noqa: E402
 from disque.client.worker import Worker  # noqa: E402
 
@@ -72,10 +71,9 @@ def start_node(tmp, name, workers=2, extra=()):
     d = os.path.join(tmp, name)
     os.makedirs(d)
     proc = Proc(disque_cmd() + ["--port", str(port), "--workers", str(workers),
-                                "--bind", "127.0.0.1", *extra], d)
-    r = redis.Redis(port=port, protocol=2)
-    wait_for(r.ping, 30, "node start")
-    return port, proc, r
+                                "--bind", "127.0.0.1", *extra], d, port=port)
+    proc.wait_ready(30)
+    return port, proc, redis.Redis(port=port, protocol=2)
 
 
 # -- (a) producer ---------------------------------------------------------------------------
@@ -176,12 +174,11 @@ def rq_end_to_end(tmp, jobs, worker_class):
     from rq import Queue
     from rq.registry import FinishedJobRegistry
     port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no"], cwd=tmp,
-                              stdout=subprocess.DEVNULL, start_new_session=True)
+    server = Proc(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no"], tmp, port=port)
     try:
+        server.wait_ready(20)
         r = redis.Redis(port=port)
-        wait_for(r.ping, 20, "redis-server")
         sys.path.insert(0, tmp)
         import bench_tasks
         queue = Queue("e2e", connection=r)
@@ -206,8 +203,7 @@ def rq_end_to_end(tmp, jobs, worker_class):
         return {"jobs_s": jobs / elapsed, "server_us": (cpu1[0] - cpu0[0]) / jobs * 1e6,
                 "worker_us": (cpu1[1] - cpu0[1]) / jobs * 1e6}
     finally:
-        server.terminate()
-        server.wait(10)
+        server.stop()
 
 
 # -- (d) the moved consumer ---------------------------------------------------------------------

@@ -22,14 +22,10 @@ first cross-node delivery to a consumer that was already waiting.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,101 +33,8 @@ import time
 
 import redis
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BODY = "x" * 100
-T0 = time.monotonic()
-
-
-def log(msg):
-    print("[%6.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
-
-
-def free_port():
-    """A port below 32768 whose bus port (+10000) is free too."""
-    import random
-    for _ in range(1000):
-        port = random.randint(12000, 22000)
-        ok = True
-        for p in (port, port + 10000):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            return port
-    raise RuntimeError("no free port")
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if pred():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("timed out waiting for " + what)
-
-
-class Proc:
-    def __init__(self, argv, cwd, env=None):
-        self.log = open(os.path.join(cwd, "server.log"), "wb")
-        self.p = subprocess.Popen(argv, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.log.close()
-
-
-def disque_cmd():
-    script = os.path.join(REPO, ".venv", "bin", "disque-server")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", "disque"]
-
-
-def start_cluster(n, workers, tmp, extra=lambda i: []):
-    """n nodes joined by CLUSTER MEET; `extra(i)` adds arguments to node i's command line."""
-    nodes = []
-    for i in range(n):
-        port = free_port()
-        d = os.path.join(tmp, "node%d" % i)
-        os.makedirs(d)
-        proc = Proc(disque_cmd() + ["--port", str(port), "--workers", str(workers),
-                                    "--bind", "127.0.0.1", *extra(i)], d)
-        nodes.append((port, proc))
-    clients = [redis.Redis(port=p, protocol=2) for p, _ in nodes]
-    for c in clients:
-        wait_for(c.ping, 30, "node start")
-    for i in range(1, n):
-        clients[i].execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[i - 1][0])
-    def mesh():
-        for c in clients:
-            info = c.execute_command("CLUSTER", "INFO").decode()
-            if "cluster_reachable_nodes:%d" % (n - 1) not in info:
-                return False
-        return True
-    wait_for(mesh, 30, "cluster mesh")
-    return nodes, clients
-
-
-def redis_benchmark(port, n, clients, cmd):
-    argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
-            "-n", str(n), "--csv"] + cmd
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600).stdout
-    rows = [ln for ln in out.splitlines() if ln.startswith('"')]
-    row = list(csv.DictReader(io.StringIO("\n".join(rows))))[-1]
-    return {"rps": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]),
-            "p99_ms": float(row["p99_latency_ms"])}
+from common.cluster import BODY, Proc, free_port, log, redis_benchmark, start_cluster, wait_for
+from common.machine import check_machine_quiet
 
 
 def first_delivery(clients, tries, replicate):
@@ -214,9 +117,7 @@ def main():
     tries = args.tries or (5 if args.quick else 20)
     if not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
         sys.exit("redis-server and redis-benchmark are needed (apt-get install redis-server redis-tools)")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import bench_single_node                 # noqa: E402  (the machine check)
-    bench_single_node.check_machine_quiet()
+    check_machine_quiet()
     tmp = tempfile.mkdtemp(prefix="bench-cluster-")
     procs = []
     res = {}

@@ -29,8 +29,7 @@ import textwrap
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.bench_cluster import Proc, disque_cmd, free_port, log, wait_for  # noqa: E402
+from common.cluster import Proc, disque_cmd, free_port, log, wait_for  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -156,7 +155,6 @@ class Broker:
             except psutil.Error:
                 pass
         psutil.wait_procs(alive, timeout=10)
-        self.proc.log.close()
         if getattr(self, "own_epmd", False) and shutil.which("epmd"):
             subprocess.run(["epmd", "-kill"], capture_output=True, timeout=10)
 

@@ -22,45 +22,13 @@ import csv
 import io
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+from common.cluster import Proc, free_port
 
 ORIG = "/work/orig/disque/src/disque-server"
-
-
-def free_port():
-    for _ in range(200):
-        port = 20000 + int.from_bytes(os.urandom(2), "big") % 2700
-        ok = True
-        for p in (port, port + 10000):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise RuntimeError("no free port")
-
-
-def wait_pong(port, proc, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("server exited with %s" % proc.returncode)
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(100).startswith(b"+PONG"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("no PONG from port %d" % port)
 
 
 def benchmark(rb, port, clients, n, *command):
@@ -74,11 +42,10 @@ def benchmark(rb, port, clients, n, *command):
 
 def run_side(name, cmd, rb, n, repeat, port):
     d = tempfile.mkdtemp(prefix="dq-info-")
-    proc = subprocess.Popen(cmd + ["--port", str(port)], cwd=d, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = Proc(cmd + ["--port", str(port)], d, port=port)
     results = {}
     try:
-        wait_pong(port, proc)
+        proc.wait_ready(60)
         for label, clients in (("c1", 1), ("c20", 20)):
             results[label] = max((benchmark(rb, port, clients, n, "INFO") for _ in range(repeat)),
                                  key=lambda r: r[0])
@@ -94,11 +61,7 @@ def run_side(name, cmd, rb, n, repeat, port):
         rows = [r for r in csv.reader(io.StringIO(out)) if r and r[0] != "test"]
         results["addjob"] = (float(rows[-1][1]), float(rows[-1][2]) if len(rows[-1]) > 2 else 0.0)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stop(timeout=20)
         shutil.rmtree(d, ignore_errors=True)
     return results
 

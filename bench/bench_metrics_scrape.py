@@ -17,22 +17,15 @@ generate_latest instead of its own writer (same bytes, see disque/metrics/prom.p
 import argparse
 import http.client
 import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 import redis
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common.cluster import Proc, free_port
+from disque.harness import disque_argv
 
 
 def pct(values, p):
@@ -79,22 +72,11 @@ def main():
     args = ap.parse_args()
     port, mport = free_port(), free_port()
     work = tempfile.mkdtemp(prefix="bench-metrics-")
-    proc = subprocess.Popen([sys.executable, "-m", "disque", "--port", str(port), "--workers",
-                             str(args.workers), "--metrics-port", str(mport)],
-                            cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True,
-                            env=dict(os.environ, DISQUE_METRICS_EXPOSITION=args.exposition))
+    proc = Proc(disque_argv(port, args.workers, "--metrics-port", mport), work, port=port,
+                env=dict(os.environ, DISQUE_METRICS_EXPOSITION=args.exposition))
     try:
+        proc.wait_ready(30)
         r = redis.Redis(port=port)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
         queues = ["bench-q%d" % i for i in range(args.queues)]
         client_round(r, 1.0, queues)              # warm-up
         results = {"without": [], "with": []}
@@ -121,8 +103,7 @@ def main():
         p99 = pct(results["with"], .99) / pct(results["without"], .99)
         print("p99 with / without: %.2f" % p99)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
+        proc.stop()
 
 
 if __name__ == "__main__":

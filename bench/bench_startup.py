@@ -18,15 +18,14 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from common.cluster import Proc, free_port  # noqa: E402
 from disque._fast.job import QUEUED, Job  # noqa: E402
 from disque._fast.jobid import queue_slot  # noqa: E402
 from disque.contracts import job_codec as codec  # noqa: E402
@@ -84,21 +83,6 @@ def call(port, *args, timeout=2.0):
         return data
 
 
-def free_port():
-    for _ in range(100):
-        port = 20000 + int.from_bytes(os.urandom(2), "big") % 2700
-        ok = True
-        for p in (port, port + 10000):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-        if ok:
-            return port
-    raise RuntimeError("no free port")
-
-
 def start_once(server_cmd, nworkers, njobs):
     d = tempfile.mkdtemp(prefix="dq-start-")
     port = free_port()
@@ -107,28 +91,15 @@ def start_once(server_cmd, nworkers, njobs):
         log_path = os.path.join(d, "server.log")
         cmd = server_cmd + ["--port", str(port), "--workers", str(nworkers), "--appendonly",
                             "yes", "--dir", d]
-        with open(log_path, "wb") as log:
-            t0 = time.monotonic()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            try:
-                deadline = t0 + 600
-                while True:
-                    if proc.poll() is not None:
-                        raise RuntimeError("server exited: " + open(log_path).read()[-2000:])
-                    try:
-                        if call(port, b"PING") == b"+PONG\r\n":
-                            break
-                    except OSError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("no PONG in 600 s")
-                    time.sleep(0.001)
-                pong = time.monotonic() - t0
-                show_ok = jid is None or call(port, b"SHOW", jid).startswith(b"*")
-            finally:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(60)
+        t0 = time.monotonic()
+        proc = Proc(cmd, d, port=port)
+        proc.poll_interval = 0.001      # the time to the first PONG is the figure
+        try:
+            proc.wait_ready(600)
+            pong = time.monotonic() - t0
+            show_ok = jid is None or call(port, b"SHOW", jid).startswith(b"*")
+        finally:
+            proc.stop(timeout=60)
         text = open(log_path).read()
         m = re.search(r"DB loaded from append only file: ([0-9.]+) seconds", text)
         return pong, show_ok, float(m.group(1)) if m else None

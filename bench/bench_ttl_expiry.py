@@ -18,59 +18,33 @@ import argparse
 import json
 import multiprocessing
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 import redis
 
+from common.cluster import Proc, free_port
+from disque.harness import NodeStartError, disque_argv
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORIG = "/work/orig/disque/src/disque-server"
 
 
-def free_port():
-    import random
-    for _ in range(1000):
-        port = random.randint(12000, 22000)
-        ok = True
-        for p in (port, port + 10000):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            return port
-    raise RuntimeError("no free port")
-
-
 def start(kind, workdir):
+    """Our node (--workers 1) or the original on a leased port; its output in server.log."""
     port = free_port()
     if kind == "ours":
-        argv = [sys.executable, "-m", "disque", "--port", str(port), "--workers", "1",
-                "--bind", "127.0.0.1"]
+        argv = disque_argv(port, 1)
     else:
         argv = [ORIG, "--port", str(port), "--bind", "127.0.0.1"]
-    log = open(os.path.join(workdir, "server.log"), "wb")
-    proc = subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    client = redis.Redis(port=port, protocol=2)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.ping()
-            break
-        except (redis.RedisError, OSError):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("%s server did not start" % kind)
-            time.sleep(0.05)
-    return port, proc, log
+    proc = Proc(argv, workdir, port=port)
+    try:
+        proc.wait_ready(30)
+    except NodeStartError:
+        proc.kill()
+        raise RuntimeError("%s server did not start" % kind)
+    return port, proc
 
 
 def hammer(port, stop_at):
@@ -153,17 +127,11 @@ def main():
             print("original binary not built:", ORIG)
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            port, proc, log = start(kind, tmp)
+            port, proc = start(kind, tmp)
             try:
                 lat, loaded = measure(port, args.samples, args.ttl, args.poll_ms, args.load)
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                log.close()
+                proc.stop()
         s = summary(kind, lat, args.ttl)
         s["load_jobs"] = loaded
         results.append(s)

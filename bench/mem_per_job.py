@@ -8,15 +8,15 @@ binary (for example the original C server) the same way. See docs/memory.md.
     python bench/mem_per_job.py --jobs 1000000 --body 100 --server /path/to/disque-server
 """
 import argparse
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 import redis
+
+from common.cluster import Proc
+from disque.harness import NodeStartError
 
 
 def info_memory(c):
@@ -42,29 +42,14 @@ def start(args, workdir):
     else:
         argv = [sys.executable, "-m", "disque", "--port", str(args.port),
                 "--workers", str(args.workers)]
-    proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    # RESP2: the original answers redis-py's default HELLO 3 with an error
-    c = redis.Redis(port=args.port, socket_timeout=120, protocol=2)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            c.ping()
-            return proc, c
-        except redis.RedisError as e:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                stop(proc)
-                raise SystemExit("server did not start: %s" % e)
-            time.sleep(0.1)
-
-
-def stop(proc):
-    os.killpg(proc.pid, signal.SIGTERM)
+    proc = Proc(argv, workdir, port=args.port)
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.wait_ready(30)
+    except NodeStartError as e:
+        proc.stop()
+        raise SystemExit("server did not start: %s" % e)
+    # RESP2: the original answers redis-py's default HELLO 3 with an error
+    return proc, redis.Redis(port=args.port, socket_timeout=120, protocol=2)
 
 
 def main():
@@ -99,7 +84,7 @@ def main():
             used1, (used1 - used0) / n, rss1, (rss1 - rss0) / n))
         print("  acked:      used_memory=%d used_memory_rss=%d" % (used2, rss2))
     finally:
-        stop(proc)
+        proc.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

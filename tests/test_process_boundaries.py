@@ -143,3 +143,21 @@ def test_the_client_uses_only_the_public_protocol():
                         "disque.client", "disque.integrations")):
                     wrong.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_harness_imports_nothing_of_the_server():
+    """disque.harness starts nodes from outside (tests, bench/, faults/): it imports only
+    itself, the standard library, psutil and redis-py."""
+    import sys
+    wrong = []
+    for path in sources(PACKAGE / "harness"):
+        for name in project_imports(path):
+            if is_real_module(name) and not imports_module(name, "disque.harness"):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for top in {n.split(".")[0] for n in names}:
+                if top not in sys.stdlib_module_names | {"disque", "psutil", "redis"}:
+                    wrong.append(f"{path.relative_to(ROOT)} imports {top}")
+    assert not wrong, "\n".join(wrong)

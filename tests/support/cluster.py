@@ -1,6 +1,8 @@
-"""`DisqueCluster`: several real nodes joined with CLUSTER MEET, waited on until they agree."""
+"""`DisqueCluster`: several real test nodes joined with CLUSTER MEET and waited on until they
+agree (disque/harness/cluster.py)."""
 from __future__ import annotations
 
+from disque.harness import cluster as harness
 from support.info import parse_info
 from support.waits import wait_until
 
@@ -28,9 +30,7 @@ class DisqueCluster:
 
     def join(self, timeout=20.0):
         """Chain: node i meets node i-1; gossip must complete the mesh."""
-        for i in range(1, len(self.nodes)):
-            assert self.nodes[i].execute("CLUSTER", "MEET", "127.0.0.1",
-                                         self.nodes[i - 1].port) == b"OK"
+        harness.meet(self.nodes)
         self.wait_mesh(timeout=timeout)
         return self
 
@@ -39,21 +39,14 @@ class DisqueCluster:
 
     def wait_mesh(self, nodes=None, timeout=20.0):
         """Every listed node (default all) sees every other listed node as reachable."""
-        nodes = list(range(len(self.nodes))) if nodes is None else nodes
-
-        def full():
-            for i in nodes:
-                info = self.cluster_info(i)
-                if int(info["cluster_reachable_nodes"]) < len(nodes) - 1:
-                    return False
-            return True
-        wait_until(full, timeout=timeout, message="cluster mesh did not form")
+        listed = self.nodes if nodes is None else [self.nodes[i] for i in nodes]
+        assert harness.wait_mesh(listed, timeout), "cluster mesh did not form"
 
     def kill(self, i):
         """SIGKILL the node's whole process tree, keeping its port reserved."""
         node = self.nodes[i]
         node.close_clients()
-        node._hard_kill_all()
+        node.kill()
         wait_until(lambda: not node.is_alive(), timeout=10)
 
     def restart(self, i):

@@ -1,14 +1,15 @@
 """Worker processes a test starts (disque-worker, celery worker, dramatiq): each in a
 session of its own so its children go with it, its output in a log file, and what its jobs
 did in a JSON-lines record file (`[event, value, time, pid, ...]` per line). Every process
-is killed by process group at the end, even when the test fails."""
+tree is killed by PID (disque/harness/node.py, kill_tree) at the end, even when the test
+fails."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from pathlib import Path
+
+from disque.harness.node import kill_tree
 
 
 class WorkerProcesses:
@@ -43,10 +44,7 @@ class WorkerProcesses:
         self.record.write_text("")
 
     def kill(self, proc):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_tree(proc.pid)
         proc.wait(10)
 
     def kill_all(self):

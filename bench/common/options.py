@@ -1,0 +1,77 @@
+"""The options of the single-node loads (sizes, servers, binaries), shared by the scripts
+that run those loads: bench_single_node.py's command line, and the defaults the others take
+(`parse_args(["--quick"])`)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+
+
+def parse_args(argv=None, description=None):
+    ap = argparse.ArgumentParser(description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes for a fast smoke run (~1 minute)")
+    ap.add_argument("--workers", default="1,2",
+                    help="comma-separated --workers values for our server (default 1,2)")
+    ap.add_argument("--only-redis", action="store_true", help="benchmark only redis-server")
+    ap.add_argument("--only-ours", action="store_true", help="benchmark only our server")
+    ap.add_argument("--phases", default="abc", help="subset of 'abc' to run (default abc)")
+    ap.add_argument("--json", metavar="PATH", help="dump all figures as JSON to PATH")
+    ap.add_argument("--n-plain", type=int, help="requests for unpipelined redis-benchmark (200000)")
+    ap.add_argument("--n-pipe", type=int, help="requests for pipelined redis-benchmark (1000000)")
+    ap.add_argument("--clients", type=int, default=50, help="redis-benchmark connections (50)")
+    ap.add_argument("--pipeline", type=int, default=16, help="redis-benchmark -P value (16)")
+    ap.add_argument("--rounds", type=int, help="cycle rounds for (b) (400)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="repeat each (a)/(b) measurement N times and keep the best (1)")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                    help="before each measurement wait up to SECONDS for other processes on the "
+                         "machine to use < 0.15 cores (default 0 = don't wait)")
+    ap.add_argument("--batch", type=int, default=100, help="jobs per cycle round (100)")
+    ap.add_argument("--mem-jobs", type=int, help="jobs for the memory phase (1000000)")
+    ap.add_argument("--mem-queues", type=int, default=16, help="queues for the memory phase (16)")
+    ap.add_argument("--mem-batch", type=int, default=1000, help="pipeline batch for loading (1000)")
+    ap.add_argument("--body-size", type=int, default=100, help="job body size in bytes (100)")
+    ap.add_argument("--settle", type=float, default=15.0,
+                    help="max seconds to wait for RSS to settle (15)")
+    ap.add_argument("--start-timeout", type=float, default=30.0,
+                    help="seconds to wait for a server to answer PING (30)")
+    ap.add_argument("--rb-timeout", type=float, default=0,
+                    help="redis-benchmark timeout in seconds (default 60 + n/5000)")
+    ap.add_argument("--server-cmd", default=os.environ.get("DISQUE_SERVER_CMD"),
+                    help="command for our server (default .venv/bin/disque-server, else "
+                         "'.venv/bin/python -m disque'); --port/--workers/--bind are appended")
+    ap.add_argument("--disque-binary", default=os.environ.get("DISQUE_C_BINARY"), metavar="PATH",
+                    help="the original C disque-server, built by hand from antirez/disque: "
+                         "measured in the same run, with ours/C ratios (also $DISQUE_C_BINARY)")
+    ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
+    ap.add_argument("--redis-benchmark",
+                    default=shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark")
+    ap.add_argument("--keep-logs", action="store_true", help="keep server logs directory")
+    args = ap.parse_args(argv)
+    q = args.quick
+    if args.n_plain is None:
+        args.n_plain = 20_000 if q else 200_000
+    if args.n_pipe is None:
+        args.n_pipe = 100_000 if q else 1_000_000
+    if args.rounds is None:
+        args.rounds = 40 if q else 400
+    if args.mem_jobs is None:
+        args.mem_jobs = 100_000 if q else 1_000_000
+    if q and args.settle == 15.0:
+        args.settle = 5.0
+    args.phases = set(args.phases.lower())
+    if not args.phases <= set("abc") or not args.phases:
+        ap.error("--phases must be a non-empty subset of 'abc'")
+    try:
+        args.workers_list = [int(w) for w in args.workers.split(",") if w.strip()]
+    except ValueError:
+        ap.error("--workers must be a comma-separated list of integers")
+    if args.only_redis and args.only_ours:
+        ap.error("--only-redis and --only-ours are exclusive")
+    if args.only_redis:
+        args.workers_list = []
+    return args
+
