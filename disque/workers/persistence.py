@@ -37,6 +37,7 @@ import time
 from disque import replies as R
 from disque import commands as C
 from disque._fast.job import ACTIVE, QUEUED
+from disque.contracts import worker_link as P
 from disque.contracts.aof_format import DELJOB, aof_path, loadjob_record, record
 from disque.workers.aof import AofWriter, should_auto_rewrite, write_snapshot
 from disque.contracts.aof_format import fsync_dir
@@ -241,7 +242,7 @@ class Persistence:
         if rw is None:
             return
         for reqid in rw.reqids:
-            self.shard.out.append([reqid, {"ok": False, "error": "rewrite %s" % why}])
+            self.shard.out.append(P.Reply.encode(reqid, {"ok": False, "error": "rewrite %s" % why}))
         rw.abort()
         self.aof_rw = None
         w = self.aof_writer
@@ -294,7 +295,7 @@ class Persistence:
             self.aof_rewrite_failed_at = time.monotonic()
             result = {"ok": False, "error": error}
         for reqid in rw.reqids:
-            self.shard.out.append([reqid, result])
+            self.shard.out.append(P.Reply.encode(reqid, result))
 
     def aof_switch_file(self, path):
         """After a rewrite: append to the new file from now on."""
@@ -365,7 +366,7 @@ class Persistence:
         if loader is not None:
             if loader.step(STARTUP_SLICE_S):
                 self.aof_loader = None
-                self.shard.out.append([loader.reqid, loader.result])
+                self.shard.out.append(P.Reply.encode(loader.reqid, loader.result))
         rw = self.aof_rw
         if rw is not None:
             if not rw.fed_all:
