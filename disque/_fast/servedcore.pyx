@@ -507,8 +507,8 @@ cdef class ServedCore:
         self.next_wait_id -= 1
         # Shard.run_with_copies, without its Python frame
         reply = (<ShardCore>shard).run_command(b"addjob", self.handlers[b"addjob"], argv)
-        if reply is None:
-            reply = shard.replication.replicate_new(wid, argv)
+        if type(reply) is not bytes:            # a ReplWait: the job needs copies
+            reply = shard.replication.replicate_new(wid, reply)
         if reply is not None:
             return reply
         slot = Forwarded()

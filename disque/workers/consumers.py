@@ -6,7 +6,7 @@ The front-end half is disque/frontend/getjob.py (`Getjobs`); `Shard.getjob` is t
 import heapq
 
 from disque._fast import resp
-from disque._fast.shardcore import encode_job, encode_jobs
+from disque._fast.jobreply import encode_job, encode_jobs
 from disque.workers.replication import LEAVING_ERROR
 
 NULL_ARRAY = resp.NULL_ARRAY

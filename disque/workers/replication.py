@@ -21,6 +21,7 @@ from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
                               QUEUED, WAIT_REPL, mark_active, retry_interval_msec)
 from disque._fast.replcore import ReplicationCore
+from disque.commands import resolve
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import serialize
 from disque.workers.job_features import counters_aux
@@ -35,6 +36,23 @@ NOREPL_REMOVED = (b"-NOREPL job removed (expired?) before the requested replicat
                   b"level was achieved\r\n")
 LEAVING_ERROR = (b"-LEAVING This node is leaving the cluster, please connect to a "
                  b"different one\r\n")
+
+
+# the hooks the Cython core calls (declared in replcore.pxd): hook -> "method" here, or
+# "part.method" of what this object holds (the shard's parts)
+REPLICATION_HOOKS = {
+    "enqueue_msg": "on_enqueue",
+    "queued_msg": "on_queued",
+    "working_msg": "on_working",
+    "willqueue_msg": "on_willqueue",
+    "setack_msg": "on_setack",
+    "gotack_msg": "on_gotack",
+    "deljob_msg": "on_deljob_msg",
+    "pause_msg": "on_pause_msg",
+    "needjobs_msg": "shard.federation.on_needjobs",
+    "yourjobs_msg": "shard.federation.on_yourjobs",
+    "interest_msg": "shard.federation.on_interest",
+}
 
 
 def mix(node_id, job_id):
@@ -52,14 +70,8 @@ class Replication(ReplicationCore):
 
     def __init__(self, shard):
         super().__init__(shard)
-        self.bus_handlers = {
-            M.REPLJOB: self.on_repljob, M.GOTJOB: self.on_gotjob, M.ENQUEUE: self.on_enqueue,
-            M.QUEUED: self.on_queued, M.WORKING: self.on_working,
-            M.WILLQUEUE: self.on_willqueue, M.SETACK: self.on_setack, M.GOTACK: self.on_gotack,
-            M.DELJOB: self.on_deljob_msg, M.NEEDJOBS: self.shard.federation.on_needjobs,
-            M.YOURJOBS: self.shard.federation.on_yourjobs, M.PAUSE: self.on_pause_msg,
-            M.INTEREST: self.shard.federation.on_interest,
-        }
+        for hook, handler in REPLICATION_HOOKS.items():
+            setattr(self, hook, resolve(self, handler))
 
     def set_cluster(self, state):
         """The front-end's view of the cluster, pushed when it changes."""

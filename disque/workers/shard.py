@@ -13,12 +13,14 @@ from time import perf_counter_ns
 from disque import replies as R
 from disque import commands as commands_mod
 from disque._fast import resp
+from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
                               STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
-from disque._fast.shardcore import NO_LIMIT, ShardCore, encode_job, expire_ms
+from disque._fast.jobreply import encode_job
+from disque._fast.shardcore import NO_LIMIT, ShardCore, expire_ms
 from disque.contracts import bus_messages as M
 from disque.workers.consumers import Consumers
 from disque.workers.federation import Federation
@@ -113,8 +115,8 @@ class Shard(ShardCore):
         answer(reqid, ...)). The link's path (execute) and the served one
         (ServedCore.addjob_clustered) both come here."""
         reply = self.run_command(name, handler, argv)
-        if reply is None and name == b"addjob":
-            reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
+        if type(reply) is ReplWait:
+            reply = self.replication.replicate_new(reqid, reply)    # copies on other nodes
         return reply
 
     def answer(self, reqid, reply):
