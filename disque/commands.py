@@ -64,16 +64,16 @@ COMMANDS = {c.name: c for c in [
     Command("show", 2, "rF", "id", worker="cmd_show"),
     Command("loadjob", 2, "w", "local", "node_commands.cmd_loadjob"),
     Command("bgrewriteaof", 1, "ar", "local", "persistence.cmd_bgrewriteaof"),
-    Command("qlen", 2, "rF", "queue", worker="cmd_qlen"),
-    Command("qpeek", 3, "r", "queue", worker="cmd_qpeek"),
-    Command("qstat", 2, "rF", "queue", worker="cmd_qstat"),
+    Command("qlen", 2, "rF", "queue", worker="queue_commands.cmd_qlen"),
+    Command("qpeek", 3, "r", "queue", worker="queue_commands.cmd_qpeek"),
+    Command("qstat", 2, "rF", "queue", worker="queue_commands.cmd_qstat"),
     Command("qscan", -1, "r", "all", "scans.all_workers_command", "scan"),
     Command("jscan", -1, "r", "all", "scans.all_workers_command", "scan"),
     Command("enqueue", -1, "mwF", "ids", "routing.route_ids", "cmd_enqueue"),
     Command("nack", -1, "mwF", "ids", "routing.route_ids", "cmd_nack"),
     Command("dequeue", -1, "wF", "ids", "routing.route_ids", "cmd_dequeue"),
     Command("working", 2, "wF", "id", worker="cmd_working"),
-    Command("pause", -3, "rF", "queue", worker="cmd_pause"),
+    Command("pause", -3, "rF", "queue", worker="queue_commands.cmd_pause"),
 ]}
 
 # routes whose commands a worker executes whole, through its `worker` handler

@@ -294,4 +294,4 @@ class Replication(ReplicationCore):
         if q is None and flags:
             q = self.shard.get_queue(name, create=True)
         if q is not None:
-            self.shard.set_pause(q, flags)
+            self.shard.queue_commands.set_pause(q, flags)
