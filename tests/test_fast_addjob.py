@@ -7,11 +7,9 @@ from disque import replies as R
 from disque._fast.addjob import ReplWait, parse_options
 from disque._fast.job import QUEUED, WAIT_REPL
 from disque.workers.shard import Shard
+from test_replication_units import ME, T0, clustered_shard     # a shard in a 3-node cluster
 
 pytestmark = pytest.mark.unit
-
-ME, OTHER, THIRD = b"b" * 40, b"a" * 40, b"c" * 40
-T0 = 1_000_000_000_000
 
 
 def parse(*opts, timeout=b"0", cluster_size=1):
@@ -104,14 +102,6 @@ def test_the_order_of_the_errors():
 
 
 # ---- the job handed to the replication ----------------------------------------------------
-
-def clustered_shard():
-    s = Shard(0, 1, ME)
-    s.replication.set_cluster({"myid": ME, "size": 3, "reachable": [OTHER, THIRD],
-                               "known": [OTHER, THIRD], "leaving": False})
-    s.now_ms, s.now_s = T0, T0 // 1000
-    return s
-
 
 def test_a_job_needing_copies_is_returned_not_left_in_the_shard():
     s = clustered_shard()
