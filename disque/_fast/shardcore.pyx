@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""The hot half of a worker's shard: queues, the enqueue rule, scheduling, ADDJOB.
+"""The hot half of a worker's shard: queues, the enqueue rule, scheduling, ADDJOB (its
+options parsed by disque/_fast/addjob.pyx).
 
 `disque.workers.shard.Shard` subclasses `ShardCore` and keeps the rest of the state
 machine in Python; the code here follows SPEC 3.1, 3.2 ("Fetching a job"), 7.1 and 7.2
@@ -9,7 +10,7 @@ import os
 from disque._fast.sysio cimport real_ms
 from collections import deque
 
-from disque._fast.addjob cimport AddjobOptions, ReplWait, copies_wanted, parse_addjob
+from disque._fast.addjob cimport AddjobOptions, copies_wanted, parse_addjob
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
@@ -379,8 +380,7 @@ cdef class ShardCore:
         cdef Job job = self.new_job(qname, argv, &o)
         self.n_added += 1
         if o.replicate > 1 or extrepl:
-            job.nodes_delivered = () if extrepl else self.self_nodes
-            return copies_wanted(job, &o, extrepl)
+            return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's
         self.register_job(job)
         if o.delay:
             self.schedule(job)

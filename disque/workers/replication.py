@@ -64,9 +64,10 @@ class Replication(ReplicationCore):
     """Needs from the shard: the ShardCore (jobs, timers, enqueue, delete_job, bus_out,
     cluster fields), `shard.features` (counters, dead letters) and `shard.federation`
     (its bus handlers). Offers: on_bus (every job message), set_cluster, replicate_new
-    (ADDJOB with copies), repl_cron, activate, gc_send_setacks, the bus counters (bus_in,
-    bus_sent: by type). The fields (reachable, known, repl_waits by job id, repl_by_reqid)
-    are ReplicationCore's."""
+    (ADDJOB with copies: the ReplWait that ShardCore.cmd_addjob returns), repl_cron,
+    activate, gc_send_setacks, the bus counters (bus_in, bus_sent: by type). The fields
+    (reachable, known, repl_waits by job id, repl_by_reqid) are ReplicationCore's; the
+    message handlers here and federation's are its hooks (REPLICATION_HOOKS)."""
 
     def __init__(self, shard):
         super().__init__(shard)
