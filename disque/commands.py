@@ -61,16 +61,16 @@ COMMANDS = {c.name: c for c in [
     Command("show", 2, "rF", ID, worker="cmd_show"),
     Command("loadjob", 2, "w", LOCAL, "node_commands.cmd_loadjob"),
     Command("bgrewriteaof", 1, "ar", LOCAL, "persistence.cmd_bgrewriteaof"),
-    Command("qlen", 2, "rF", QUEUE, worker="cmd_qlen"),
-    Command("qpeek", 3, "r", QUEUE, worker="cmd_qpeek"),
-    Command("qstat", 2, "rF", QUEUE, worker="cmd_qstat"),
+    Command("qlen", 2, "rF", QUEUE, worker="queue_commands.cmd_qlen"),
+    Command("qpeek", 3, "r", QUEUE, worker="queue_commands.cmd_qpeek"),
+    Command("qstat", 2, "rF", QUEUE, worker="queue_commands.cmd_qstat"),
     Command("qscan", -1, "r", ALL, "scans.all_workers_command", "scan"),
     Command("jscan", -1, "r", ALL, "scans.all_workers_command", "scan"),
     Command("enqueue", -1, "mwF", IDS, "routing.route_ids", "cmd_enqueue"),
     Command("nack", -1, "mwF", IDS, "routing.route_ids", "cmd_nack"),
     Command("dequeue", -1, "wF", IDS, "routing.route_ids", "cmd_dequeue"),
     Command("working", 2, "wF", ID, worker="cmd_working"),
-    Command("pause", -3, "rF", QUEUE, worker="cmd_pause"),
+    Command("pause", -3, "rF", QUEUE, worker="queue_commands.cmd_pause"),
 ]}
 
 # The byte-string view used on the hot path: lowercased name -> Command.

@@ -2,7 +2,7 @@
 
 `used_memory`, the figure `maxmemory` is held against, counts what the node holds for its
 data and its clients, not the interpreters: each worker reports the bytes of its jobs,
-queues and AOF buffers (`Shard.memory_used`, kept up to date incrementally), and the
+queues and AOF buffers (`Memory.memory_used`, kept up to date incrementally), and the
 front-end adds its clients (`client_bytes`). The processes' resident sets stay visible as
 `used_memory_rss` and `rss=` per worker in INFO workers.
 """

@@ -5,7 +5,7 @@ import pytest
 from disque.contracts import routes
 from disque import commands
 from disque.frontend.node import PARTS
-from disque.workers.shard import Shard
+from disque.workers.shard import SHARD_PARTS, Shard
 
 pytestmark = pytest.mark.unit
 
@@ -17,10 +17,9 @@ def front_handler(name):
 
 
 def worker_handler(name):
-    owner = Shard
-    for attr in name.split("."):
-        owner = getattr(owner, attr, None)
-    return owner
+    """The function a worker handler name ("method" of Shard, or "part.method") names."""
+    part, _, method = name.rpartition(".")
+    return getattr(SHARD_PARTS.get(part) if part else Shard, method, None)
 
 
 @pytest.mark.parametrize("name", sorted(commands.COMMANDS))

@@ -152,3 +152,24 @@ def test_the_peer_links_bind_every_declared_hook():
         links.close()
         b.close()
         ep.close()
+
+
+def test_the_replication_binds_every_declared_hook():
+    """ReplicationCore calls the Python handlers of job messages through hooks declared in
+    replcore.pxd, bound from REPLICATION_HOOKS ("method" of the Replication, or a path
+    through its parts such as "shard.federation.on_needjobs")."""
+    from disque.workers.replication import REPLICATION_HOOKS
+    from disque.workers.shard import Shard
+    missing = {name for name in undefined_self_calls("replcore")
+               if name not in declared_names("replcore")}
+    assert not missing, f"replcore.pyx calls undeclared {sorted(missing)}"
+    assert set(REPLICATION_HOOKS) == declared_hooks("replcore")
+    replication = Shard(0, 1, b"a" * 40, {}).replication
+    for hook, handler in REPLICATION_HOOKS.items():
+        *path, method = handler.split(".")
+        owner = replication
+        for name in path:
+            owner = getattr(owner, name)
+        bound = getattr(replication, hook)
+        assert bound is not None, hook
+        assert bound.__self__ is owner and bound.__name__ == method, hook

@@ -244,7 +244,7 @@ def test_pop_due_respects_limit_and_order():
     assert len(heap) == 7
 
 
-# ---- GETJOB's reply, written in place (shardcore.encode_job / encode_jobs) -------------
+# ---- GETJOB's reply, written in place (jobreply.encode_job / encode_jobs) -------------
 
 def formatted_job(job, withcounters):
     """The reply element as %-formatting wrote it before encode_job wrote it in place."""
@@ -260,7 +260,7 @@ def formatted_job(job, withcounters):
                           st.integers(0, 65535), st.integers(0, 65535)), min_size=1, max_size=12),
        st.booleans())
 def test_getjob_reply_is_written_as_formatted(specs, withcounters):
-    from disque._fast.shardcore import encode_job, encode_jobs
+    from disque._fast.jobreply import encode_job, encode_jobs
     maker = IdMaker(NODE)
     jobs = []
     for queue, body, nacks, extra in specs:

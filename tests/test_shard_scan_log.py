@@ -121,22 +121,22 @@ def test_memory_accounting_follows_jobs_and_queues():
     assert shard.data_bytes == 0
     # OOM check: level 2 with 100 bytes too many and nothing evictable
     shard.cmd_addjob([b"ADDJOB", b"q", b"y" * 100, b"0"])
-    shard.memory_report()
-    shard.set_memory(2, 100, False)
+    shard.memory.memory_report()
+    shard.memory.set_memory(2, 100, False)
     assert shard.execute(1, [b"ADDJOB", b"q", b"z", b"0"]).startswith(b"-OOM ")
     assert shard.execute(1, [b"QLEN", b"q"]) == b":1\r\n"
     # a delivered at-most-once job is evictable: the command then runs
     shard.cmd_addjob([b"ADDJOB", b"q0", b"y" * 100, b"0", b"RETRY", b"0", b"REPLICATE", b"1"])
     shard.fetch(shard.queues[b"q0"])
-    shard.memory_report()
-    shard.set_memory(2, 100, False)
+    shard.memory.memory_report()
+    shard.memory.set_memory(2, 100, False)
     assert shard.execute(1, [b"ADDJOB", b"q", b"z", b"0"]).startswith(b"+D-")
     assert shard.execute(1, [b"QLEN", b"q0"]) == b":0\r\n" and len(shard.jobs) == 2
-    shard.memory_report()
-    shard.set_memory(2, 100, True)                           # noeviction
+    shard.memory.memory_report()
+    shard.memory.set_memory(2, 100, True)                           # noeviction
     assert shard.execute(1, [b"NACK", b"D-00000000-000000000000000000000000-0000"]) \
         .startswith(b"-OOM ")
-    shard.set_memory(1, -10 ** 9, True)
+    shard.memory.set_memory(1, -10 ** 9, True)
     assert shard.execute(1, [b"ADDJOB", b"q", b"z", b"0"]).startswith(b"+D-")   # level 1: fine
 
 

@@ -11,38 +11,32 @@ of the first node's worker (perf: half its CPU in the interpreter).
 """
 import random
 
+from disque._fast.addjob cimport ReplWait
 from disque._fast.job cimport (Job, JOB_WAIT_REPL, JOB_FLAG_BCAST_QUEUED, mark_active,
                                mark_wait_repl)
 from disque._fast.shardcore cimport ShardCore
 
-from disque._fast import resp
 from disque._fast.codec import CodecError, deserialize, serialize
 from disque.contracts import bus_messages as _bus
 
 cdef long REPLJOB = _bus.REPLJOB
 cdef long GOTJOB = _bus.GOTJOB
 cdef long ENQUEUE = _bus.ENQUEUE
+cdef long QUEUED = _bus.QUEUED
+cdef long WORKING = _bus.WORKING
+cdef long WILLQUEUE = _bus.WILLQUEUE
+cdef long SETACK = _bus.SETACK
+cdef long GOTACK = _bus.GOTACK
+cdef long DELJOB = _bus.DELJOB
+cdef long PAUSE = _bus.PAUSE
+cdef long NEEDJOBS = _bus.NEEDJOBS
+cdef long YOURJOBS = _bus.YOURJOBS
+cdef long INTEREST = _bus.INTEREST
 cdef long NOREPLY = _bus.NOREPLY
 cdef long ACCEPTED = _bus.ACCEPTED
-cdef object parse_int = resp.parse_int
+DEF LLONG_MAX = 9223372036854775807
 cdef object sample = random.sample
 cdef object choice = random.choice
-
-
-cdef class ReplWait:
-    """An ADDJOB whose client waits for its copies to be confirmed."""
-    cdef public long long reqid
-    cdef public Job job
-    cdef public long long deadline, last_add, started
-    cdef public bint extrepl
-
-    def __init__(self, long long reqid, Job job, long long deadline, bint extrepl, long long now):
-        self.reqid = reqid
-        self.job = job
-        self.deadline = deadline
-        self.extrepl = extrepl
-        self.last_add = now
-        self.started = now
 
 
 def count_types(list entries, dict counts):
@@ -54,16 +48,8 @@ def count_types(list entries, dict counts):
 
 cdef class ReplicationCore:
     """Needs from the shard (a ShardCore): jobs, bus_out, the job state calls, `answer`
-    and the `aof_loadjob` hook. The subclass sets `bus_handlers` (type -> handler for the
-    messages not handled here)."""
-    cdef public ShardCore shard
-    cdef public tuple reachable         # other nodes that can get copies (bytes ids)
-    cdef public frozenset known         # every node of the cluster, self included
-    cdef public dict repl_waits         # job id -> ReplWait
-    cdef public dict repl_by_reqid      # reqid -> ReplWait
-    cdef public dict bus_handlers
-    cdef public dict bus_in             # messages received / sent, by type
-    cdef public dict bus_sent
+    and the `aof_loadjob` hook. Calls the Python handlers of the other job messages
+    through its hooks (declared in replcore.pxd)."""
 
     def __init__(self, ShardCore shard):
         self.shard = shard
@@ -71,7 +57,6 @@ cdef class ReplicationCore:
         self.known = frozenset(shard.self_nodes)
         self.repl_waits = {}
         self.repl_by_reqid = {}
-        self.bus_handlers = {}
         self.bus_in = {}
         self.bus_sent = {}
 
@@ -81,36 +66,64 @@ cdef class ReplicationCore:
     def on_bus(self, list msgs):
         """Job messages from other nodes, [sender, type, flags, payload] each, already
         checked for shape by the front-end or the job link (busrelay.route_job_messages)."""
-        cdef dict handlers = self.bus_handlers
         cdef dict counts = self.bus_in
         cdef long mtype
         for m in msgs:
             sender, t, mflags, payload = m
-            handler = handlers.get(t)
-            if handler is None:
-                continue
-            counts[t] = counts.get(t, 0) + 1
             mtype = t
+            hook = None
+            if mtype != GOTJOB and mtype != REPLJOB:
+                hook = self.message_hook(mtype)
+                if hook is None:
+                    continue
+            counts[t] = counts.get(t, 0) + 1
             try:
-                if mtype == GOTJOB:
+                if hook is not None:
+                    hook(sender, mflags, payload)
+                elif mtype == GOTJOB:
                     self.on_gotjob(sender, mflags, payload)
-                elif mtype == REPLJOB:
-                    self.on_repljob(sender, mflags, payload)
                 else:
-                    handler(sender, mflags, payload)
+                    self.on_repljob(sender, mflags, payload)
             except (TypeError, ValueError, IndexError, KeyError, OverflowError, CodecError):
                 # a malformed message from a peer is dropped, like upstream
                 pass
 
+    cdef object message_hook(self, long mtype):
+        """The hook handling a job message type in Python; None for a type that is no
+        job message (REPLJOB and GOTJOB are handled here)."""
+        if mtype == ENQUEUE:
+            return self.enqueue_msg
+        if mtype == QUEUED:
+            return self.queued_msg
+        if mtype == WORKING:
+            return self.working_msg
+        if mtype == WILLQUEUE:
+            return self.willqueue_msg
+        if mtype == SETACK:
+            return self.setack_msg
+        if mtype == GOTACK:
+            return self.gotack_msg
+        if mtype == DELJOB:
+            return self.deljob_msg
+        if mtype == PAUSE:
+            return self.pause_msg
+        if mtype == NEEDJOBS:
+            return self.needjobs_msg
+        if mtype == YOURJOBS:
+            return self.yourjobs_msg
+        if mtype == INTEREST:
+            return self.interest_msg
+        return None
+
     # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
 
-    def replicate_new(self, long long reqid, list argv):
-        """Finish an ADDJOB that ShardCore.cmd_addjob left to us (REPLICATE > 1 or external
-        replication). Returns the reply now, or None when the client waits for GOTJOBs."""
+    cpdef replicate_new(self, long long reqid, ReplWait wait):
+        """Finish an ADDJOB whose job needs copies (REPLICATE > 1 or external replication):
+        `wait` is what ShardCore.cmd_addjob returned for it. Returns the reply now, or None
+        when the client waits for GOTJOBs (its reply then goes to `reqid`)."""
         cdef ShardCore shard = self.shard
-        cdef Job job = shard.last_added
-        shard.last_added = None
-        cdef bint extrepl = not job.nodes_delivered
+        cdef Job job = wait.job
+        cdef bint extrepl = wait.extrepl
         cdef int needed = job.repl if extrepl else job.repl - 1
         cdef tuple reachable = self.reachable
         cdef tuple targets
@@ -118,7 +131,7 @@ cdef class ReplicationCore:
             targets = tuple(sample(reachable, needed))
         else:
             targets = reachable
-        if shard.last_async:
+        if wait.is_async:
             if extrepl:
                 # not kept here: copies elsewhere, one of them queues it
                 job.nodes_delivered = targets
@@ -141,9 +154,16 @@ cdef class ReplicationCore:
         shard.register_job(job)
         shard.schedule(job)
         self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s))
-        timeout = parse_int(argv[3]) or 0
-        wait = ReplWait(reqid, job, shard.now_ms + timeout if timeout else 0, extrepl,
-                        shard.now_ms)
+        cdef long long now = shard.now_ms
+        wait.reqid = reqid
+        if not wait.timeout:
+            wait.deadline = 0
+        elif wait.timeout > LLONG_MAX - now:
+            wait.deadline = LLONG_MAX
+        else:
+            wait.deadline = now + wait.timeout
+        wait.last_add = now
+        wait.started = now
         self.repl_waits[job.id] = wait
         self.repl_by_reqid[reqid] = wait
         return None

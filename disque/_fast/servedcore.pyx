@@ -166,8 +166,8 @@ cdef class ServedCore(ServedLoop):
         cdef long long wid = self.new_wait_id()
         # Shard.run_with_copies, without its Python frame
         reply = (<ShardCore>shard).run_command(b"addjob", self.handlers[b"addjob"], argv)
-        if reply is None:
-            reply = shard.replication.replicate_new(wid, argv)
+        if type(reply) is not bytes:            # a ReplWait: the job needs copies
+            reply = shard.replication.replicate_new(wid, reply)
         if reply is not None:
             return reply
         return self.wait_here(c, wid)

@@ -1,5 +1,7 @@
+from disque._fast.addjob cimport AddjobOptions
 from disque._fast.job cimport Job
 from disque._fast.jobid cimport IdMaker, queue_slot
+from disque._fast.scanlog cimport ScanLog
 from disque._fast.skiplist cimport JobQueue
 from disque._fast.timers cimport TimerHeap
 
@@ -16,17 +18,6 @@ cdef class Queue:
     cdef public object remote        # None, or {node id: [credit, expiry ms]}: nodes whose consumers wait (federation)
     cdef public object fed           # None, or the queue's federation state (disque.workers.federation)
 
-cdef class ScanLog:
-    cdef public list items           # logged objects in insertion order; None = removed
-    cdef unsigned long long *seqs    # seqs[i]: the ever-increasing number of items[i]
-    cdef Py_ssize_t cap
-    cdef public Py_ssize_t n_dead
-    cdef public unsigned long long next_seq
-    cdef unsigned long long add(self, object item) except 0
-    cdef void kill(self, unsigned long long seq)
-    cdef void compact(self)
-    cpdef Py_ssize_t position(self, unsigned long long seq)
-
 cdef class ShardCore:
     cdef public dict jobs
     cdef public dict queues
@@ -42,8 +33,6 @@ cdef class ShardCore:
     cdef public bint leaving
     cdef public list bus_out           # (destination node ids, type, flags, payload) for the bus
     cdef public bint aof_on            # append-only file enabled: log new jobs (persistence)
-    cdef public object last_added      # job ADDJOB left for the cluster layer to replicate
-    cdef public bint last_async
     cdef public int memory_level
     cdef public ScanLog job_log, queue_log
     cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)
@@ -85,5 +74,7 @@ cdef class ShardCore:
     cdef void deliver(self, Job job) except *
     cpdef move_to_dead_letter(self, Job job)
     cpdef object cmd_addjob(self, list argv)
+    cdef object addjob_refusal(self, AddjobOptions *o, bint extrepl, Queue q)
+    cdef Job new_job(self, bytes qname, list argv, AddjobOptions *o)
 
 cpdef long long expire_ms(Job job)

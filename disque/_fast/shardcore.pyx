@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""The hot half of a worker's shard: queues, the enqueue rule, scheduling, ADDJOB.
+"""The hot half of a worker's shard: queues, the enqueue rule, scheduling, ADDJOB (its
+options parsed by disque/_fast/addjob.pyx).
 
 `disque.workers.shard.Shard` subclasses `ShardCore` and keeps the rest of the state
 machine in Python; the code here follows SPEC 3.1, 3.2 ("Fetching a job"), 7.1 and 7.2
@@ -9,14 +10,13 @@ import os
 from disque._fast.sysio cimport real_ms
 from collections import deque
 
-from libc.stdlib cimport realloc, free
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-
+from disque._fast.addjob cimport AddjobOptions, copies_wanted, parse_addjob
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
+from disque._fast.scanlog cimport ScanLog
 
-from disque._fast.resp cimport bulk_size, int_size, parse_int, put_bulk, put_int, status
+from disque._fast.resp cimport status
 from disque.statslog import LATENCY_BOUNDS_US
 
 DEF PAUSE_IN = 1
@@ -31,22 +31,6 @@ cdef int BUS_INCR_DELIV = _bus.INCR_DELIV
 cdef int BUS_DEADLETTERED = _bus.DEADLETTERED
 # worker -> front-end entry: a queue now lives on a worker that is not its slot's
 # (a dead-letter queue holding jobs of other slots), so GETJOB must look there too
-
-from disque import replies as _replies
-cdef bytes SYNTAX_ERROR = _replies.SYNTAX_ERROR
-cdef bytes DELAY_NEGATIVE = _replies.DELAY_NEGATIVE
-cdef bytes TIMEOUT_NOT_INTEGER = _replies.TIMEOUT_NOT_INTEGER
-cdef bytes TIMEOUT_NEGATIVE = _replies.TIMEOUT_NEGATIVE
-DEF UINT32_MAX = 4294967295
-DEF LLONG_MAX = 9223372036854775807
-
-
-cdef inline long long option_value(object arg, long long lo, long long hi):
-    """A numeric ADDJOB option in [lo, hi] (lo >= 0), or -1 when it is not one."""
-    cdef object v = parse_int(arg)
-    if v is None or v < lo or v > hi:
-        return -1
-    return v
 
 # Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
 # fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
@@ -75,85 +59,6 @@ cdef class Queue:
         self.fed = None
 
 
-cdef class ScanLog:
-    """The objects of a dict (a shard's jobs or queues) in insertion order, for QSCAN/JSCAN.
-
-    Each added object gets a sequence number that never changes and only grows; a cursor is
-    "the next sequence number to look at". A removed object leaves a None (found again by
-    bisection on the sequence numbers) and the holes are squeezed out once they are half the
-    log, which moves positions but not sequence numbers. So an object present for a whole
-    scan keeps its number and is reached when the cursor passes it: returned at least once,
-    whatever is added or removed meanwhile, with bounded work per call and no state kept
-    between calls. Cost: two words per object, plus at most as many per removed one.
-    """
-    def __cinit__(self):
-        self.items = []
-        self.seqs = NULL
-        self.cap = 0
-        self.n_dead = 0
-        self.next_seq = 1
-
-    def __dealloc__(self):
-        free(self.seqs)
-
-    def __len__(self):
-        return len(self.items)
-
-    cdef unsigned long long add(self, object item) except 0:
-        cdef Py_ssize_t n = len(self.items), cap
-        cdef unsigned long long *p
-        if n == self.cap:
-            cap = 64 if self.cap < 64 else self.cap * 2
-            p = <unsigned long long *>realloc(self.seqs, cap * sizeof(unsigned long long))
-            if p == NULL:
-                raise MemoryError()
-            self.seqs = p
-            self.cap = cap
-        cdef unsigned long long seq = self.next_seq
-        self.next_seq += 1
-        self.seqs[n] = seq
-        self.items.append(item)
-        return seq
-
-    cpdef Py_ssize_t position(self, unsigned long long seq):
-        """Index of the first item whose sequence number is >= seq."""
-        cdef Py_ssize_t lo = 0, hi = len(self.items), mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if self.seqs[mid] < seq:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def seq_at(self, Py_ssize_t pos):
-        return self.seqs[pos]
-
-    cdef void kill(self, unsigned long long seq):
-        cdef Py_ssize_t pos = self.position(seq), n = len(self.items)
-        if pos < n and self.seqs[pos] == seq and self.items[pos] is not None:
-            self.items[pos] = None
-            self.n_dead += 1
-            if self.n_dead > 1024 and self.n_dead * 2 > n:
-                self.compact()
-
-    cdef void compact(self):
-        cdef list items = self.items, kept = []
-        cdef Py_ssize_t i, j = 0, n = len(items)
-        for i in range(n):
-            item = items[i]
-            if item is not None:
-                kept.append(item)
-                self.seqs[j] = self.seqs[i]
-                j += 1
-        self.items = kept
-        self.n_dead = 0
-
-    def clear(self):
-        self.items = []
-        self.n_dead = 0
-
-
 # the stats log's latency bounds as C numbers: a command's bucket without a Python call
 cdef long long LATENCY_BOUNDS[32]
 cdef Py_ssize_t N_LATENCY_BOUNDS = len(LATENCY_BOUNDS_US)
@@ -168,50 +73,6 @@ cdef inline Py_ssize_t latency_bucket(long long us):
     while i < N_LATENCY_BOUNDS and LATENCY_BOUNDS[i] < us:
         i += 1
     return i
-
-
-cdef Py_ssize_t job_size(Job job, bint withcounters):
-    cdef Py_ssize_t n = 4 + bulk_size(len(<bytes>job.queue)) + bulk_size(len(<bytes>job.id)) \
-        + bulk_size(len(<bytes>job.body))
-    if withcounters:
-        n += bulk_size(5) + 3 + int_size(job.nacks) + bulk_size(21) + 3 \
-            + int_size(job.additional_deliveries)
-    return n
-
-
-cdef char *put_job(char *p, Job job, bint withcounters):
-    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
-    p = put_int(p, b'*', 7 if withcounters else 3)
-    p = put_bulk(p, job.queue)
-    p = put_bulk(p, job.id)
-    p = put_bulk(p, job.body)
-    if withcounters:
-        p = put_bulk(p, b"nacks")
-        p = put_int(p, b':', job.nacks)
-        p = put_bulk(p, b"additional-deliveries")
-        p = put_int(p, b':', job.additional_deliveries)
-    return p
-
-
-cpdef bytes encode_job(Job job, bint withcounters):
-    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, job_size(job, withcounters))
-    put_job(PyBytes_AS_STRING(out), job, withcounters)
-    return out
-
-
-cpdef bytes encode_jobs(list jobs, bint withcounters):
-    """GETJOB's whole reply for `jobs` (not empty), written into one bytes object: its size
-    first, then each element in place (no formatting, no join)."""
-    cdef Py_ssize_t size = 3 + int_size(len(jobs))
-    cdef Job job
-    for job in jobs:
-        size += job_size(job, withcounters)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
-    cdef char *p = put_int(PyBytes_AS_STRING(out), b'*', len(jobs))
-    for job in jobs:
-        p = put_job(p, job, withcounters)
-    return out
 
 
 cpdef long long expire_ms(Job job):
@@ -236,8 +97,6 @@ cdef class ShardCore:
         self.leaving = False
         self.aof_on = False
         self.bus_out = []
-        self.last_added = None
-        self.last_async = False
         self.memory_level = 0
         self.oom_data = NO_LIMIT
         self.job_log = ScanLog()
@@ -499,92 +358,42 @@ cdef class ShardCore:
         return out
 
     cpdef object cmd_addjob(self, list argv):
-        """ADDJOB <queue> <body> <ms-timeout> [options] (SPEC 3.1, in its order)."""
-        cdef bytes qname = argv[1], body = argv[2], opt
-        cdef long long replicate = -1, delay = 0, retry = -1, ttl = 86400, maxlen = 0
-        cdef long long backoff = 0, maxdeliveries = 0
-        cdef object deadletter = None
-        cdef bint is_async = False, has_value
-        cdef Py_ssize_t i = 4, argc = len(argv)
-        cdef object v
-        while i < argc:
-            opt = (<bytes>argv[i]).lower()
-            has_value = i + 1 < argc
-            if opt == b"replicate" and has_value:
-                replicate = option_value(argv[i + 1], 1, 65535)
-                if replicate < 0:
-                    return b"-ERR REPLICATE must be between 1 and 65535\r\n"
-                i += 1
-            elif opt == b"delay" and has_value:
-                delay = option_value(argv[i + 1], 0, UINT32_MAX)
-                if delay < 0:
-                    return DELAY_NEGATIVE
-                i += 1
-            elif opt == b"retry" and has_value:
-                retry = option_value(argv[i + 1], 0, UINT32_MAX)
-                if retry < 0:
-                    return b"-ERR RETRY time must be a non negative number\r\n"
-                i += 1
-            elif opt == b"ttl" and has_value:
-                ttl = option_value(argv[i + 1], 1, UINT32_MAX)
-                if ttl < 0:
-                    return b"-ERR TTL must be a number > 0\r\n"
-                i += 1
-            elif opt == b"maxlen" and has_value:
-                maxlen = option_value(argv[i + 1], 1, LLONG_MAX)
-                if maxlen < 0:
-                    return b"-ERR MAXLEN must be a positive number\r\n"
-                i += 1
-            elif opt == b"async":
-                is_async = True
-            elif opt == b"backoff" and has_value:
-                backoff = option_value(argv[i + 1], 1, UINT32_MAX)
-                if backoff < 0:
-                    return b"-ERR BACKOFF time must be a number > 0\r\n"
-                i += 1
-            elif opt == b"maxdeliveries" and has_value:
-                maxdeliveries = option_value(argv[i + 1], 1, 65535)
-                if maxdeliveries < 0:
-                    return b"-ERR MAXDELIVERIES must be between 1 and 65535\r\n"
-                i += 1
-            elif opt == b"deadletter" and has_value:
-                deadletter = argv[i + 1]
-                if deadletter == qname or not len(deadletter):
-                    return b"-ERR DEADLETTER queue must be a non empty name different from the job's queue\r\n"
-                i += 1
-            else:
-                return SYNTAX_ERROR
-            i += 1
-        v = parse_int(argv[3])
-        if v is None:
-            return TIMEOUT_NOT_INTEGER
-        if v < 0:
-            return TIMEOUT_NEGATIVE
-        if replicate < 0:
-            replicate = 3 if self.cluster_size > 3 else self.cluster_size
-        if replicate > 1 and retry == 0:
-            return b"-ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)\r\n"
-        if delay >= ttl:
-            return b"-ERR The specified DELAY is greater than TTL. Job refused since would never be delivered\r\n"
-        if retry < 0:
-            retry = ttl // 10
-            if retry > 300:
-                retry = 300
-            if retry == 0:
-                retry = 1
-        if backoff or maxdeliveries or deadletter is not None:
-            if deadletter is not None and not maxdeliveries:
-                return b"-ERR DEADLETTER needs MAXDELIVERIES\r\n"
-            if retry == 0:
-                return b"-ERR BACKOFF and MAXDELIVERIES need RETRY > 0 (a RETRY 0 job is never queued again)\r\n"
-            if backoff and backoff < retry:
-                return b"-ERR BACKOFF time must not be less than RETRY\r\n"
+        """ADDJOB <queue> <body> <ms-timeout> [options] (SPEC 3.1, in its order): the
+        options, the node's limits, the new job; then the job is queued here, or handed
+        to the replication as a ReplWait when it needs copies on other nodes."""
+        cdef AddjobOptions o
+        refusal = parse_addjob(argv, &o, self.cluster_size)
+        if refusal is not None:
+            return refusal
         # SPEC 3.1 step 5 turns external replication on at memory level >= 1, which on a
         # lone node (no other node can hold the copy) would refuse every ADDJOB with NOREPL
         # from 75% on. Deliberate difference: a lone node keeps storing jobs locally until
-        # 95%, where the OOM check before ADDJOB (Shard.execute) takes over.
+        # 95%, where the OOM check before ADDJOB (run_command) takes over.
         cdef bint extrepl = (self.memory_level >= 1 and self.cluster_size > 1) or self.leaving
-        cdef long long needed = replicate if extrepl else replicate - 1
+        cdef bytes qname = argv[1]
+        cdef Queue q = self.queues.get(qname)
+        refusal = self.addjob_refusal(&o, extrepl, q)
+        if refusal is not None:
+            return refusal
+        if q is not None:
+            qname = q.name                   # one bytes object per queue name, shared by its jobs
+        cdef Job job = self.new_job(qname, argv, &o)
+        self.n_added += 1
+        if o.replicate > 1 or extrepl:
+            return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's
+        self.register_job(job)
+        if o.delay:
+            self.schedule(job)
+        else:
+            self.enqueue(job, False)
+        if self.aof_on:
+            self.aof_loadjob(job)
+        return status(job.id)
+
+    cdef object addjob_refusal(self, AddjobOptions *o, bint extrepl, Queue q):
+        """The error of an ADDJOB the node cannot take now: too few reachable nodes for
+        its copies, its queue full (MAXLEN) or paused in input; None when it can."""
+        cdef long long needed = o.replicate if extrepl else o.replicate - 1
         if needed > self.reachable_nodes:
             if extrepl and needed - 1 == self.reachable_nodes:
                 reason = b"I'm leaving the cluster" if self.leaving else b"I'm out of memory"
@@ -592,43 +401,30 @@ cdef class ShardCore:
                         b"since I'm unable to hold a copy of the message for the following reason: "
                         + reason + b"\r\n")
             return b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
-        cdef Queue q = self.queues.get(qname)
         if q is not None:
-            if maxlen and len(q.jobs) >= maxlen:
+            if o.maxlen and len(q.jobs) >= o.maxlen:
                 return b"-MAXLEN Queue is already longer than the specified MAXLEN count\r\n"
             if q.paused & PAUSE_IN:
                 return b"-PAUSED Queue paused in input, try later\r\n"
-            qname = q.name                   # one bytes object per queue name, shared by its jobs
+        return None
+
+    cdef Job new_job(self, bytes qname, list argv, AddjobOptions *o):
+        """The job an accepted ADDJOB creates: active, not registered yet."""
         cdef long long now = self.now_ms
         cdef Job job = Job.__new__(Job)     # Job.__init__'s Python call, without it
-        job.id = self.ids.make(queue_slot(qname), ttl, retry)
+        job.id = self.ids.make(queue_slot(qname), o.ttl, o.retry)
         job.queue = qname
-        job.body = body
+        job.body = argv[2]
         job.ctime = self.ids.next_ctime(now)
-        job.etime = self.now_s + ttl
-        job.delay = delay
-        job.retry = retry
-        job.repl = replicate
+        job.etime = self.now_s + o.ttl
+        job.delay = o.delay
+        job.retry = o.retry
+        job.repl = o.replicate
         job.nodes_delivered = self.self_nodes
-        job.qtime = now + delay * 1000 if delay else now + retry * 1000
+        job.qtime = now + o.delay * 1000 if o.delay else now + o.retry * 1000
         mark_active(job)
-        if backoff or maxdeliveries:
-            job.ext = JobOptions(backoff, maxdeliveries,
-                                 (deadletter if deadletter is not None else qname + b":dead")
-                                 if maxdeliveries else None)
-        self.n_added += 1
-        if replicate > 1 or extrepl:
-            # more than one copy: the cluster layer (disque.workers.replication) registers
-            # the job, replicates it and answers, now (ASYNC) or once copies are confirmed
-            job.nodes_delivered = () if extrepl else self.self_nodes
-            self.last_added = job
-            self.last_async = is_async
-            return None
-        self.register_job(job)
-        if delay:
-            self.schedule(job)
-        else:
-            self.enqueue(job, False)
-        if self.aof_on:
-            self.aof_loadjob(job)
-        return status(job.id)
+        if o.backoff or o.maxdeliveries:
+            job.ext = JobOptions(o.backoff, o.maxdeliveries,
+                                 (argv[o.deadletter_at] if o.deadletter_at else qname + b":dead")
+                                 if o.maxdeliveries else None)
+        return job

@@ -23,7 +23,7 @@ Requests:
         names: info, flushall, shutdown, ping; scan (a QSCAN/JSCAN share, Shard.scan);
         cluster (membership for Replication.set_cluster);
         memory (every ~100 ms: [level, excess, noeviction] in, memory figures and scan-log
-        sequence numbers out, Shard.set_memory / Shard.memory_report)
+        sequence numbers out, Memory.set_memory / Memory.memory_report)
 
 Each kind is a named type below (disque/contracts/typed.py: one encoder, one decoder).
 Framing on the socketpair link: <u32 little-endian length><payload> (ZeroMQ frames its own),

@@ -1,7 +1,7 @@
 """The node's memory level (SPEC 9; docs/memory.md): used_memory and the maxmemory levels.
 
 Every ~100 ms the front-end tells every worker the last level and collects their memory
-use (`Shard.set_memory` / `Shard.memory_report` on the worker side, a "memory" control).
+use (`Memory.set_memory` / `Memory.memory_report` on the worker side, a "memory" control).
 used_memory is the workers' shares (their jobs, queues and AOF buffers) plus what the
 front-end holds for its clients, not the interpreters' fixed footprint.
 """

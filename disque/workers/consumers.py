@@ -9,7 +9,7 @@ for the front-end's GETJOBs. A connection this worker serves parks its GETJOB he
 import heapq
 
 from disque._fast import resp
-from disque._fast.shardcore import encode_job, encode_jobs
+from disque._fast.jobreply import encode_job, encode_jobs
 from disque.contracts import worker_link as P
 from disque.workers.replication import LEAVING_ERROR
 

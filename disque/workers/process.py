@@ -71,7 +71,7 @@ class Worker:
         if name == "info":
             info = shard.info()
             cpu = self.process.cpu_times()
-            info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory_used(),
+            info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory.memory_used(),
                         cpu_user=cpu.user, cpu_sys=cpu.system,
                         ops=self.ops, index=self.index, uptime_s=time.time() - self.started,
                         tick_ms=self.timer.interval_ms if self.timer is not None else TICK_MS,
@@ -91,8 +91,8 @@ class Worker:
                 self.job_links.set_cluster(arg)
             return True
         if name == "memory":                # every ~100 ms: [level, excess, noeviction]
-            shard.set_memory(*arg)
-            return shard.memory_report() + [shard.persistence.aof_status()]
+            shard.memory.set_memory(*arg)
+            return shard.memory.memory_report() + [shard.persistence.aof_status()]
         if name.startswith("aof_"):         # persistence: see disque.workers.persistence
             return shard.persistence.aof_control(name, arg)
         if name == "flushall":
@@ -318,7 +318,7 @@ class Worker:
         if os.getppid() != self.parent:
             log.warning("Front-end is gone: worker %d exits", self.index)
             return False
-        self.shard.evict_idle_queues()
+        self.shard.queue_commands.evict_idle_queues()
         return True
 
 

@@ -4,7 +4,7 @@ Asked for by the front-end's HTTP endpoint only, never on the command path."""
 import heapq
 import time
 
-from disque.workers.shard import PAUSE_NAMES
+from disque.workers.queues import PAUSE_NAMES
 
 
 def queue_report(shard, limit):

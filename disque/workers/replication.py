@@ -21,6 +21,7 @@ from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
                               QUEUED, WAIT_REPL, mark_active, retry_interval_msec)
 from disque._fast.replcore import ReplicationCore
+from disque.commands import resolve
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import serialize
 from disque.workers.job_features import counters_aux
@@ -37,6 +38,23 @@ LEAVING_ERROR = (b"-LEAVING This node is leaving the cluster, please connect to 
                  b"different one\r\n")
 
 
+# the hooks the Cython core calls (declared in replcore.pxd): hook -> "method" here, or
+# "part.method" of what this object holds (the shard's parts)
+REPLICATION_HOOKS = {
+    "enqueue_msg": "on_enqueue",
+    "queued_msg": "on_queued",
+    "working_msg": "on_working",
+    "willqueue_msg": "on_willqueue",
+    "setack_msg": "on_setack",
+    "gotack_msg": "on_gotack",
+    "deljob_msg": "on_deljob_msg",
+    "pause_msg": "on_pause_msg",
+    "needjobs_msg": "shard.federation.on_needjobs",
+    "yourjobs_msg": "shard.federation.on_yourjobs",
+    "interest_msg": "shard.federation.on_interest",
+}
+
+
 def mix(node_id, job_id):
     """SPEC 5: the node ID XORed with the job ID's random part, for QUEUED tie-breaks."""
     return bytes(node_id[i] ^ job_id[11 + i % 24] for i in range(40))
@@ -46,20 +64,15 @@ class Replication(ReplicationCore):
     """Needs from the shard: the ShardCore (jobs, timers, enqueue, delete_job, bus_out,
     cluster fields), `shard.features` (counters, dead letters) and `shard.federation`
     (its bus handlers). Offers: on_bus (every job message), set_cluster, replicate_new
-    (ADDJOB with copies), repl_cron, activate, gc_send_setacks, the bus counters (bus_in,
-    bus_sent: by type). The fields (reachable, known, repl_waits by job id, repl_by_reqid)
-    are ReplicationCore's."""
+    (ADDJOB with copies: the ReplWait that ShardCore.cmd_addjob returns), repl_cron,
+    activate, gc_send_setacks, the bus counters (bus_in, bus_sent: by type). The fields
+    (reachable, known, repl_waits by job id, repl_by_reqid) are ReplicationCore's; the
+    message handlers here and federation's are its hooks (REPLICATION_HOOKS)."""
 
     def __init__(self, shard):
         super().__init__(shard)
-        self.bus_handlers = {
-            M.REPLJOB: self.on_repljob, M.GOTJOB: self.on_gotjob, M.ENQUEUE: self.on_enqueue,
-            M.QUEUED: self.on_queued, M.WORKING: self.on_working,
-            M.WILLQUEUE: self.on_willqueue, M.SETACK: self.on_setack, M.GOTACK: self.on_gotack,
-            M.DELJOB: self.on_deljob_msg, M.NEEDJOBS: self.shard.federation.on_needjobs,
-            M.YOURJOBS: self.shard.federation.on_yourjobs, M.PAUSE: self.on_pause_msg,
-            M.INTEREST: self.shard.federation.on_interest,
-        }
+        for hook, handler in REPLICATION_HOOKS.items():
+            setattr(self, hook, resolve(self, handler))
 
     def set_cluster(self, state):
         """The front-end's view of the cluster, pushed when it changes."""
@@ -282,4 +295,4 @@ class Replication(ReplicationCore):
         if q is None and flags:
             q = self.shard.get_queue(name, create=True)
         if q is not None:
-            self.shard.set_pause(q, flags)
+            self.shard.queue_commands.set_pause(q, flags)

@@ -7,24 +7,26 @@ bytes so the front-end only copies them to the client.
 """
 import collections
 import heapq
-import random
 from time import perf_counter_ns
 
 from disque import replies as R
 from disque import commands as commands_mod
 from disque._fast import resp
+from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
                               STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
-from disque._fast.shardcore import NO_LIMIT, ShardCore, encode_job, expire_ms
+from disque._fast.shardcore import ShardCore, expire_ms
 from disque.contracts import bus_messages as M
 from disque.workers.consumers import Consumers
 from disque.workers.federation import Federation
 from disque.workers.job_features import JobFeatures
+from disque.workers.memory import Memory
 from disque.workers.persistence import Persistence
+from disque.workers.queues import PAUSE_IN, PAUSE_OUT, QueueCommands
 from disque.workers.scan_share import scan_share
 from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, Replication
 
@@ -33,40 +35,41 @@ NULL_ARRAY = resp.NULL_ARRAY
 SYNTAX_ERROR = R.SYNTAX_ERROR
 NOT_INTEGER = R.NOT_INTEGER
 
-PAUSE_IN = 1
-PAUSE_OUT = 2
-PAUSE_NAMES = (b"none", b"in", b"out", b"all")
-
-QUEUE_MAX_IDLE_BY_LEVEL = (300, 10, 2)    # seconds, by memory level (SPEC 8.2)
 SCHEDULER_BATCH = 10000
-QPEEK_MAX = 1 << 62
-
-# the structures of an empty shard (dicts, timer heap, scan logs), measured; also what keeps
-# `used` above 0, so that `maxmemory 1` means "over the limit" as upstream
-SHARD_BASE_COST = 8192
-EVICT_MAX_MISSES = 10           # SPEC 9: give up after > 10 non-evictable samples in a row
-EVICT_MAX_NS = 1000000          # ... or after 1 ms
 
 
 def err(msg):
     return b"-" + msg.encode() + b"\r\n"
 
 
+# attribute of Shard -> the part's class (tests resolve "part.method" handler names here)
+SHARD_PARTS = {
+    "consumers": Consumers,
+    "queue_commands": QueueCommands,
+    "memory": Memory,
+    "features": JobFeatures,
+    "federation": Federation,
+    "persistence": Persistence,
+    "replication": Replication,
+}
+
 # the hooks the Cython core calls (declared in shardcore.pxd): hook -> method
 SHARD_HOOKS = {
     "aof_loadjob": "persistence.write_loadjob",
     "aof_deljob": "persistence.aof_deljob",
     "queue_created": "features.offer_new_queue",
-    "evict_for_oom": "free_memory",
+    "evict_for_oom": "memory.free_memory",
 }
 
 
 class Shard(ShardCore):
     """A worker's jobs and queues: the Cython ShardCore (the job record, queues, timers,
     ADDJOB / enqueue / fetch) plus the commands and timers here, and its parts
-    (docs/design.md, "Shard parts"): `features` (NACK delay, back-off, dead letters,
-    FROM-PREFIX), `federation` (NEEDJOBS / INTEREST / YOURJOBS), `persistence` (its AOF)
-    and `replication` (copies on other nodes, requeue coordination, acks and GC)."""
+    (docs/design.md, "Shard parts"): `consumers` (GETJOB's blocked consumers),
+    `queue_commands` (QLEN / QPEEK / QSTAT / PAUSE, idle queues), `memory` (limits and
+    eviction), `features` (NACK delay, back-off, dead letters, FROM-PREFIX), `federation`
+    (NEEDJOBS / INTEREST / YOURJOBS), `persistence` (its AOF) and `replication` (copies on
+    other nodes, requeue coordination, acks and GC)."""
 
     def __init__(self, index, nworkers, node_id, config=None):
         super().__init__(node_id)
@@ -80,16 +83,15 @@ class Shard(ShardCore):
         self.n_deleted = 0                          # jobs removed by DELJOB / FASTACK
         self.latency = LatencyHistogram()           # service time distribution (stats log)
         self.latency_counts = self.latency.counts   # (its list, updated inline per command)
-        self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py
-        # memory limits (SPEC 9), from the front-end every ~100 ms: see set_memory()
-        self.mem_data_ref = 0            # data_bytes when we last reported our memory
-        self.mem_noeviction = False
         self.consumers = Consumers(self)
+        self.queue_commands = QueueCommands(self)
+        self.memory = Memory(self)
         self.features = JobFeatures(self)
         self.federation = Federation(self)
         self.persistence = Persistence(self)
         self.replication = Replication(self)     # its bus handlers include federation's
         self.served = None       # ServedClients, when this worker serves connections itself
+        self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py (parts first)
         for hook, handler in SHARD_HOOKS.items():
             setattr(self, hook, commands_mod.resolve(self, handler))
 
@@ -114,8 +116,8 @@ class Shard(ShardCore):
         answer(reqid, ...)). The link's path (execute) and the served one
         (ServedCore.addjob_clustered) both come here."""
         reply = self.run_command(name, handler, argv)
-        if reply is None and name == b"addjob":
-            reply = self.replication.replicate_new(reqid, argv)     # copies on other nodes
+        if type(reply) is ReplWait:
+            reply = self.replication.replicate_new(reqid, reply)    # copies on other nodes
         return reply
 
     def answer(self, reqid, reply):
@@ -404,165 +406,13 @@ class Shard(ShardCore):
             parts.extend(extra)
         return b"".join(parts)
 
-    # ---- queue commands ------------------------------------------------------------------
-
-    def cmd_qlen(self, argv):
-        q = self.queues.get(argv[1])
-        return b":%d\r\n" % (len(q.jobs) if q is not None else 0)
-
-    def cmd_qpeek(self, argv):
-        count = parse_int(argv[2])
-        if count is None:
-            return NOT_INTEGER
-        q = self.queues.get(argv[1])
-        if q is None or count == 0:
-            return resp.EMPTY_ARRAY
-        # |count| may not fit a Py_ssize_t (QPEEK q -9223372036854775808): no queue is longer
-        count = max(-QPEEK_MAX, min(count, QPEEK_MAX))
-        jobs = q.jobs.peek(count) if count > 0 else q.jobs.peek_tail(-count)
-        return b"*%d\r\n" % len(jobs) + b"".join([encode_job(j, False) for j in jobs])
-
-    def cmd_qstat(self, argv):
-        q = self.queues.get(argv[1])
-        if q is None:
-            return NULL_ARRAY
-        now = self.now_s
-        return b"".join([
-            b"*20\r\n$4\r\nname\r\n", resp.bulk(q.name),
-            b"$3\r\nlen\r\n:%d\r\n" % len(q.jobs),
-            b"$3\r\nage\r\n:%d\r\n" % max(0, now - q.ctime),
-            b"$4\r\nidle\r\n:%d\r\n" % max(0, now - q.atime),
-            b"$7\r\nblocked\r\n:%d\r\n" % len(q.blocked),
-            b"$11\r\nimport-from\r\n",
-            resp.bulk_array(sorted(q.fed.responders) if q.fed is not None else []),
-            b"$11\r\nimport-rate\r\n:%d\r\n" % self.federation.import_rate(q),
-            b"$7\r\njobs-in\r\n:%d\r\n" % q.jobs_in,
-            b"$8\r\njobs-out\r\n:%d\r\n" % q.jobs_out,
-            b"$5\r\npause\r\n", resp.bulk(PAUSE_NAMES[q.paused]),
-        ])
-
-    def cmd_pause(self, argv):
-        """PAUSE <queue> <opt> ... (SPEC 3.12): options left to right, all or nothing."""
-        flags = 0
-        update = False
-        bcast = False
-        for opt in argv[2:]:
-            opt = opt.lower()
-            if opt == b"none":
-                flags = 0
-                update = True
-            elif opt == b"in":
-                flags |= PAUSE_IN
-                update = True
-            elif opt == b"out":
-                flags |= PAUSE_OUT
-                update = True
-            elif opt == b"all":
-                flags |= PAUSE_IN | PAUSE_OUT
-                update = True
-            elif opt == b"state":
-                pass
-            elif opt == b"bcast":
-                bcast = True
-            else:
-                return SYNTAX_ERROR
-        q = self.queues.get(argv[1])
-        if q is None and update and flags:
-            q = self.get_queue(argv[1], create=True)
-        if q is not None and update:
-            self.set_pause(q, flags)
-        state = q.paused if q is not None else 0
-        if bcast and self.cluster_size > 1:
-            self.replication.send_bus(None, M.PAUSE, [argv[1], state])
-        return b"+%s\r\n" % PAUSE_NAMES[state]
-
-    def set_pause(self, q, flags):
-        old = q.paused
-        q.paused = flags
-        if old & PAUSE_OUT and not flags & PAUSE_OUT and (q.blocked or q.remote) and len(q.jobs):
-            self.ready.add(q)       # consumers blocked while it was paused get served now
-
     # ---- QSCAN / JSCAN, this worker's share (SPEC 3.11; the front-end drives the cursor) ----
 
     def scan(self, kind, low, bits, bound, count, steps, opts):
         """This worker's share of a QSCAN / JSCAN call (disque/workers/scan_share.py)."""
         return scan_share(self, kind, low, bits, bound, count, steps, opts)
 
-    # ---- memory limits (SPEC 9) -------------------------------------------------------------
-
-    def memory_used(self):
-        """This worker's share of `used_memory` (SPEC 9, docs/memory.md): the bytes of its
-        jobs and queues (ShardCore.data_bytes, updated by every registration and deletion),
-        what its AOF holds in memory, and its empty structures. Not the process's RSS: the
-        interpreter's fixed footprint is no data, and freed memory that Python and libc keep
-        for reuse would make a node that once reached 95% refuse ADDJOB forever."""
-        return SHARD_BASE_COST + self.data_bytes + self.persistence.aof_memory()
-
-    def memory_report(self):
-        """Answer to the front-end's periodic memory poll: [used, data bytes, AOF bytes,
-        next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
-        self.mem_data_ref = self.data_bytes
-        return [self.memory_used(), self.data_bytes, self.persistence.aof_memory(), self.job_log.next_seq,
-                self.queue_log.next_seq]
-
-    def set_memory(self, level, excess, noeviction):
-        """The front-end's view of the node: memory level 0-2 (SPEC 9) and `excess`, the node's
-        used memory minus 95% of maxmemory (None: no limit), computed from our previous
-        report. Our own data changes since that report are added live (oom_data), so the
-        OOM check before `m` commands is exact for this worker's growth and for what its
-        evictions free, instead of lagging one poll behind."""
-        self.memory_level = level
-        self.mem_noeviction = noeviction
-        self.oom_data = NO_LIMIT if excess is None else self.mem_data_ref - excess
-
-    def free_memory(self):
-        """Eviction before an `m` command when the node is over 95% of maxmemory (SPEC 9,
-        policy `acks`). True when the command may run: enough was freed to go back under.
-
-        Random jobs are sampled (the scan log gives O(1) random access); acked jobs and
-        delivered at-most-once jobs are deleted; with no jobs at all, idle queues go.
-        Give up after > 10 non-evictable samples in a row or 1 ms. Each worker evicts
-        from its own jobs only.
-        """
-        if self.mem_noeviction:
-            return False
-        items = self.job_log.items
-        deadline = perf_counter_ns() + EVICT_MAX_NS
-        misses = 0
-        rnd = random.random
-        jobs = self.jobs
-        while self.data_bytes > self.oom_data:
-            if not jobs or not items:
-                if not jobs:
-                    self.evict_idle_queues(QUEUE_MAX_IDLE_BY_LEVEL[2])
-                break
-            job = items[int(rnd() * len(items))]
-            if job is not None and jobs.get(job.id) is job:
-                if job.state == ACKED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
-                    self.forget_job(job)
-                    misses = 0
-                else:
-                    misses += 1
-                    if misses > EVICT_MAX_MISSES:
-                        break
-            if perf_counter_ns() > deadline:
-                break
-        return self.data_bytes <= self.oom_data
-
     # ---- maintenance -----------------------------------------------------------------------
-
-    def evict_idle_queues(self, max_idle=None):
-        """Drop queues that are empty, unpaused, unwaited and idle (SPEC 8.2): idle for 300 s,
-        10 s above 75% of maxmemory, 2 s above 95%."""
-        if max_idle is None:
-            max_idle = QUEUE_MAX_IDLE_BY_LEVEL[min(self.memory_level, 2)]
-        limit = self.now_s - max_idle
-        now = self.now_ms
-        stale = [q for q in self.queues.values()
-                 if not len(q.jobs) and not q.blocked and not q.paused and q.atime <= limit
-                 and (q.remote is None or all(exp < now for _, exp in q.remote.values()))]
-        for q in stale:
-            self.remove_queue(q)
 
     def flushall(self):
         """DEBUG FLUSHALL / CLUSTER RESET: drop every job and queue; waiting consumers get a

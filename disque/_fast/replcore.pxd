@@ -1,0 +1,38 @@
+from disque._fast.addjob cimport ReplWait
+from disque._fast.job cimport Job
+from disque._fast.shardcore cimport ShardCore
+
+cdef class ReplicationCore:
+    cdef public ShardCore shard
+    cdef public tuple reachable         # other nodes that can get copies (bytes ids)
+    cdef public frozenset known         # every node of the cluster, self included
+    cdef public dict repl_waits         # job id -> ReplWait
+    cdef public dict repl_by_reqid      # reqid -> ReplWait
+    cdef public dict bus_in             # messages received / sent, by type
+    cdef public dict bus_sent
+    # Hooks: the Python handlers of the job messages not handled here, bound once by
+    # disque.workers.replication.Replication (REPLICATION_HOOKS there); a C field holding
+    # the bound method, None until bound (tested). Each takes (sender, mflags, payload).
+    cdef public object enqueue_msg      # (sender, mflags, payload) ENQUEUE
+    cdef public object queued_msg       # (sender, mflags, payload) QUEUED
+    cdef public object working_msg      # (sender, mflags, payload) WORKING
+    cdef public object willqueue_msg    # (sender, mflags, payload) WILLQUEUE
+    cdef public object setack_msg       # (sender, mflags, payload) SETACK
+    cdef public object gotack_msg       # (sender, mflags, payload) GOTACK
+    cdef public object deljob_msg       # (sender, mflags, payload) DELJOB
+    cdef public object pause_msg        # (sender, mflags, payload) PAUSE ... BCAST
+    cdef public object needjobs_msg     # (sender, mflags, payload) NEEDJOBS (federation)
+    cdef public object yourjobs_msg     # (sender, mflags, payload) YOURJOBS (federation)
+    cdef public object interest_msg     # (sender, mflags, payload) INTEREST (federation)
+
+    cpdef send_bus(self, dest, long mtype, payload, long mflags=*)
+    cdef object message_hook(self, long mtype)
+    cpdef replicate_new(self, long long reqid, ReplWait wait)
+    cpdef activate(self, Job job)
+    cpdef replicated(self, ReplWait wait)
+    cpdef end_wait(self, ReplWait wait)
+    cpdef on_gotjob(self, sender, mflags, payload)
+    cpdef on_repljob(self, sender, mflags, data)
+    cpdef tuple known_nodes(self, tuple nodes)
+    cpdef merge_nodes(self, Job job, tuple nodes)
+    cpdef add_node(self, Job job, node)

@@ -1,0 +1,88 @@
+"""A worker's memory limits (SPEC 9, docs/memory.md): what it reports to the front-end's
+memory poll, the limits the front-end sends back, and eviction before a command that
+adds (flag `m`) when the node is over 95% of maxmemory (the core's `evict_for_oom`)."""
+import random
+from time import perf_counter_ns
+
+from disque._fast.job import ACKED, FLAG_DELIVERED
+from disque._fast.shardcore import NO_LIMIT
+from disque.workers.queues import QUEUE_MAX_IDLE_BY_LEVEL
+
+# the structures of an empty shard (dicts, timer heap, scan logs), measured; also what keeps
+# `used` above 0, so that `maxmemory 1` means "over the limit" as upstream
+SHARD_BASE_COST = 8192
+EVICT_MAX_MISSES = 10           # SPEC 9: give up after > 10 non-evictable samples in a row
+EVICT_MAX_NS = 1000000          # ... or after 1 ms
+
+
+class Memory:
+    """Needs from the shard: the ShardCore (data_bytes, oom_data, memory_level, jobs,
+    job_log, queue_log), forget_job, `shard.persistence.aof_memory` and
+    `shard.queue_commands.evict_idle_queues`. Offers: memory_used, memory_report,
+    set_memory (the front-end's poll), free_memory (the core's `evict_for_oom` hook)."""
+
+    def __init__(self, shard):
+        self.shard = shard
+        self.data_ref = 0            # data_bytes when we last reported our memory
+        self.noeviction = False
+
+    def memory_used(self):
+        """This worker's share of `used_memory` (SPEC 9, docs/memory.md): the bytes of its
+        jobs and queues (ShardCore.data_bytes, updated by every registration and deletion),
+        what its AOF holds in memory, and its empty structures. Not the process's RSS: the
+        interpreter's fixed footprint is no data, and freed memory that Python and libc keep
+        for reuse would make a node that once reached 95% refuse ADDJOB forever."""
+        return SHARD_BASE_COST + self.shard.data_bytes + self.shard.persistence.aof_memory()
+
+    def memory_report(self):
+        """Answer to the front-end's periodic memory poll: [used, data bytes, AOF bytes,
+        next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
+        shard = self.shard
+        self.data_ref = shard.data_bytes
+        return [self.memory_used(), shard.data_bytes, shard.persistence.aof_memory(),
+                shard.job_log.next_seq, shard.queue_log.next_seq]
+
+    def set_memory(self, level, excess, noeviction):
+        """The front-end's view of the node: memory level 0-2 (SPEC 9) and `excess`, the node's
+        used memory minus 95% of maxmemory (None: no limit), computed from our previous
+        report. Our own data changes since that report are added live (oom_data), so the
+        OOM check before `m` commands is exact for this worker's growth and for what its
+        evictions free, instead of lagging one poll behind."""
+        self.shard.memory_level = level
+        self.noeviction = noeviction
+        self.shard.oom_data = NO_LIMIT if excess is None else self.data_ref - excess
+
+    def free_memory(self):
+        """Eviction before an `m` command when the node is over 95% of maxmemory (SPEC 9,
+        policy `acks`). True when the command may run: enough was freed to go back under.
+
+        Random jobs are sampled (the scan log gives O(1) random access); acked jobs and
+        delivered at-most-once jobs are deleted; with no jobs at all, idle queues go.
+        Give up after > 10 non-evictable samples in a row or 1 ms. Each worker evicts
+        from its own jobs only.
+        """
+        if self.noeviction:
+            return False
+        shard = self.shard
+        items = shard.job_log.items
+        deadline = perf_counter_ns() + EVICT_MAX_NS
+        misses = 0
+        rnd = random.random
+        jobs = shard.jobs
+        while shard.data_bytes > shard.oom_data:
+            if not jobs or not items:
+                if not jobs:
+                    shard.queue_commands.evict_idle_queues(QUEUE_MAX_IDLE_BY_LEVEL[2])
+                break
+            job = items[int(rnd() * len(items))]
+            if job is not None and jobs.get(job.id) is job:
+                if job.state == ACKED or (job.retry == 0 and job.flags & FLAG_DELIVERED):
+                    shard.forget_job(job)
+                    misses = 0
+                else:
+                    misses += 1
+                    if misses > EVICT_MAX_MISSES:
+                        break
+            if perf_counter_ns() > deadline:
+                break
+        return shard.data_bytes <= shard.oom_data
