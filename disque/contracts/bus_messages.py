@@ -68,7 +68,7 @@ LEAVING = 128
 PAYLOADS = {
     PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags]",
     FAIL: "failing node id",
-    REPLJOB: "serialized job (storage form, see disque.workers.serialize)",
+    REPLJOB: "serialized job (message form, disque/contracts/job_codec.py)",
     YOURJOBS: "list of serialized jobs",
     NEEDJOBS: "[queue, count]",
     INTEREST: "[queue, consumers waiting on the sender (0: the interest ends)]",
