@@ -5,6 +5,12 @@ from disque._fast.scanlog cimport ScanLog
 from disque._fast.skiplist cimport JobQueue
 from disque._fast.timers cimport TimerHeap
 
+# PAUSE state bits of a queue (SPEC 3.11): the one home of their values, which the Python
+# parts import from this module
+cpdef enum QueuePause:
+    PAUSE_IN = 1
+    PAUSE_OUT = 2
+
 cdef class Queue:
     cdef public bytes name
     cdef public JobQueue jobs

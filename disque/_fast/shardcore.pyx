@@ -19,8 +19,7 @@ from disque._fast.scanlog cimport ScanLog
 from disque._fast.resp cimport status
 from disque.statslog import LATENCY_BOUNDS_US
 
-DEF PAUSE_IN = 1
-DEF PAUSE_OUT = 2
+from disque import commands as _commands
 from disque.contracts import bus_messages as _bus
 from disque.contracts import worker_link as _link
 # bus message type and flags: disque/contracts/bus_messages.py is their one home (C ints, read at import)
@@ -35,7 +34,8 @@ cdef int BUS_DEADLETTERED = _bus.DEADLETTERED
 # Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
 # fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
 NO_LIMIT = 1 << 62       # oom_data with no maxmemory
-DENYOOM = frozenset((b"addjob", b"enqueue", b"nack"))      # flag `m` (SPEC 2)
+# commands refused over maxmemory: flag `m` of the command table (SPEC 2)
+DENYOOM = frozenset(name for name, cmd in _commands.BY_BYTES.items() if "m" in cmd.flags)
 OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
 BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object

@@ -12,9 +12,9 @@ from disque._fast import resp
 from disque._fast.jobreply import encode_job, encode_jobs
 from disque.contracts import worker_link as P
 from disque.workers.replication import LEAVING_ERROR
+from disque.workers.queues import PAUSE_OUT
 
 NULL_ARRAY = resp.NULL_ARRAY
-PAUSE_OUT = 2
 
 
 class Blocked:

@@ -22,8 +22,8 @@ import math
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import deserialize, serialize
 from disque._fast.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED
+from disque.workers.queues import PAUSE_OUT
 
-PAUSE_OUT = 2
 RESPONDER_VALID_MS = 5000
 INTEREST_TTL_MS = 2500
 REFRESH_MS = 1000               # interest refresh while consumers stay blocked

@@ -25,10 +25,10 @@ from disque.commands import resolve
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import serialize
 from disque.workers.job_features import counters_aux
+from disque.workers.queues import PAUSE_IN
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
 LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before -LEAVING
-PAUSE_IN = 1
 
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
                   b"number of nodes\r\n")
