@@ -21,6 +21,7 @@ from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, expire_ms
 from disque.contracts import bus_messages as M
+from disque.contracts import worker_link as P
 from disque.workers.consumers import Consumers
 from disque.workers.federation import Federation
 from disque.workers.job_features import JobFeatures
@@ -127,7 +128,7 @@ class Shard(ShardCore):
         if reqid < 0:
             self.served.repl_answered(reqid, reply)
         else:
-            self.out.append([reqid, reply])
+            self.out.append(P.Reply.encode(reqid, reply))
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
