@@ -144,6 +144,21 @@ def test_a_parked_getjob_recalled_by_monitor_still_gets_its_job(node):
     assert c.read_parsed(timeout=5) == b"PONG"
 
 
+def test_nack_with_delay_is_served_by_its_worker(node):
+    """NACK ... DELAY is checked by the dispatch kernel and run where the job is, like any
+    NACK: no hand-back; a bad DELAY gets the front-end's error."""
+    c = node.raw()
+    settle(node, c)
+    jid = addjob(c, Q0, "later")
+    assert c.execute("GETJOB", "NOHANG", "FROM", Q0)[0][1] == jid
+    before = handbacks(node)
+    assert c.execute("NACK", jid, "DELAY", 1) == 1
+    assert c.execute("QLEN", Q0) == 0                  # it waits its DELAY first
+    assert handbacks(node) == before
+    wait_until(lambda: c.execute("QLEN", Q0) == 1, timeout=5)
+    assert c.execute("NACK", jid, "DELAY", -1).startswith(b"ERR DELAY")
+
+
 def test_monitor_sees_served_connections(node):
     c = node.raw()
     settle(node, c)
