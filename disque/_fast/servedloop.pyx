@@ -352,6 +352,9 @@ cdef class ServedLoop:
             if n < size:
                 out.insert(0, data[n:])
                 if c.back is None:
+                    if c.parked is not None:
+                        # its GETJOB might wait for ever, and the hand-back with it
+                        self.unpark_client(c)
                     c.back = (BACK_SLOW_READER, b"")
                     if c.waiting:
                         try:

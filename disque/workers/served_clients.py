@@ -43,6 +43,7 @@ SERVED_HOOKS = {
     "drop_client": "drop",
     "back_when_answered": "finish_back",
     "slow_commands_out": "send_slow",
+    "unpark_client": "unpark",
     "hand_back_client": "hand_back",
     "getjob_here": "getjob",
     "getjob_of_peer": "peer_getjob",
@@ -120,15 +121,11 @@ class ServedClients(ServedCore):
         While replies of other workers are still to come it stops reading and waits."""
         if c.back is not None:
             return                  # already on its way back
+        if c.parked is not None:
+            self.unpark(c)
         if c.held:                  # read behind a command still waiting here
             pending = H.encode_commands(c.held) + pending
             c.held = None
-        parked = c.parked
-        if parked is not None:
-            # a GETJOB parked here may wait for ever: the front-end runs it again (its
-            # TIMEOUT starts over), and nothing was given to it (no reply in its place)
-            c.out.remove(self.cancel_wait(c))
-            pending = H.encode_commands([parked]) + pending
         if c.waiting:
             c.back = (reason, pending + c.parser.take_unparsed())
             try:
@@ -148,6 +145,15 @@ class ServedClients(ServedCore):
                                                 self.totals()), c.fd)
         finally:
             c.sock.close()
+
+    def unpark(self, c):
+        """A GETJOB parked here may wait for ever, so a connection going back does not wait
+        for it: it leaves the consumers, its reply's place goes (nothing was given to it),
+        and it becomes the first command held, which the front-end runs again (its TIMEOUT
+        starts over)."""
+        parked = c.parked
+        c.out.remove(self.cancel_wait(c))
+        c.held = [parked] + (c.held or [])
 
     def forget(self, c):
         self.clients.pop(c.fd, None)
