@@ -26,8 +26,8 @@ cdef enum:
     T_BADDELAY = -3     # NACK ... DELAY with a bad number of seconds
     T_SPLIT = -4        # job IDs of several workers: the front-end splits them
 
-cdef Entry lookup(dict table, bytes typed)
-cdef bint arity_ok(Entry e, Py_ssize_t argc)
-cdef int target_worker(Entry e, list argv, int nworkers)
+cpdef Entry lookup(dict table, bytes typed)
+cpdef bint arity_ok(Entry e, Py_ssize_t argc)
+cpdef int target_worker(Entry e, list argv, int nworkers)
 cpdef Py_ssize_t ids_end(list argv)
 cpdef long long nack_delay(list argv)

@@ -18,6 +18,9 @@ cdef int R_IDS = routes.IDS
 
 DEF UINT32_MAX = 4294967295
 
+# target_worker's answers that are not a worker, by name (for the tests and the Python side)
+TARGETS = {"none": T_NONE, "bad id": T_BADID, "bad delay": T_BADDELAY, "split": T_SPLIT}
+
 
 cdef class Entry:
     """One name of the command table."""
@@ -62,12 +65,7 @@ def build_table(commands):
     return table
 
 
-def entry_names(dict table):
-    """The lowercase names of a table (without the capitals build_table adds)."""
-    return [name for name, e in table.items() if name == name.lower()]
-
-
-cdef Entry lookup(dict table, bytes typed):
+cpdef Entry lookup(dict table, bytes typed):
     """The entry of a command name as sent, or None: unknown (or renamed away)."""
     entry = table.get(typed)
     if entry is None:
@@ -77,7 +75,7 @@ cdef Entry lookup(dict table, bytes typed):
     return <Entry>entry
 
 
-cdef bint arity_ok(Entry e, Py_ssize_t argc):
+cpdef bint arity_ok(Entry e, Py_ssize_t argc):
     cdef int arity = e.arity
     return argc == arity if arity > 0 else argc >= -arity
 
@@ -105,7 +103,7 @@ cpdef long long nack_delay(list argv):
     return v
 
 
-cdef int target_worker(Entry e, list argv, int nworkers):
+cpdef int target_worker(Entry e, list argv, int nworkers):
     """The worker that runs this command whole, or a T_* answer. The arity is checked."""
     cdef int route = e.route, w = -1, v
     cdef bint split = False
