@@ -22,6 +22,10 @@ def misconf(error):
     return b"-MISCONF Errors writing to the AOF file: %s\r\n" % error.encode("utf-8", "replace")
 
 
+def arity_error(name):
+    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
+
+
 def one_line(text):
     """Client input echoed in an error: CR/LF become spaces, as upstream's
     addReplyErrorFormat does, so a client cannot break (or forge) the reply stream."""

@@ -4,7 +4,7 @@ command, including NACK's DELAY and job IDs of several workers."""
 import pytest
 
 from disque import commands
-from disque._fast.dispatch import (TARGETS, arity_ok, build_table, ids_end, lookup,
+from disque._fast.dispatch import (TARGETS, arity_ok, build_table, ids_end, lookup, ping_reply,
                                    nack_delay, target_worker)
 from disque._fast.jobid import IdMaker, id_slot, queue_slot
 from disque.contracts import routes
@@ -98,3 +98,10 @@ def test_routes_with_no_one_worker():
         entry = lookup(TABLE, name)
         assert entry.route in (routes.LOCAL, routes.GETJOB, routes.ALL)
         assert target_worker(entry, [name, b"x"], 2) == TARGETS["none"]
+
+
+def test_ping_has_one_reply_for_both_loops():
+    from disque import replies
+    assert ping_reply([b"ping"]) == b"+PONG\r\n"
+    assert ping_reply([b"ping", b"hi"]) == b"$2\r\nhi\r\n"
+    assert ping_reply([b"ping", b"a", b"b"]) == replies.arity_error("ping")

@@ -15,7 +15,7 @@ Everything here comes from the network, so this module keeps Cython's bounds che
 (setup.py turns them off for the others): an index past the end of a peer's list must be
 an IndexError, not a read past the end of memory.
 """
-from disque._fast.jobid cimport id_slot, queue_slot, valid_id
+from disque._fast.jobid cimport id_worker, queue_worker, valid_id
 
 from disque.contracts import bus_messages as _bus
 # the job messages' shapes (JobMessage, Inbound, Outbound) are bus_messages' named types,
@@ -64,7 +64,6 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
     slot its job ID carries (worker 0 for an ID without one; the worker drops what it does
     not know). -1: malformed, dropped here."""
     cdef object jid
-    cdef int slot
     if mtype == REPLJOB:
         # a copy is answered from here: nothing that is not one gets a GOTJOB
         if type(payload) is not bytes:
@@ -80,11 +79,10 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
     elif not valid_pair(payload):
         return -1
     elif mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:
-        return queue_slot(<bytes>(<list>payload)[0]) % nworkers
+        return queue_worker(<bytes>(<list>payload)[0], nworkers)
     else:
         jid = (<list>payload)[0]
-    slot = id_slot(<bytes>jid) if len(<bytes>jid) == 40 else -1
-    return (slot if slot >= 0 else 0) % nworkers
+    return id_worker(<bytes>jid, nworkers) if len(<bytes>jid) == 40 else 0
 
 
 def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int copies,

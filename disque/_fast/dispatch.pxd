@@ -18,6 +18,8 @@ cdef enum:
     F_WRITE = 32        # SPEC 2 flag `w`
     F_LOADING = 64      # SPEC 2 flag `l`
     F_PING = 128        # PING: a served loop answers it too
+    F_COPIES = 256      # ADDJOB: on a node of a cluster its reply may wait for copies
+    F_REQUEUES = 512    # NACK, ENQUEUE: may move a job to a dead-letter queue
 
 # target_worker's answers that are not a worker
 cdef enum:
@@ -29,5 +31,6 @@ cdef enum:
 cpdef Entry lookup(dict table, bytes typed)
 cpdef bint arity_ok(Entry e, Py_ssize_t argc)
 cpdef int target_worker(Entry e, list argv, int nworkers)
+cpdef bytes ping_reply(list argv)
 cpdef Py_ssize_t ids_end(list argv)
 cpdef long long nack_delay(list argv)

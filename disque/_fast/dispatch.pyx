@@ -8,8 +8,10 @@ disque/commands.py (rename-command applied), check its arity, and ask `target_wo
 worker runs it whole. Each loop then does what its process can: the front-end sends the
 command over the worker link, a served loop runs it here or forwards it to its peer.
 """
-from disque._fast.jobid cimport id_slot, queue_slot, valid_id
+from disque._fast.jobid cimport id_worker, queue_worker, valid_id
 from disque._fast.resp cimport parse_int
+from disque._fast.resp import bulk
+from disque import replies as R
 from disque.contracts import routes
 
 cdef int R_QUEUE = routes.QUEUE
@@ -47,6 +49,10 @@ cdef class Entry:
             flags |= F_HELLO
         elif real == b"ping":
             flags |= F_PING
+        elif real == b"addjob":
+            flags |= F_COPIES
+        elif real == b"nack" or real == b"enqueue":
+            flags |= F_REQUEUES
         self.flags = flags
 
     def __repr__(self):
@@ -63,6 +69,18 @@ def build_table(commands):
         table[typed] = entry
         table.setdefault(typed.upper(), entry)
     return table
+
+
+cdef bytes PONG_REPLY = R.PONG
+cdef bytes PING_ARITY = R.arity_error("ping")
+
+
+cpdef bytes ping_reply(list argv):
+    """PING [message]: the reply of either loop (a served loop answers it too)."""
+    cdef Py_ssize_t argc = len(argv)
+    if argc == 1:
+        return PONG_REPLY
+    return bulk(argv[1]) if argc == 2 else PING_ARITY
 
 
 cpdef Entry lookup(dict table, bytes typed):
@@ -110,13 +128,12 @@ cpdef int target_worker(Entry e, list argv, int nworkers):
     cdef Py_ssize_t i, end
     cdef bytes jid
     if route == R_QUEUE:
-        return queue_slot(<bytes>argv[1]) % nworkers
+        return queue_worker(<bytes>argv[1], nworkers)
     if route == R_ID:
         jid = argv[1]
         if not valid_id(jid):
             return T_BADID
-        v = id_slot(jid)
-        return (v if v >= 0 else 0) % nworkers
+        return id_worker(jid, nworkers)
     if route != R_IDS:
         return T_NONE
     end = ids_end(argv)
@@ -126,8 +143,7 @@ cpdef int target_worker(Entry e, list argv, int nworkers):
         jid = argv[i]
         if not valid_id(jid):
             return T_BADID
-        v = id_slot(jid)
-        v = (v if v >= 0 else 0) % nworkers
+        v = id_worker(jid, nworkers)
         if w < 0:
             w = v
         elif v != w:

@@ -110,4 +110,3 @@ cdef class Core:
     cdef route(self, Client client, Entry entry, list argv)
     cpdef deliver(self, bytes payload)
     cpdef flush_replies(self)
-    cpdef int worker_of_id(self, bytes jid)

@@ -31,18 +31,15 @@ from libc.string cimport memchr
 
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import ProtocolError, QueryBufferOverflow
-from disque._fast.jobid cimport queue_slot, id_slot
 
 cdef extern from "string.h" nogil:
     void *memmem(const void *haystack, size_t haystacklen, const void *needle, size_t needlelen)
 
 from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, F_NOAUTH, F_HELLO,
-                                   F_NOMONITOR, T_BADID, T_BADDELAY, T_SPLIT)
+                                   F_NOMONITOR, F_PING, F_COPIES, T_BADID, T_BADDELAY,
+                                   T_SPLIT)
 from disque._fast.dispatch import build_table
 from disque.contracts import routes as _routes
-cdef int ROUTE_QUEUE = _routes.QUEUE
-cdef int ROUTE_ID = _routes.ID
-cdef int ROUTE_IDS = _routes.IDS
 cdef int ROUTE_GETJOB = _routes.GETJOB
 cdef int ROUTE_ALL = _routes.ALL
 
@@ -505,15 +502,13 @@ cdef class Core:
         cdef bytes name = entry.name
         cdef int w = target_worker(entry, argv, self.nworkers)
         if w >= 0:
-            if route == ROUTE_QUEUE:
-                if self.clustered and name == b"addjob":
-                    note_affine(client, w)      # its worker serves it too (ServedCore.addjob_clustered)
-                    self.addjob_clustered(client, w, argv)
-                    return
-                if self.queues_spread and name == b"qlen":
-                    self.qlen_spread(client, argv)
-                    return
-            self.forward(client, w, argv)
+            if entry.flags & F_COPIES and self.clustered:
+                note_affine(client, w)      # its worker serves it too (ServedCore.addjob_clustered)
+                self.addjob_clustered(client, w, argv)
+            elif self.queues_spread and name == b"qlen":
+                self.qlen_spread(client, argv)
+            else:
+                self.forward(client, w, argv)
         elif w == T_BADID:
             client.reply(BADID)
         elif w == T_BADDELAY:
@@ -525,13 +520,9 @@ cdef class Core:
         elif route == ROUTE_ALL:
             self.all_workers_command(client, name, argv)
         else:
-            if name != b"ping":
+            if not entry.flags & F_PING:
                 client.affine = -1      # a node command: not a connection of one worker
             self.local_command(client, name, argv)
-
-    cpdef int worker_of_id(self, bytes jid):
-        cdef int slot = id_slot(jid)
-        return (slot if slot >= 0 else 0) % self.nworkers
 
     cpdef deliver(self, bytes payload):
         """One message from a worker: a list of [reqid, reply, ...] entries."""

@@ -4,6 +4,8 @@ cpdef unsigned int crc16(bytes data)
 cpdef unsigned int queue_slot(bytes queue)
 cpdef bint valid_id(bytes jid)
 cpdef int id_slot(bytes jid)
+cpdef int queue_worker(bytes queue, int nworkers)
+cpdef int id_worker(bytes jid, int nworkers)
 cpdef unsigned int id_ttl_minutes(bytes jid)
 
 cdef class IdMaker:

@@ -65,6 +65,18 @@ cpdef int id_slot(bytes jid):
     return (hi << 6) | lo
 
 
+cpdef int queue_worker(bytes queue, int nworkers):
+    """The worker of a node with `nworkers` workers that owns `queue` (docs/design.md, "Slots")."""
+    return queue_slot(queue) % nworkers
+
+
+cpdef int id_worker(bytes jid, int nworkers):
+    """The worker that owns the job of a 40-character ID: its slot's, worker 0 for an ID
+    whose slot characters do not decode (another implementation's)."""
+    cdef int slot = id_slot(jid)
+    return (slot if slot >= 0 else 0) % nworkers
+
+
 cpdef unsigned int id_ttl_minutes(bytes jid):
     """TTL field of an ID (hex, case-insensitive; invalid digits count as 0)."""
     cdef const unsigned char *p = jid

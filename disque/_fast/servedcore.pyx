@@ -14,8 +14,9 @@ which the dispatch reaches through the hooks declared in servedcore.pxd.
 import logging
 
 from disque._fast.frontcore import resp3 as to_resp3
-from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, F_PING)
-from disque._fast.resp import ProtocolError, bulk
+from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, ping_reply,
+                                   F_PING, F_COPIES, F_REQUEUES)
+from disque._fast.resp import ProtocolError
 from disque import replies as R
 from disque.contracts import connection_handover as H
 from disque.contracts import routes
@@ -28,16 +29,12 @@ log = logging.getLogger("disque.worker")
 
 DEF WAIT_ID_BASE = -(1 << 40)    # below the link's special request ids (-1, -3 ...)
 
-cdef bytes PONG_REPLY = R.PONG
 cdef bytes INTERNAL_ERROR = R.INTERNAL_ERROR
-cdef int R_QUEUE = routes.QUEUE
-cdef int R_IDS = routes.IDS
 cdef int R_GETJOB = routes.GETJOB
 cdef int BACK_COMMAND = H.BACK_COMMAND
 cdef int BACK_FOLLOW = H.BACK_FOLLOW
 cdef int FOLLOW_AFTER = H.FOLLOW_AFTER
 cdef object encode_commands = H.encode_commands
-cdef tuple REQUEUES = (b"nack", b"enqueue")     # commands that may dead-letter a job
 
 
 cdef class ServedCore(ServedLoop):
@@ -122,24 +119,20 @@ cdef class ServedCore(ServedLoop):
         cdef Py_ssize_t argc = len(argv)
         if not arity_ok(e, argc):
             return None
-        cdef int route = e.route
-        if route == R_GETJOB:
+        if e.route == R_GETJOB:
             return self.getjob_here(c, argv)
         if e.flags & F_PING:
-            if argc > 2:
-                return None
             self.names.append(b"ping")
-            return PONG_REPLY if argc == 1 else bulk(argv[1])
+            return ping_reply(argv)
         cdef int w = target_worker(e, argv, self.nworkers), me = self.index
         if w < 0:
             return None     # a node command, a bad ID or delay, IDs of several workers
         cdef bytes name = e.name
         cdef ShardCore core = <ShardCore>self.shard
-        if route == R_QUEUE:
-            if name == b"addjob" and core.cluster_size > 1:
-                # it may wait for copies: served here when the queue is ours
-                return self.addjob_clustered(c, argv) if w == me else None
-        elif route == R_IDS and name in REQUEUES and self.dead_letter_possible(w, argv):
+        if e.flags & F_COPIES and core.cluster_size > 1:
+            # it may wait for copies: served here when the queue is ours
+            return self.addjob_clustered(c, argv) if w == me else None
+        if e.flags & F_REQUEUES and self.dead_letter_possible(w, argv):
             return None
         if w != me:
             return self.forward(c, w, name, argv)

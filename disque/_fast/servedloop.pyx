@@ -146,7 +146,7 @@ cdef class ServedClient:
 
 
 cdef class ServedLoop:
-    """Offers: turn and wait (the worker loop's poll), serve_ready, read, flush. Needs
+    """Offers: turn (the worker loop's poll), serve_ready, read, flush. Needs
     from the subclass: run_input, resume_unblocked; from the Python half, its hooks."""
 
     def __cinit__(self):
@@ -203,12 +203,6 @@ cdef class ServedLoop:
             self.write_all()
             if not block:
                 return True
-
-    def wait(self, bint block):
-        """(link readable, timer fired); readable clients and channel are kept for
-        serve_ready."""
-        self.poll(block)
-        return self.link_ready, self.ticked
 
     cdef bint poll(self, bint block) except -1:
         """False: a signal interrupted the wait (its Python handler has run)."""

@@ -1,6 +1,6 @@
 from disque._fast.addjob cimport AddjobOptions
 from disque._fast.job cimport Job
-from disque._fast.jobid cimport IdMaker, queue_slot
+from disque._fast.jobid cimport IdMaker, queue_slot, queue_worker
 from disque._fast.scanlog cimport ScanLog
 from disque._fast.skiplist cimport JobQueue
 from disque._fast.timers cimport TimerHeap

@@ -138,7 +138,7 @@ cdef class ShardCore:
             self.queues[name] = q
             q.scan_seq = self.queue_log.add(q)
             self.data_bytes += QUEUE_COST + len(name)
-            if self.nworkers > 1 and queue_slot(name) % self.nworkers != self.index:
+            if self.nworkers > 1 and queue_worker(name, self.nworkers) != self.index:
                 self.out.append([QUEUE_ELSEWHERE, name, self.index])
             if self.prefix_waiters:
                 self.queue_created(q)

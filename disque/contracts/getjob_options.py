@@ -1,6 +1,7 @@
 """GETJOB's options (SPEC 3.2), parsed the same way by the front-end (disque/frontend/getjob.py)
 and by a worker serving a connection itself (disque/workers/served_clients.py)."""
 from disque import replies as R
+from disque._fast.jobid import queue_worker
 from disque._fast.resp import parse_int
 
 COUNT_ERROR = b"-ERR COUNT must be a number greater than zero\r\n"
@@ -16,6 +17,14 @@ class GetjobOptions:
         self.count = 1
         self.queues = None          # FROM q1 q2 ...
         self.prefix = None          # FROM-PREFIX p (docs/job-features.md)
+
+
+def queue_owners(queues, nworkers):
+    """{worker: [its queues of `queues`, in order]}: the workers a GETJOB involves."""
+    owners = {}
+    for q in queues:
+        owners.setdefault(queue_worker(q, nworkers), []).append(q)
+    return owners
 
 
 def parse_getjob(argv):

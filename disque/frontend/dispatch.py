@@ -8,11 +8,7 @@ import time
 
 from disque import commands as C
 from disque.info_snapshot import NEUTRAL_LOCAL
-from disque.replies import one_line
-
-
-def arity_error(name):
-    return b"-ERR wrong number of arguments for '%s' command\r\n" % name.encode()
+from disque.replies import arity_error, one_line
 
 
 class Dispatch:

@@ -15,9 +15,8 @@ import heapq
 import time
 
 from disque._fast import resp
-from disque._fast.jobid import queue_slot
 from disque.contracts import worker_link as P
-from disque.contracts.getjob_options import parse_getjob
+from disque.contracts.getjob_options import parse_getjob, queue_owners
 
 NULL_ARRAY = resp.NULL_ARRAY
 
@@ -94,9 +93,7 @@ class Getjobs:
             owners = {w: prefix for w in range(n)}
             queues = ()
         else:
-            owners = {}
-            for q in queues:
-                owners.setdefault(queue_slot(q) % n, []).append(q)
+            owners = queue_owners(queues, n)
             if fe.routing.queues_elsewhere:
                 fe.routing.add_queue_elsewhere(owners, queues)
         if owners is None or len(owners) == 1:

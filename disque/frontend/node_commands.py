@@ -11,7 +11,7 @@ from disque import info as info_mod
 from disque import log as dlog
 from disque import replies as R
 from disque._fast import resp
-from disque.frontend.dispatch import arity_error
+from disque._fast.dispatch import ping_reply
 from disque.frontend.persistence_phases import AOF_DIRECTIVES
 from disque.replies import one_line
 
@@ -62,12 +62,7 @@ class NodeCommands:
         return None
 
     def cmd_ping(self, client, argv):
-        if len(argv) == 1:
-            client.reply(R.PONG)
-        elif len(argv) == 2:
-            client.reply(resp.bulk(argv[1]))
-        else:
-            client.reply(arity_error("ping"))
+        client.reply(ping_reply(argv))
 
     def my_ip(self):
         binds = getattr(self.cfg, "bind", None) or []

@@ -11,7 +11,7 @@
   (blocked GETJOBs included) and QLEN sums their lengths.
 """
 from disque._fast.dispatch import ids_end
-from disque._fast.jobid import queue_slot
+from disque._fast.jobid import id_worker, queue_worker
 from disque.contracts import worker_link as P
 from disque.frontend.getjob import MultiGet
 
@@ -44,7 +44,7 @@ def gather_part(g, n):
 
 
 class Routing:
-    """Needs from the node (`fe`): nworkers, new_reqid, pending, send, forward, worker_of_id,
+    """Needs from the node (`fe`): nworkers, new_reqid, pending, send, forward,
     clients, queues_spread, and `fe.getjobs` (blocked GETJOBs to widen or re-issue).
     Offers: route_ids, qlen_spread and queue_elsewhere (core hooks), add_queue_elsewhere."""
 
@@ -64,9 +64,10 @@ class Routing:
     def route_ids(self, client, argv):
         """IDs of several workers: each its part, the integer replies summed."""
         end = ids_end(argv)
+        n = self.fe.nworkers
         groups = {}
         for jid in argv[1:end]:
-            groups.setdefault(self.fe.worker_of_id(jid), []).append(jid)
+            groups.setdefault(id_worker(jid, n), []).append(jid)
         self.scatter(client, groups, argv[0], argv[end:])
 
     # ---- queues held off their slot's worker ---------------------------------------------
@@ -98,7 +99,7 @@ class Routing:
     def qlen_spread(self, client, argv):
         """QLEN of a queue held by several workers: the sum of their lengths."""
         fe = self.fe
-        w = queue_slot(argv[1]) % fe.nworkers
+        w = queue_worker(argv[1], fe.nworkers)
         others = [x for x in self.queues_elsewhere.get(argv[1], ()) if x != w]
         if not others:
             fe.forward(client, w, argv)

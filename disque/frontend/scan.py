@@ -7,7 +7,7 @@ import time
 
 from disque import replies as R
 from disque._fast import resp
-from disque._fast.jobid import queue_slot
+from disque._fast.jobid import queue_worker
 
 parse_int = resp.parse_int
 SYNTAX_ERROR = R.SYNTAX_ERROR
@@ -160,7 +160,7 @@ class Scans:
             scan.low = rest & ((1 << scan.bits) - 1)
         if scan.queue is not None:
             # all the jobs of a queue live in the worker owning its slot
-            scan.only = queue_slot(scan.queue) % n
+            scan.only = queue_worker(scan.queue, n)
         scan.slot = client.slot()
         self.next(scan)
 

@@ -7,7 +7,7 @@ import os
 import time
 
 from disque._fast.job import FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED, mark_active
-from disque._fast.jobid import id_slot
+from disque._fast.jobid import id_worker
 from disque.contracts import job_codec as codec
 from disque.contracts.aof_format import DELJOB, LOADJOB, AofCorrupt, AofTruncated, read_records
 
@@ -152,8 +152,7 @@ class Loader:
                         if b - a != 40:
                             raise AofCorrupt(path, start, "DELJOB with a %d-byte job ID" % (b - a))
                         jid = buf[a:b]
-                    slot = id_slot(jid)
-                    if (slot if slot >= 0 else 0) % nworkers == me:
+                    if id_worker(jid, nworkers) == me:
                         if cmd == LOADJOB:
                             alive[jid] = (buf[a:b], path, start)
                         else:

@@ -25,12 +25,11 @@ import time
 
 from disque import commands as C
 from disque._fast.dispatch import build_table
-from disque._fast.jobid import queue_slot
 from disque._fast.resp import NULL_ARRAY
 from disque._fast.servedcore import ServedCore
 from disque._fast.servedloop import ServedClient, take_ready
 from disque.contracts import connection_handover as H
-from disque.contracts.getjob_options import parse_getjob
+from disque.contracts.getjob_options import parse_getjob, queue_owners
 from disque.workers.peer_links import peer_links
 
 log = logging.getLogger("disque.worker")
@@ -209,15 +208,11 @@ class ServedClients(ServedCore):
         error, o = parse_getjob(argv)
         if error is not None or o.prefix is not None:
             return None
-        n, me = self.nworkers, self.index
-        w = -1
-        for q in o.queues:
-            v = queue_slot(q) % n
-            if w < 0:
-                w = v
-            elif v != w:
-                return None             # several workers: the front-end merges them
-        if w != me:
+        owners = queue_owners(o.queues, self.nworkers)
+        if len(owners) != 1:
+            return None                 # several workers: the front-end merges them
+        w = next(iter(owners))
+        if w != self.index:
             # another worker's queues: only a GETJOB that cannot block goes there directly
             if o.nohang:
                 return self.forward(c, w, b"getjob", argv)
