@@ -75,7 +75,24 @@ def _memory(fe, workers):
         # upstream's definition, rss / used: here mostly the interpreters' fixed footprint
         ("mem_fragmentation_ratio", "%.2f" % (rss_total / used if used else 0)),
         ("mem_allocator", "libc"),
-    ]
+    ] + _spill(fe, workers)
+
+
+SPILL_SUMS = ("spilled_jobs", "spill_index_bytes", "spill_segments", "spill_disk_bytes",
+              "spill_jobs_written", "spill_jobs_read", "spill_bytes_written", "spill_bytes_read",
+              "spill_writes_per_sec", "spill_reads_per_sec", "spill_faults", "spill_compactions",
+              "spill_errors")
+
+
+def _spill(fe, workers):
+    """Jobs spilled to disk (docs/memory.md, "Spilling"), summed over the workers."""
+    parts = [w["spill"] for w in workers if "spill" in w]
+    cfg = fe.cfg
+    failing = "; ".join(sorted({p["spill_failing"] for p in parts if p["spill_failing"]}))
+    limit = cfg.maxmemory // 100 * cfg.spill_threshold if cfg.spill and cfg.maxmemory > 0 else 0
+    return ([("spill_enabled", int(bool(cfg.spill))), ("spill_threshold_bytes", limit)]
+            + [(name, sum(p.get(name, 0) for p in parts)) for name in SPILL_SUMS]
+            + [("spill_disk_ok", 0 if failing else 1), ("spill_disk_error", failing)])
 
 
 def _deadletter(fe, workers):

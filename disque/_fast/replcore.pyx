@@ -227,6 +227,8 @@ cdef class ReplicationCore:
         job, _ = deserialize(data, 0, False, shard.now_s, shard.now_ms, shard.rand_err())
         cdef Job copy = job
         known = shard.jobs.get(copy.id)
+        if known is None and shard.cold_jobs:
+            known = shard.find_job(copy.id)     # spilled here: loaded back, not held twice
         if known is not None:
             if (<Job>known).body is not None:
                 self.merge_nodes(known, copy.nodes_delivered)

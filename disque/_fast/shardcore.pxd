@@ -23,6 +23,8 @@ cdef class Queue:
     cdef public unsigned long long scan_seq   # position in the shard's queue scan log
     cdef public object remote        # None, or {node id: [credit, expiry ms]}: nodes whose consumers wait (federation)
     cdef public object fed           # None, or the queue's federation state (disque.workers.federation)
+    cdef public object cold          # None, or the ColdRing of its spilled jobs (disque/workers/spill.py)
+    cpdef Py_ssize_t length(self)
 
 cdef class ShardCore:
     cdef public dict jobs
@@ -55,6 +57,8 @@ cdef class ShardCore:
     # Hooks: what the core calls on the Python parts, bound once by disque.workers.shard.Shard
     # (SHARD_HOOKS there); a C field holding the bound method, None until bound (tested).
     cdef public long long oom_data       # data_bytes above which the node is over 95% of maxmemory
+    cdef public bytes oom_reply          # the refusal then (a failing spill disk has its own)
+    cdef public long long cold_jobs      # jobs spilled to disk (disque/workers/spill.py): found by ID there
     cdef public object evict_for_oom     # () eviction before a refused `m` command: True if it may run
     cdef public object aof_loadjob       # (job) a job to log as LOADJOB, if the AOF is on
     cdef public object aof_deljob        # (job) a job to log as DELJOB, if the AOF is on

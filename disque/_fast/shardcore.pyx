@@ -57,6 +57,11 @@ cdef class Queue:
         self.scan_seq = 0
         self.remote = None
         self.fed = None
+        self.cold = None
+
+    cpdef Py_ssize_t length(self):
+        """Jobs queued: in RAM and spilled (QLEN, QSTAT, MAXLEN)."""
+        return len(self.jobs) + (len(self.cold) if self.cold is not None else 0)
 
 
 # the stats log's latency bounds as C numbers: a command's bucket without a Python call
@@ -99,6 +104,8 @@ cdef class ShardCore:
         self.bus_out = []
         self.memory_level = 0
         self.oom_data = NO_LIMIT
+        self.oom_reply = OOM_ERROR
+        self.cold_jobs = 0
         self.job_log = ScanLog()
         self.queue_log = ScanLog()
         self.data_bytes = 0
@@ -115,7 +122,7 @@ cdef class ShardCore:
         road to a handler passes here: Shard.execute (the link) and ServedCore (served and
         forwarded commands)."""
         if self.data_bytes > self.oom_data and name in DENYOOM and not self.evict_for_oom():
-            return OOM_ERROR
+            return self.oom_reply
         return handler(argv)
 
     cpdef tick(self):
@@ -304,6 +311,8 @@ cdef class ShardCore:
             jid = argv[i]
             job = self.jobs.get(jid)
             if job is None:
+                if self.cold_jobs:
+                    left.append(jid)        # spilled: the Python path loads it back
                 continue
             if job.state != JOB_ACKED and job.body is not None and len(job.nodes_delivered) <= 1:
                 if self.aof_on:
@@ -402,7 +411,7 @@ cdef class ShardCore:
                         + reason + b"\r\n")
             return b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
         if q is not None:
-            if o.maxlen and len(q.jobs) >= o.maxlen:
+            if o.maxlen and q.length() >= o.maxlen:
                 return b"-MAXLEN Queue is already longer than the specified MAXLEN count\r\n"
             if q.paused & PAUSE_IN:
                 return b"-PAUSED Queue paused in input, try later\r\n"

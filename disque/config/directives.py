@@ -67,6 +67,10 @@ _TABLE: list[Directive] = [
               1024**3, **_GSR),
     Directive("maxmemory-policy", Enum("Invalid maxmemory policy", ("acks", "noeviction")), "acks", **_GSR),
     Directive("maxmemory-samples", Integer("maxmemory-samples must be 1 or greater", 1), 5, **_GSR),
+    # spilling job bodies to `dir` past a share of maxmemory (docs/memory.md, "Spilling")
+    Directive("spill", Bool(), True, **_GSR),
+    Directive("spill-threshold", Integer("spill-threshold must be between 10 and 90", 10, 90), 60, **_GSR),
+    Directive("spill-keep", Integer("spill-keep must be 64 or greater", 64), 4096, **_GSR),
     Directive("appendonly", Bool(), False, **_GSR),
     Directive("appendfilename", String(check=_check_bare_filename), "disque.aof", rewritten=True),
     Directive("appendfsync", Enum("argument must be 'no', 'always' or 'everysec'",

@@ -25,6 +25,15 @@ class Memory:
         self.peak = 0           # the largest `used` seen (INFO used_memory_peak)
         self.excess = None      # used - 95% of maxmemory; None: not measured yet / no limit
         self.polling = False
+        self.client_bytes = 0   # what the clients held at the last poll
+
+    def spill_limit(self):
+        """Each worker's share of `spill-threshold` % of maxmemory (what the clients hold
+        comes off first); None when the node does not spill."""
+        cfg = self.fe.cfg
+        if not cfg.spill or cfg.maxmemory <= 0:
+            return None
+        return max(0, cfg.maxmemory // 100 * cfg.spill_threshold - self.client_bytes) // self.fe.nworkers
 
     def cron(self):
         """Every ~100 ms (Node.cron): push the last level to the workers and collect their
@@ -35,7 +44,7 @@ class Memory:
         fe = self.fe
         noeviction = fe.cfg.maxmemory_policy == "noeviction"
         second = int(time.time())
-        fe.control_all("memory", [self.level, self.excess, noeviction],
+        fe.control_all("memory", [self.level, self.excess, noeviction, self.spill_limit()],
                        lambda reports: self.measured(reports, second))
 
     def measured(self, reports, second):
@@ -60,7 +69,8 @@ class Memory:
     def used_now(self, worker_shares):
         """used_memory (docs/memory.md): the workers' shares plus what this process holds
         for its clients."""
-        used = memstat.client_bytes(self.fe.clients.values()) + sum(worker_shares)
+        self.client_bytes = memstat.client_bytes(self.fe.clients.values())
+        used = self.client_bytes + sum(worker_shares)
         if used > self.peak:
             self.peak = used
         return used

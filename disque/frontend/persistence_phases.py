@@ -37,7 +37,7 @@ STARTED = "started"
 # directives the workers need (Node.worker_config), also pushed on CONFIG SET
 WORKER_DIRECTIVES = ("dir", "appendfilename", "port", "appendfsync", "no-appendfsync-on-rewrite",
                      "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size",
-                     "aof-rewrite-incremental-fsync")
+                     "aof-rewrite-incremental-fsync", "spill-keep")
 AOF_DIRECTIVES = frozenset(WORKER_DIRECTIVES + ("appendonly",))
 
 

@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 
-from disque.contracts.aof_format import loadjob_record
+from disque.contracts.aof_format import LOADJOB, loadjob_record, record
 from disque._fast.job import ACTIVE, QUEUED
 
 REWRITE_BACKLOG = 32            # chunks the writer thread may lag behind
@@ -17,9 +17,11 @@ CHUNK_JOBS = 512
 class Rewrite:
     """One background rewrite of a worker's file (see the module doc)."""
 
-    def __init__(self, jobs, path, tmp, incremental_fsync):
+    def __init__(self, jobs, path, tmp, incremental_fsync, spill=None):
         self.jobs = list(jobs)
         self.pos = 0
+        self.spill = spill          # spilled jobs are written from their records on disk
+        self.cold_pos = 0 if spill is not None and spill.index.count else -1
         self.path = path
         self.tmp = tmp
         self.incremental = incremental_fsync
@@ -80,13 +82,22 @@ class Rewrite:
             for job in jobs[pos:pos + CHUNK_JOBS]:
                 if (job.state == ACTIVE or job.state == QUEUED) and live.get(job.id) is job:
                     out.append(loadjob_record(job))
+                elif self.spill is not None and job.id not in live:
+                    payload = self.spill.payload_of(job.id)     # spilled since the start
+                    if payload is not None:
+                        out.append(record(LOADJOB, payload))
             pos = min(n, pos + CHUNK_JOBS)
             if out:
                 self.chunks.put(b"".join(out))
             if time.perf_counter() > deadline:
                 break
         self.pos = pos
-        if pos >= n:
+        while (pos >= n and self.cold_pos >= 0 and time.perf_counter() <= deadline
+               and self.chunks.qsize() <= REWRITE_BACKLOG):
+            payloads, self.cold_pos = self.spill.cold_records(self.cold_pos, CHUNK_JOBS)
+            if payloads:
+                self.chunks.put(b"".join([record(LOADJOB, p) for p in payloads]))
+        if pos >= n and self.cold_pos < 0:
             self.jobs = None
             self.fed_all = True
             self.chunks.put(None)

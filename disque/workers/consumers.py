@@ -65,6 +65,9 @@ class Consumers:
                 if name not in seen:
                     seen.add(name)
                     queues.append(self.shard.get_queue(name, create=True))
+        for q in queues:
+            if q.cold is not None and len(q.jobs) < count:
+                self.shard.spill.refill(q, count)     # spilled jobs behind a short head
         if len(queues) == 1:
             # one queue (the usual GETJOB): fetched in one Cython call
             q = queues[0]

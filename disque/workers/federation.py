@@ -233,7 +233,7 @@ class Federation:
         now = self.shard.now_ms
         for data in payload:
             job, _ = deserialize(data, 0, False, self.shard.now_s, now, self.shard.rand_err())
-            local = self.shard.jobs.get(job.id)
+            local = self.shard.find_job(job.id)
             if local is not None:
                 if local.state == ACKED or local.body is None:
                     continue

@@ -5,7 +5,7 @@ import random
 from time import perf_counter_ns
 
 from disque._fast.job import ACKED, FLAG_DELIVERED
-from disque._fast.shardcore import NO_LIMIT
+from disque._fast.shardcore import NO_LIMIT, OOM_ERROR
 from disque.workers.queues import QUEUE_MAX_IDLE_BY_LEVEL
 
 # the structures of an empty shard (dicts, timer heap, scan logs), measured; also what keeps
@@ -24,6 +24,7 @@ class Memory:
     def __init__(self, shard):
         self.shard = shard
         self.data_ref = 0            # data_bytes when we last reported our memory
+        self.oom_data = NO_LIMIT     # shard.oom_data from maxmemory alone
         self.noeviction = False
 
     def memory_used(self):
@@ -42,15 +43,30 @@ class Memory:
         return [self.memory_used(), shard.data_bytes, shard.persistence.aof_memory(),
                 shard.job_log.next_seq, shard.queue_log.next_seq]
 
-    def set_memory(self, level, excess, noeviction):
+    def set_memory(self, level, excess, noeviction, spill_limit=None):
         """The front-end's view of the node: memory level 0-2 (SPEC 9) and `excess`, the node's
         used memory minus 95% of maxmemory (None: no limit), computed from our previous
         report. Our own data changes since that report are added live (oom_data), so the
         OOM check before `m` commands is exact for this worker's growth and for what its
-        evictions free, instead of lagging one poll behind."""
+        evictions free, instead of lagging one poll behind. `spill_limit`: this worker's
+        share of spill-threshold (None: no spilling)."""
+        self.shard.spill.set_limit(spill_limit)
         self.shard.memory_level = level
         self.noeviction = noeviction
-        self.shard.oom_data = NO_LIMIT if excess is None else self.data_ref - excess
+        self.oom_data = NO_LIMIT if excess is None else self.data_ref - excess
+        self.spill_changed()
+
+    def spill_changed(self):
+        """A failing spill disk also stops commands that add at the spill threshold
+        (disque/workers/spill.py), with its own error."""
+        shard = self.shard
+        spill_limit = shard.spill.oom_limit()
+        if spill_limit < self.oom_data:
+            shard.oom_data = spill_limit
+            shard.oom_reply = shard.spill.oom_reply()
+        else:
+            shard.oom_data = self.oom_data
+            shard.oom_reply = OOM_ERROR
 
     def free_memory(self):
         """Eviction before an `m` command when the node is over 95% of maxmemory (SPEC 9,

@@ -226,7 +226,7 @@ class Persistence:
         path = self.aof_path()
         tmp = os.path.join(os.path.dirname(path), "temp-rewriteaof-bg-%d.aof" % os.getpid())
         rw = Rewrite(self.shard.jobs.values(), path, tmp,
-                     self.aof_cfg("aof-rewrite-incremental-fsync", True))
+                     self.aof_cfg("aof-rewrite-incremental-fsync", True), self.shard.spill)
         rw.reqids = reqids
         self.aof_rw = rw
         w = self.aof_writer

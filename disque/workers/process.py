@@ -20,6 +20,7 @@ from disque import log as dlog
 from disque import memstat
 from disque._fast.clock import PeriodicTimer
 from disque._fast.replcore import count_types
+from disque._fast.shardcore import NO_LIMIT
 from disque.contracts import worker_link as P
 from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
@@ -90,7 +91,7 @@ class Worker:
             if self.job_links is not None:
                 self.job_links.set_cluster(arg)
             return True
-        if name == "memory":                # every ~100 ms: [level, excess, noeviction]
+        if name == "memory":                # every ~100 ms: [level, excess, noeviction, spill limit]
             shard.memory.set_memory(*arg)
             return shard.memory.memory_report() + [shard.persistence.aof_status()]
         if name.startswith("aof_"):         # persistence: see disque.workers.persistence
@@ -151,6 +152,7 @@ class Worker:
         link = self.link
         shard = self.shard
         persistence, replication, consumers = shard.persistence, shard.replication, shard.consumers
+        spill = shard.spill
         timer = self.timer = PeriodicTimer(TICK_MS)
         if link.channel is not None:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
@@ -215,6 +217,8 @@ class Worker:
                     ticks = 0
                     if not self.slow_cron():
                         break
+            if spill.limit != NO_LIMIT or spill.index.count:
+                spill.work()                # bodies to disk past the threshold, heads refilled
             if shard.ready:
                 shard.consumers.serve_ready()
             if shard.interest_due:
@@ -293,7 +297,7 @@ class Worker:
         shard = self.shard
         if (shard.consumers.deadlines or shard.replication.repl_waits or shard.ready
                 or shard.interest_due or shard.bus_out or shard.out or shard.leaving
-                or shard.persistence.aof_busy):
+                or shard.persistence.aof_busy or shard.spill.pending()):
             return False
         when = shard.timers.next_when()
         return when == 0 or when > shard.now_ms + IDLE_TICK_MS + TICK_MS

@@ -29,7 +29,7 @@ class QueueCommands:
 
     def cmd_qlen(self, argv):
         q = self.shard.queues.get(argv[1])
-        return b":%d\r\n" % (len(q.jobs) if q is not None else 0)
+        return b":%d\r\n" % (q.length() if q is not None else 0)
 
     def cmd_qpeek(self, argv):
         count = parse_int(argv[2])
@@ -40,7 +40,13 @@ class QueueCommands:
             return resp.EMPTY_ARRAY
         # |count| may not fit a Py_ssize_t (QPEEK q -9223372036854775808): no queue is longer
         count = max(-QPEEK_MAX, min(count, QPEEK_MAX))
-        jobs = q.jobs.peek(count) if count > 0 else q.jobs.peek_tail(-count)
+        spill = self.shard.spill
+        if count > 0:
+            jobs = q.jobs.peek(count)
+            jobs += spill.peek(q, count - len(jobs), False)
+        else:
+            jobs = spill.peek(q, -count, True)
+            jobs += q.jobs.peek_tail(-count - len(jobs))
         return b"*%d\r\n" % len(jobs) + b"".join([encode_job(j, False) for j in jobs])
 
     def cmd_qstat(self, argv):
@@ -50,7 +56,7 @@ class QueueCommands:
         now = self.shard.now_s
         return b"".join([
             b"*20\r\n$4\r\nname\r\n", resp.bulk(q.name),
-            b"$3\r\nlen\r\n:%d\r\n" % len(q.jobs),
+            b"$3\r\nlen\r\n:%d\r\n" % q.length(),
             b"$3\r\nage\r\n:%d\r\n" % max(0, now - q.ctime),
             b"$4\r\nidle\r\n:%d\r\n" % max(0, now - q.atime),
             b"$7\r\nblocked\r\n:%d\r\n" % len(q.blocked),
@@ -112,7 +118,7 @@ class QueueCommands:
         limit = shard.now_s - max_idle
         now = shard.now_ms
         stale = [q for q in shard.queues.values()
-                 if not len(q.jobs) and not q.blocked and not q.paused and q.atime <= limit
+                 if not q.length() and not q.blocked and not q.paused and q.atime <= limit
                  and (q.remote is None or all(exp < now for _, exp in q.remote.values()))]
         for q in stale:
             shard.remove_queue(q)

@@ -163,7 +163,7 @@ class Replication(ReplicationCore):
     # ---- job messages (SPEC 10.4) -----------------------------------------------------------
 
     def on_enqueue(self, sender, mflags, payload):
-        job = self.shard.jobs.get(payload[0])
+        job = self.shard.find_job(payload[0])
         if job is None or job.body is None or job.state not in (WAIT_REPL, ACTIVE):
             return
         q = self.shard.queues.get(job.queue)
@@ -182,7 +182,7 @@ class Replication(ReplicationCore):
             self.shard.schedule(job)
 
     def on_willqueue(self, sender, mflags, payload):
-        job = self.shard.jobs.get(payload[0])
+        job = self.shard.find_job(payload[0])
         if job is None:
             return
         if job.state == ACKED:
@@ -201,7 +201,7 @@ class Replication(ReplicationCore):
         """QUEUED / WORKING from another copy: postpone our requeue (SPEC 7.3). With job
         options (disque.workers.job_features) also merge counters and the dead-letter move;
         WORKING with INCR_NACKS is a NACK ... DELAY whose delay (ms) is in aux."""
-        job = self.shard.jobs.get(payload[0])
+        job = self.shard.find_job(payload[0])
         if job is None:
             return
         if job.state == ACKED:
@@ -229,7 +229,7 @@ class Replication(ReplicationCore):
         self.on_queued(sender, mflags, payload, working=True)
 
     def on_deljob_msg(self, sender, mflags, payload):
-        job = self.shard.jobs.get(payload[0])
+        job = self.shard.find_job(payload[0])
         if job is not None:
             wait = self.repl_waits.get(job.id)
             if wait is not None and job.state == WAIT_REPL:
@@ -241,12 +241,12 @@ class Replication(ReplicationCore):
 
     def on_setack(self, sender, mflags, payload):
         jid, may_have = payload[0], payload[1]
-        job = self.shard.jobs.get(jid)
+        job = self.shard.find_job(jid)
         if job is not None and job.state == WAIT_REPL:
             wait = self.repl_waits.get(jid)
             if wait is not None:
                 self.replicated(wait)
-            job = self.shard.jobs.get(jid)
+            job = self.shard.find_job(jid)
         if job is not None and job.state != ACKED:
             self.shard.set_acked(job)
             self.shard.n_acked += 1
@@ -259,7 +259,7 @@ class Replication(ReplicationCore):
 
     def on_gotack(self, sender, mflags, payload):
         jid, known = payload[0], payload[1]
-        job = self.shard.jobs.get(jid)
+        job = self.shard.find_job(jid)
         if job is None or job.state != ACKED:
             return
         dummy = job.body is None

@@ -183,6 +183,8 @@ class ServedClients(ServedCore):
             job = jobs.get(jid)
             if job is not None and job.ext is not None:
                 return True
+            if job is None and self.shard.cold_jobs and self.shard.spill.index.find(jid) >= 0:
+                return True         # spilled: its options are on disk
         return False
 
     # ---- commands of the other workers (disque/workers/peer_links.py; forward, peer_execute

@@ -29,6 +29,7 @@ from disque.workers.memory import Memory
 from disque.workers.persistence import Persistence
 from disque.workers.queues import PAUSE_IN, PAUSE_OUT, QueueCommands
 from disque.workers.scan_share import scan_share
+from disque.workers.spill import Spill
 from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, Replication
 
 parse_int = resp.parse_int
@@ -91,6 +92,7 @@ class Shard(ShardCore):
         self.federation = Federation(self)
         self.persistence = Persistence(self)
         self.replication = Replication(self)     # its bus handlers include federation's
+        self.spill = Spill(self)
         self.served = None       # ServedClients, when this worker serves connections itself
         self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py (parts first)
         for hook, handler in SHARD_HOOKS.items():
@@ -131,6 +133,13 @@ class Shard(ShardCore):
             self.out.append(P.Reply.encode(reqid, reply))
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
+
+    def find_job(self, jid):
+        """The job `jid`, loaded back first if it was spilled (disque/workers/spill.py)."""
+        job = self.jobs.get(jid)
+        if job is None and self.cold_jobs:
+            job = self.spill.fault_in(jid)
+        return job
 
     def forget_job(self, job):
         """Delete a job; an active/queued one is logged as DELJOB to the AOF (SPEC 12)."""
@@ -247,7 +256,7 @@ class Shard(ShardCore):
     def return_jobs(self, ids):
         """Undo fetches the front-end could not deliver (consumer gone or already served)."""
         for jid in ids:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is None or job.state != ACTIVE:
                 continue
             q = self.get_queue(job.queue, create=True)
@@ -268,7 +277,7 @@ class Shard(ShardCore):
             ids = []
             count = self.ack_lone(argv, ids)    # the jobs all ours, in Cython; the rest here
         for jid in ids:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is None:
                 if self.cluster_size > 1 and not self.leaving and id_ttl_minutes(jid) & 1:
                     job = self.make_dummy_ack(jid)
@@ -295,7 +304,7 @@ class Shard(ShardCore):
         count = 0
         clustered = self.cluster_size > 1
         for jid in argv[1:]:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is not None:
                 if clustered:
                     self.replication.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
@@ -309,7 +318,7 @@ class Shard(ShardCore):
     def cmd_deljob(self, argv):
         count = 0
         for jid in argv[1:]:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is not None:
                 wait = self.replication.repl_waits.get(jid)
                 if wait is not None and job.state == WAIT_REPL:
@@ -323,7 +332,7 @@ class Shard(ShardCore):
     def cmd_enqueue(self, argv):
         count = 0
         for jid in argv[1:]:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is not None and job.state == ACTIVE and self.enqueue(job):
                 count += 1
         return b":%d\r\n" % count
@@ -335,7 +344,7 @@ class Shard(ShardCore):
         delay_ms = nack_delay(argv) * 1000 if end < len(argv) else 0
         count = 0
         for jid in ids:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is None or job.state != ACTIVE:
                 continue
             wait = delay_ms
@@ -349,13 +358,13 @@ class Shard(ShardCore):
     def cmd_dequeue(self, argv):
         count = 0
         for jid in argv[1:]:
-            job = self.jobs.get(jid)
+            job = self.find_job(jid)
             if job is not None and self.dequeue(job):
                 count += 1
         return b":%d\r\n" % count
 
     def cmd_working(self, argv):
-        job = self.jobs.get(argv[1])
+        job = self.find_job(argv[1])
         if job is None:
             return b"-NOJOB Job not known in the context of this node.\r\n"
         ctime_ms = job.ctime // 1000000
@@ -374,7 +383,7 @@ class Shard(ShardCore):
         return b":%d\r\n" % job.retry
 
     def cmd_show(self, argv):
-        job = self.jobs.get(argv[1])
+        job = self.find_job(argv[1])
         if job is None:
             return resp.NULL_BULK
         return self.show_reply(job)
@@ -423,6 +432,7 @@ class Shard(ShardCore):
             self.answer(wait.reqid, NOREPL_REMOVED)
         for b in list(self.consumers.by_client.values()):
             self.consumers.release(b, None if b.proxy else NULL_ARRAY)
+        self.spill.clear()
         for q in self.queues.values():
             q.jobs.clear()
         for job in self.jobs.values():
@@ -432,13 +442,14 @@ class Shard(ShardCore):
         self.job_log.clear()
         self.queue_log.clear()
         self.data_bytes = 0
+        self.spill.account()
         self.consumers.deadlines.clear()
         self.ready.clear()
         self.interest_due.clear()
 
     def info(self):
         """Counters for INFO's node totals and per-worker lines."""
-        queued = sum(len(q.jobs) for q in self.queues.values())
+        queued = sum(q.length() for q in self.queues.values())
         return {
             "jobs": len(self.jobs),
             "queues": len(self.queues),
@@ -461,8 +472,9 @@ class Shard(ShardCore):
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
             "commands": {k.decode(): v for k, v in self.command_count.items()},
             "latency_counts": list(self.latency.counts),
-            "top_queues": [{"queue": q.name.decode(errors="replace"), "len": len(q.jobs),
+            "spill": self.spill.stats(),
+            "top_queues": [{"queue": q.name.decode(errors="replace"), "len": q.length(),
                             "jobs_in": q.jobs_in, "jobs_out": q.jobs_out}
                            for q in heapq.nlargest(TOP_QUEUES, self.queues.values(),
-                                                   key=lambda q: len(q.jobs))],
+                                                   key=lambda q: q.length())],
         }

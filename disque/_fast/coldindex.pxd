@@ -1,0 +1,40 @@
+from libc.stdint cimport uint32_t, uint64_t
+
+# One spilled job in RAM (docs/design.md, "Spilled jobs"): its ID, where its record is in the
+# spill log, and the two times that bring it back (its expiry and, for a job that is not
+# queued, its next timer). Everything else is in the record on disk.
+cdef struct ColdRec:
+    char id[40]
+    uint32_t seg        # segment number
+    uint32_t off        # byte offset of the record in the segment
+    uint32_t size       # record length; 0 = free slot (off is then the next free slot)
+    uint32_t etime      # expiry, unix seconds
+    uint32_t awake      # unix seconds its timer is due (0: a queued job, no timer but expiry)
+    uint32_t ring       # ColdRing.ref + 1 of its queue; 0 = not queued
+    uint32_t gen        # bumped when the slot is freed: ring entries of an old job go stale
+
+cdef class ColdRing:
+    cdef uint64_t *items        # slot << 32 | gen, oldest job first
+    cdef Py_ssize_t head, count, cap
+    cdef public Py_ssize_t live     # entries whose job is still spilled
+    cdef public uint64_t back_ctime # the newest job's ctime at the back (0: empty)
+    cdef public uint32_t ref
+    cdef public object queue        # the Queue (disque/_fast/shardcore.pyx) it belongs to
+
+    cdef int grow(self) except -1
+    cdef int push_back(self, uint64_t entry) except -1
+    cdef int push_front(self, uint64_t entry) except -1
+
+cdef class ColdIndex:
+    cdef ColdRec *recs
+    cdef Py_ssize_t cap, used_slots
+    cdef uint32_t free_head       # slot + 1 of the first free slot; 0 = none below used_slots
+    cdef uint32_t *table          # slot + 1 per bucket; 0 = empty
+    cdef Py_ssize_t tcap
+    cdef public Py_ssize_t count
+    cdef public list rings        # ColdRing by ref (None: unused ref)
+
+    cdef Py_ssize_t bucket_of(self, const char *jid) noexcept
+    cdef int grow_table(self) except -1
+    cpdef Py_ssize_t find(self, bytes jid)
+    cdef bint entry_live(self, uint64_t e) noexcept

@@ -1,0 +1,351 @@
+# cython: language_level=3
+"""The RAM index of a worker's spilled jobs (docs/design.md, "Spilled jobs"): a C record of
+about 80 bytes per job, against ~340 bytes plus the body for a job held in memory.
+
+ColdIndex: slots of ColdRec, an open-addressing hash table from job ID to slot, and one
+ColdRing per queue holding its spilled jobs in queue order. disque/workers/spill.py decides
+what to spill and when; disque/workers/spill_log.py holds the records on disk.
+"""
+from libc.stdlib cimport malloc, realloc, free, calloc
+from libc.string cimport memcpy, memcmp
+from libc.stdint cimport uint32_t, uint64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
+DEF ID_LEN = 40
+DEF NO_SLOT = -1
+
+
+cdef class ColdRing:
+    """A queue's spilled jobs, oldest first: a ring of (slot, gen) entries. An entry whose
+    slot was freed (its job loaded back or deleted) is stale and skipped when reached."""
+
+    def __cinit__(self):
+        self.items = NULL
+        self.head = self.count = self.cap = 0
+        self.live = 0
+        self.back_ctime = 0
+
+    def __dealloc__(self):
+        free(self.items)
+
+    def __len__(self):
+        return self.live
+
+    cdef int grow(self) except -1:
+        cdef Py_ssize_t cap = 16 if self.cap == 0 else self.cap * 2, i
+        cdef uint64_t *p = <uint64_t *>malloc(cap * sizeof(uint64_t))
+        if p == NULL:
+            raise MemoryError()
+        for i in range(self.count):
+            p[i] = self.items[(self.head + i) % self.cap]
+        free(self.items)
+        self.items = p
+        self.cap = cap
+        self.head = 0
+        return 0
+
+    cdef int push_back(self, uint64_t entry) except -1:
+        if self.count == self.cap:
+            self.grow()
+        self.items[(self.head + self.count) % self.cap] = entry
+        self.count += 1
+        return 0
+
+    cdef int push_front(self, uint64_t entry) except -1:
+        if self.count == self.cap:
+            self.grow()
+        self.head = (self.head + self.cap - 1) % self.cap
+        self.items[self.head] = entry
+        self.count += 1
+        return 0
+
+    def memory(self):
+        return 64 + self.cap * 8
+
+
+cdef inline uint64_t id_hash(const char *jid) noexcept:
+    """FNV-1a over the ID: its random part makes every byte count."""
+    cdef uint64_t h = 1469598103934665603ULL
+    cdef int i
+    for i in range(ID_LEN):
+        h = (h ^ <unsigned char>jid[i]) * 1099511628211ULL
+    return h
+
+
+cdef class ColdIndex:
+    def __cinit__(self):
+        self.recs = NULL
+        self.cap = self.used_slots = 0
+        self.free_head = 0
+        self.tcap = 1024
+        self.table = <uint32_t *>calloc(self.tcap, sizeof(uint32_t))
+        if self.table == NULL:
+            raise MemoryError()
+        self.count = 0
+        self.rings = []
+
+    def __dealloc__(self):
+        free(self.recs)
+        free(self.table)
+
+    def __len__(self):
+        return self.count
+
+    def memory(self):
+        """Bytes held: the record array, the hash table and the rings."""
+        cdef Py_ssize_t n = self.cap * sizeof(ColdRec) + self.tcap * 4
+        for r in self.rings:
+            if r is not None:
+                n += (<ColdRing>r).memory()
+        return n
+
+    @property
+    def slot_limit(self):
+        """Slots ever used: a cursor over [0, slot_limit) sees every spilled job."""
+        return self.used_slots
+
+    # ---- the hash table ------------------------------------------------------------------
+
+    cdef Py_ssize_t bucket_of(self, const char *jid) noexcept:
+        """The bucket holding `jid`, or the empty bucket where it would go."""
+        cdef Py_ssize_t mask = self.tcap - 1, b = id_hash(jid) & mask
+        cdef uint32_t s
+        while True:
+            s = self.table[b]
+            if s == 0 or memcmp(self.recs[s - 1].id, jid, ID_LEN) == 0:
+                return b
+            b = (b + 1) & mask
+
+    cdef int grow_table(self) except -1:
+        cdef uint32_t *old = self.table
+        cdef Py_ssize_t oldcap = self.tcap, i
+        self.table = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+        if self.table == NULL:
+            self.table = old
+            raise MemoryError()
+        self.tcap = oldcap * 2
+        for i in range(oldcap):
+            if old[i]:
+                self.table[self.bucket_of(self.recs[old[i] - 1].id)] = old[i]
+        free(old)
+        return 0
+
+    cpdef Py_ssize_t find(self, bytes jid):
+        """The slot of a spilled job, or -1."""
+        if len(jid) != ID_LEN or self.count == 0:
+            return NO_SLOT
+        cdef uint32_t s = self.table[self.bucket_of(PyBytes_AS_STRING(jid))]
+        return <Py_ssize_t>s - 1 if s else NO_SLOT
+
+    # ---- records -------------------------------------------------------------------------
+
+    def add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size, uint32_t etime,
+            uint32_t awake, ColdRing ring=None, bint front=False):
+        """Index a job just written to the spill log; it joins `ring` at the back (newer
+        than every spilled job of its queue) or the front (older). Returns its slot."""
+        if len(jid) != ID_LEN or size == 0:
+            raise ValueError("bad spilled job")
+        if (self.count + 1) * 10 > self.tcap * 7:
+            self.grow_table()
+        cdef Py_ssize_t b = self.bucket_of(PyBytes_AS_STRING(jid))
+        if self.table[b]:
+            raise KeyError("job already spilled")
+        cdef Py_ssize_t slot, cap
+        cdef ColdRec *p
+        if self.free_head:
+            slot = self.free_head - 1
+            self.free_head = self.recs[slot].off
+        else:
+            if self.used_slots == self.cap:
+                cap = 1024 if self.cap == 0 else self.cap + self.cap // 2
+                p = <ColdRec *>realloc(self.recs, cap * sizeof(ColdRec))
+                if p == NULL:
+                    raise MemoryError()
+                self.recs = p
+                self.cap = cap
+            slot = self.used_slots
+            self.used_slots += 1
+            self.recs[slot].gen = 0
+        cdef ColdRec *r = &self.recs[slot]
+        memcpy(r.id, PyBytes_AS_STRING(jid), ID_LEN)
+        r.seg, r.off, r.size, r.etime, r.awake = seg, off, size, etime, awake
+        r.ring = 0
+        self.table[b] = <uint32_t>(slot + 1)
+        self.count += 1
+        cdef uint64_t entry = (<uint64_t>slot << 32) | r.gen
+        if ring is not None:
+            r.ring = ring.ref + 1
+            if front:
+                ring.push_front(entry)
+            else:
+                ring.push_back(entry)
+            ring.live += 1
+        return slot
+
+    def remove(self, Py_ssize_t slot):
+        """Forget a spilled job (loaded back, or deleted): its slot is free, its ring entry
+        stale, and the hash table closes the gap (backward shift, no tombstones)."""
+        cdef ColdRec *r = &self.recs[slot]
+        if r.size == 0:
+            return
+        cdef Py_ssize_t mask = self.tcap - 1, i = self.bucket_of(r.id), j, k
+        self.table[i] = 0
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.table[j] == 0:
+                break
+            k = id_hash(self.recs[self.table[j] - 1].id) & mask
+            # move j's entry into the hole i unless its home bucket k lies in (i, j]
+            if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
+                self.table[i] = self.table[j]
+                self.table[j] = 0
+                i = j
+        cdef ColdRing ring
+        if r.ring:
+            ring = self.rings[r.ring - 1]
+            ring.live -= 1
+            if ring.live == 0:
+                ring.head = ring.count = 0
+                ring.back_ctime = 0
+        r.size = 0
+        r.gen += 1
+        r.off = self.free_head
+        self.free_head = <uint32_t>(slot + 1)
+        self.count -= 1
+
+    def location(self, Py_ssize_t slot):
+        """(segment, offset, size) of a live slot; size 0 for a free one."""
+        cdef ColdRec *r = &self.recs[slot]
+        if r.size == 0:
+            return (0, 0, 0)
+        return (r.seg, r.off, r.size)
+
+    def move(self, Py_ssize_t slot, uint32_t seg, uint32_t off):
+        """The record was copied elsewhere (compaction)."""
+        self.recs[slot].seg = seg
+        self.recs[slot].off = off
+
+    def job_id(self, Py_ssize_t slot):
+        return PyBytes_FromStringAndSize(self.recs[slot].id, ID_LEN)
+
+    def is_queued(self, Py_ssize_t slot):
+        return self.recs[slot].size != 0 and self.recs[slot].ring != 0
+
+    # ---- rings ---------------------------------------------------------------------------
+
+    def new_ring(self, queue):
+        cdef ColdRing ring = ColdRing()
+        ring.queue = queue
+        cdef Py_ssize_t i
+        for i in range(len(self.rings)):
+            if self.rings[i] is None:
+                ring.ref = <uint32_t>i
+                self.rings[i] = ring
+                return ring
+        ring.ref = <uint32_t>len(self.rings)
+        self.rings.append(ring)
+        return ring
+
+    def drop_ring(self, ColdRing ring):
+        """An empty ring leaves (its queue is deleted or emptied)."""
+        if ring.live:
+            raise ValueError("ring still holds spilled jobs")
+        if ring.ref < len(self.rings) and self.rings[ring.ref] is ring:
+            self.rings[ring.ref] = None
+
+    cdef bint entry_live(self, uint64_t e) noexcept:
+        cdef Py_ssize_t slot = <Py_ssize_t>(e >> 32)
+        return slot < self.used_slots and self.recs[slot].size != 0 \
+            and self.recs[slot].gen == <uint32_t>(e & 0xffffffffULL)
+
+    def take_front(self, ColdRing ring, Py_ssize_t n):
+        """Pop up to `n` live slots from the front of `ring`, oldest first. They stay
+        indexed (and counted in ring.live) until `remove`; `put_front` undoes the pop."""
+        cdef list out = []
+        cdef uint64_t e
+        while ring.count and len(out) < n:
+            e = ring.items[ring.head]
+            ring.head = (ring.head + 1) % ring.cap
+            ring.count -= 1
+            if self.entry_live(e):
+                out.append(<Py_ssize_t>(e >> 32))
+        return out
+
+    def put_front(self, ColdRing ring, list slots):
+        """Give slots taken by `take_front` back, in their order (a failed read)."""
+        cdef Py_ssize_t i, slot
+        for i in range(len(slots) - 1, -1, -1):
+            slot = slots[i]
+            ring.push_front((<uint64_t>slot << 32) | self.recs[slot].gen)
+
+    def peek(self, ColdRing ring, Py_ssize_t n, bint from_back=False):
+        """Up to `n` live slots from the front (or the back), without taking them."""
+        cdef list out = []
+        cdef Py_ssize_t i = 0, pos
+        cdef uint64_t e
+        while i < ring.count and len(out) < n:
+            pos = (ring.head + (ring.count - 1 - i if from_back else i)) % ring.cap
+            e = ring.items[pos]
+            if self.entry_live(e):
+                out.append(<Py_ssize_t>(e >> 32))
+            i += 1
+        return out
+
+    # ---- walks ---------------------------------------------------------------------------
+
+    def due(self, Py_ssize_t start, Py_ssize_t steps, uint32_t until_s):
+        """Slots among [start, start + steps) whose expiry or timer comes by `until_s`:
+        ([slots], next start, 0 when the walk wrapped)."""
+        cdef list out = []
+        cdef Py_ssize_t i = start, end = start + steps
+        cdef ColdRec *r
+        if end > self.used_slots:
+            end = self.used_slots
+        while i < end:
+            r = &self.recs[i]
+            if r.size and (r.etime <= until_s or (r.awake and r.awake <= until_s)):
+                out.append(i)
+            i += 1
+        return out, (0 if i >= self.used_slots else i)
+
+    def live_slots(self, Py_ssize_t start, Py_ssize_t steps):
+        """Live slots among [start, start + steps) and the next start (-1: done)."""
+        cdef list out = []
+        cdef Py_ssize_t i = start, end = start + steps
+        if end > self.used_slots:
+            end = self.used_slots
+        while i < end:
+            if self.recs[i].size:
+                out.append(i)
+            i += 1
+        return out, (-1 if i >= self.used_slots else i)
+
+    def clear(self):
+        """Forget everything (FLUSHALL); the rings' queues drop theirs."""
+        for r in self.rings:
+            if r is not None:
+                (<ColdRing>r).head = (<ColdRing>r).count = (<ColdRing>r).live = 0
+                (<ColdRing>r).back_ctime = 0
+        self.shrink()
+
+    def shrink(self):
+        """With no spilled job left, give the arrays back (used_memory falls with them)."""
+        if self.count:
+            return
+        cdef uint32_t *t = <uint32_t *>calloc(1024, sizeof(uint32_t))
+        if t == NULL:
+            raise MemoryError()
+        free(self.table)
+        self.table = t
+        self.tcap = 1024
+        for r in self.rings:
+            if r is not None and (<ColdRing>r).live == 0:
+                free((<ColdRing>r).items)
+                (<ColdRing>r).items = NULL
+                (<ColdRing>r).head = (<ColdRing>r).count = (<ColdRing>r).cap = 0
+        free(self.recs)
+        self.recs = NULL
+        self.cap = self.used_slots = 0
+        self.free_head = 0
+        self.count = 0

@@ -1,0 +1,470 @@
+"""Spilling job bodies to disk (docs/design.md, "Spilled jobs"; docs/memory.md): a worker
+over its share of `spill-threshold` % of maxmemory writes whole jobs to its spill log and
+keeps about 80 bytes of each in RAM (disque/_fast/coldindex.pyx).
+
+What spills: the jobs of a queue beyond its first `spill-keep` (the tail, the jobs consumers
+reach last), then copies held for other nodes (active, never delivered here) whose next
+timer is far away. What comes back: a queue's head is refilled from its spilled jobs ahead
+of the consumers; a job named by ID (ACKJOB, SHOW, a bus message...) is loaded back at once
+(`fault_in`); a sweep brings a job back before its expiry or its timer is due. A loaded job
+is the job it was: same ID, fields, counters and timers.
+"""
+import heapq
+import logging
+import os
+import time
+
+from disque._fast import codec
+from disque._fast.coldindex import ColdIndex
+from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED
+from disque._fast.shardcore import NO_LIMIT, expire_ms
+from disque.workers.queues import PAUSE_OUT
+from disque.workers.spill_log import HEADER, SIZE_AT, ID_AT, SpillLog, record_size
+
+log = logging.getLogger("disque.worker")
+
+HORIZON_S = 120         # a job due (expiry or timer) sooner than this stays in RAM
+SWEEP_EVERY_S = 1       # the sweep walks part of the index once a second ...
+SWEEP_PASS_S = 30       # ... so that a whole pass takes at most this (< HORIZON_S / 2)
+BATCH = 256             # jobs per write or read
+MIN_KEEP = 64           # a queue's head is never spilled below this, even over the limit
+STEP_NS = 5_000_000     # the longest one `work` call runs
+LOW_WATER = 0.9         # spilling stops at this share of the limit ...
+PREFETCH_BELOW = 0.97   # ... and refilling heads needs RAM under this share
+COMPACT_CHUNK = 4 << 20
+EMPTY_INDEX_BYTES = 8192     # an empty index past this gives its arrays back
+RETRY_FAILED_S = 1.0    # a failing spill disk is tried again after this
+SPILL_OOM = (b"-OOM command not allowed when used memory > 'spill-threshold' and the spill "
+             b"disk refuses writes (%s)\r\n")
+
+
+class Spill:
+    """Needs from the shard: the ShardCore (jobs, queues, job_log, data_bytes, register_job,
+    delete_job, get_queue, schedule, ready, now_s/now_ms, index, node_id, cold_jobs),
+    `shard.memory` (memory_used) and `shard.persistence` (aof_cfg, aof_rw, write_loadjob).
+    Offers: set_limit (the memory poll), work (the worker loop), pending, fault_in,
+    refill, queue_length, peek, cold_records (AOF rewrite, JSCAN), clear, stats."""
+
+    def __init__(self, shard):
+        self.shard = shard
+        self.index = ColdIndex()
+        self.log = None                 # opened at the first spill
+        self.limit = NO_LIMIT           # this worker's share of spill-threshold, bytes
+        self.keep = int(shard.config.get("spill-keep") or 4096)
+        self.accounted = 0              # index bytes counted in shard.data_bytes
+        self.failing = None             # the spill disk's last error, while it lasts
+        self.retry_at = 0.0
+        self.sweep_pos = 0
+        self.sweep_at = 0
+        self.copy_pos = 0               # the copies' walk over the job log
+        self.compacting = None          # (segment, next offset) being compacted
+        self.jobs_spilled = self.jobs_loaded = self.faults = self.compactions = 0
+        self.errors = 0
+        self.rate_mark = (time.monotonic(), 0, 0)
+        self.rate = (0.0, 0.0)
+
+    # ---- limits ------------------------------------------------------------------------
+
+    def set_limit(self, limit, keep=None):
+        """The front-end's poll: this worker's share of spill-threshold (None: no spill)."""
+        self.limit = NO_LIMIT if limit is None else max(0, int(limit))
+        if keep:
+            self.keep = max(MIN_KEEP, int(keep))
+
+    def hot_limit(self):
+        """data_bytes allowed before spilling: the limit less what is not jobs."""
+        return self.limit - (self.shard.memory.memory_used() - self.shard.data_bytes)
+
+    def oom_limit(self):
+        """While the spill disk refuses writes, commands that add stop at the limit."""
+        return self.hot_limit() if self.failing is not None else NO_LIMIT
+
+    def oom_reply(self):
+        return SPILL_OOM % (self.failing or "error").encode()
+
+    def pending(self):
+        """Whether `work` has something to do now (the worker loop may not idle)."""
+        return (self.index.count > 0 or self.compacting is not None
+                or (self.limit != NO_LIMIT and self.shard.data_bytes > self.hot_limit()))
+
+    # ---- the worker loop's share ---------------------------------------------------------
+
+    def work(self):
+        """Spill, refill heads, sweep and compact, for at most STEP_NS."""
+        deadline = time.perf_counter_ns() + STEP_NS
+        shard = self.shard
+        self.keep = max(MIN_KEEP, int(shard.config.get("spill-keep") or self.keep))
+        if self.limit != NO_LIMIT and shard.data_bytes > self.hot_limit():
+            if self.failing is None or time.monotonic() >= self.retry_at:
+                self.spill_until(int(self.hot_limit() * LOW_WATER), deadline)
+        if self.index.count:
+            if shard.now_s >= self.sweep_at:
+                self.sweep()
+            self.prefetch(deadline)
+        if self.log is not None and time.perf_counter_ns() < deadline:
+            self.compact_step(deadline)
+        self.account()
+
+    def account(self):
+        """The index's bytes in data_bytes (used_memory), as it grows and shrinks."""
+        if not self.index.count and self.accounted > EMPTY_INDEX_BYTES:
+            self.index.shrink()
+        now = self.index.memory() if self.index.count or self.accounted else 0
+        self.shard.data_bytes += now - self.accounted
+        self.accounted = now
+        self.shard.cold_jobs = self.index.count
+
+    # ---- spilling ------------------------------------------------------------------------
+
+    def spill_until(self, target, deadline):
+        shard = self.shard
+        while shard.data_bytes > target and time.perf_counter_ns() < deadline:
+            picked = self.pick()
+            if not picked:
+                return
+            if not self.write(picked):
+                return
+
+    def pick(self):
+        """The next batch to spill: [(job, queue or None)] from one queue's tail beyond
+        `keep`, else copies with far timers, else a queue's tail beyond MIN_KEEP."""
+        shard = self.shard
+        horizon = shard.now_s + HORIZON_S
+        for floor in (self.keep, None, MIN_KEEP):
+            if floor is None:
+                copies = self.pick_copies(horizon)
+                if copies:
+                    return copies
+                continue
+            for q in heapq.nlargest(4, shard.queues.values(), key=lambda q: len(q.jobs)):
+                extra = len(q.jobs) - floor
+                if extra <= 0:
+                    break
+                jobs = [j for j in q.jobs.peek_tail(min(extra, BATCH))
+                        if j.etime > horizon and j.body is not None]
+                if jobs:
+                    return [(j, q) for j in jobs]
+        return None
+
+    def pick_copies(self, horizon):
+        """Copies this node holds for others, walking the job log from where it stopped."""
+        shard = self.shard
+        items = shard.job_log.items
+        n = len(items)
+        if self.copy_pos >= n:
+            self.copy_pos = 0
+        out = []
+        looked = 0
+        pos = self.copy_pos
+        horizon_ms = horizon * 1000
+        while pos < n and len(out) < BATCH and looked < 16 * BATCH:
+            job = items[pos]
+            pos += 1
+            looked += 1
+            if (job is not None and job.state == ACTIVE and not job.flags & FLAG_DELIVERED
+                    and not job.in_queue and job.body is not None and job.queue is not None
+                    and shard.jobs.get(job.id) is job and self.awake_ms(job) > horizon_ms):
+                out.append((job, None))
+        self.copy_pos = pos
+        return out
+
+    @staticmethod
+    def awake_ms(job):
+        """When a job that is not queued must be in RAM again: its expiry or its timer."""
+        t = expire_ms(job)
+        if job.qtime and job.qtime - 1000 < t:
+            t = job.qtime - 1000        # before the WILLQUEUE announcement, 500 ms earlier
+        return t
+
+    def write(self, picked):
+        """Write a batch and drop it from RAM; False when the disk refused it (the jobs stay
+        in RAM, nothing is lost)."""
+        shard = self.shard
+        try:
+            if self.log is None:
+                self.log = SpillLog(shard.persistence.aof_cfg("dir") or os.getcwd(),
+                                    "spill-%s-w%d" % (shard.node_id.decode()[:8], shard.index))
+            recs = [HEADER.pack(j.qtime, j.flags, j.state) + codec.serialize(j, True, 0)
+                    for j, _ in picked]
+            locs = self.log.append(recs)
+        except OSError as e:
+            self.disk_failed(e)
+            return False
+        if self.failing is not None:
+            log.warning("Spill disk writable again: spilling resumes")
+            self.failing = None
+            shard.memory.spill_changed()
+        index = self.index
+        base = {}           # a ring's newest ctime before this batch (None: it was empty)
+        newer = []
+        for (job, q), rec, (seg, off) in zip(picked, recs, locs):
+            shard.delete_job(job)
+            if q is None:
+                awake = -(-self.awake_ms(job) // 1000)
+                index.add(job.id, seg, off, len(rec), job.etime, awake)
+                continue
+            ring = q.cold
+            if ring is None:
+                ring = q.cold = index.new_ring(q)
+            if ring not in base:
+                base[ring] = ring.back_ctime if ring.live else None
+            b = base[ring]
+            if b is not None and job.ctime > b:
+                newer.append((job, ring, seg, off, len(rec)))
+            else:
+                # a batch is a tail, newest first: each one goes before the last
+                index.add(job.id, seg, off, len(rec), job.etime, 0, ring, True)
+                if b is None and ring.back_ctime < job.ctime:
+                    ring.back_ctime = job.ctime
+        for job, ring, seg, off, size in reversed(newer):
+            index.add(job.id, seg, off, size, job.etime, 0, ring, False)
+            ring.back_ctime = job.ctime
+        self.jobs_spilled += len(picked)
+        return True
+
+    def disk_failed(self, e):
+        self.errors += 1
+        self.retry_at = time.monotonic() + RETRY_FAILED_S
+        if self.failing is None:
+            self.failing = e.strerror or str(e)
+            log.warning("Spill disk error (%s): jobs stay in memory; commands that add are "
+                        "refused over the spill threshold until it writes again", self.failing)
+            self.shard.memory.spill_changed()
+
+    # ---- loading back ----------------------------------------------------------------------
+
+    def decode(self, rec):
+        qtime, flags, _state = HEADER.unpack_from(rec, 0)
+        shard = self.shard
+        job, _ = codec.deserialize(bytes(rec), SIZE_AT, True, shard.now_s, shard.now_ms)
+        job.qtime = qtime
+        job.flags = flags
+        return job
+
+    def read(self, slots):
+        """The records of `slots` (None when the disk fails: the jobs stay spilled)."""
+        locs = [self.index.location(s) for s in slots]
+        try:
+            return locs, self.log.read(locs)
+        except OSError as e:
+            self.errors += 1
+            log.warning("Spill disk read error (%s): %d jobs stay on disk", e.strerror or e,
+                        len(slots))
+            return locs, None
+
+    def load(self, slots):
+        """Bring jobs back into RAM, as they were; returns them (empty on a read error)."""
+        if not slots:
+            return []
+        locs, recs = self.read(slots)
+        if recs is None:
+            return []
+        shard = self.shard
+        rewriting = shard.aof_on and shard.persistence.aof_rw is not None
+        out = []
+        for slot, (seg, _, size), rec in zip(slots, locs, recs):
+            job = self.decode(rec)
+            self.index.remove(slot)
+            self.log.forget(seg, size)
+            self.restore(job)
+            if rewriting:
+                shard.persistence.write_loadjob(job)   # the rewrite's list did not have it
+            out.append(job)
+        self.jobs_loaded += len(out)
+        self.account()
+        return out
+
+    def restore(self, job):
+        shard = self.shard
+        if job.state == QUEUED:
+            q = shard.get_queue(job.queue, True)
+            job.queue = q.name
+            shard.register_job(job)
+            q.jobs.push(job)
+            if (q.blocked or q.remote is not None) and not q.paused & PAUSE_OUT:
+                shard.ready.add(q)
+        else:
+            q = shard.queues.get(job.queue)
+            if q is not None:
+                job.queue = q.name
+            shard.register_job(job)
+        shard.schedule(job)
+
+    def fault_in(self, jid):
+        """The job `jid` back in RAM if it was spilled (by ID: ACKJOB, SHOW, bus messages)."""
+        slot = self.index.find(jid)
+        if slot < 0:
+            return None
+        self.faults += 1
+        jobs = self.load([slot])
+        return jobs[0] if jobs else None
+
+    def refill(self, q, want):
+        """A consumer found the head of `q` short: load up to `want` jobs now."""
+        ring = q.cold
+        if ring is None or not ring.live:
+            return
+        slots = self.index.take_front(ring, max(want, BATCH))
+        if slots and not self.load(slots):
+            self.index.put_front(ring, slots)
+
+    def prefetch(self, deadline):
+        """Refill the head of every queue with spilled jobs, ahead of its consumers."""
+        shard = self.shard
+        roomy = self.limit == NO_LIMIT or shard.data_bytes < self.hot_limit() * PREFETCH_BELOW
+        for ring in self.index.rings:
+            if ring is None or not ring.live:
+                continue
+            q = ring.queue
+            target = self.keep if roomy else MIN_KEEP
+            hot = len(q.jobs)
+            if hot * 2 >= target:
+                continue
+            while hot < target and ring.live and time.perf_counter_ns() < deadline:
+                slots = self.index.take_front(ring, min(BATCH, target - hot))
+                if not self.load(slots):
+                    self.index.put_front(ring, slots)
+                    return
+                hot = len(q.jobs)
+
+    def sweep(self):
+        """Bring back jobs whose expiry or timer comes within HORIZON_S / 2; a whole pass
+        over the index takes at most SWEEP_PASS_S."""
+        shard = self.shard
+        self.sweep_at = shard.now_s + SWEEP_EVERY_S
+        steps = max(100_000, self.index.slot_limit * SWEEP_EVERY_S // SWEEP_PASS_S + 1)
+        slots, self.sweep_pos = self.index.due(self.sweep_pos, steps, shard.now_s + HORIZON_S // 2)
+        for i in range(0, len(slots), BATCH):
+            self.load(slots[i:i + BATCH])
+
+    # ---- compaction --------------------------------------------------------------------------
+
+    def compact_step(self, deadline):
+        """Copy the live records of a mostly dead segment to the active one, a chunk at a
+        time; the segment is deleted when its last live record has moved."""
+        spill_log = self.log
+        if self.compacting is None:
+            seg = spill_log.compact_candidate()
+            if seg is None:
+                return
+            self.compacting = (seg, 0)
+        seg, pos = self.compacting
+        index = self.index
+        while time.perf_counter_ns() < deadline:
+            if spill_log.segs.get(seg.n) is not seg or pos >= seg.size:
+                self.compacting = None
+                self.compactions += 1
+                return
+            try:
+                buf = spill_log.read_span(seg, pos, COMPACT_CHUNK)
+            except OSError as e:
+                self.disk_failed(e)
+                self.compacting = None
+                return
+            at = 0
+            moving = []
+            while True:
+                size = record_size(buf, at)
+                if not size:
+                    break
+                slot = index.find(bytes(buf[at + ID_AT:at + ID_AT + 40]))
+                if slot >= 0 and index.location(slot) == (seg.n, pos + at, size):
+                    moving.append((slot, size, buf[at:at + size]))
+                at += size
+            if at == 0:
+                self.compacting = None      # a torn tail: nothing more to read here
+                return
+            if moving:
+                try:
+                    locs = spill_log.append([m[2] for m in moving])
+                except OSError as e:
+                    self.disk_failed(e)
+                    self.compacting = None
+                    return
+                for (slot, size, _), (nseg, noff) in zip(moving, locs):
+                    index.move(slot, nseg, noff)
+                    spill_log.forget(seg.n, size)
+            pos += at
+            self.compacting = (seg, pos)
+
+    # ---- what the commands see ---------------------------------------------------------------
+
+    def peek(self, q, count, from_back):
+        """QPEEK's spilled part: up to `count` jobs decoded from disk, not loaded."""
+        if q.cold is None or not q.cold.live or count <= 0:
+            return []
+        slots = self.index.peek(q.cold, count, from_back)
+        _, recs = self.read(slots)
+        return [self.decode(r) for r in recs] if recs is not None else []
+
+    def cold_records(self, start, steps):
+        """The AOF payloads (storage form) of spilled jobs among slots [start, start +
+        steps), and the next start (-1: done): AOF rewrite and JSCAN."""
+        slots, nxt = self.index.live_slots(start, steps)
+        if not slots:
+            return [], nxt
+        _, recs = self.read(slots)
+        if recs is None:
+            raise OSError("spill disk read error")
+        return [bytes(r[SIZE_AT:]) for r in recs], nxt
+
+    def cold_jobs(self, start, steps):
+        """Spilled jobs among slots [start, start + steps), decoded, not loaded (JSCAN),
+        and the next start (-1: done)."""
+        slots, nxt = self.index.live_slots(start, steps)
+        _, recs = self.read(slots) if slots else (None, [])
+        return ([self.decode(r) for r in recs] if recs is not None else []), nxt
+
+    def payload_of(self, jid):
+        """The AOF payload of one spilled job, or None."""
+        slot = self.index.find(jid)
+        if slot < 0:
+            return None
+        _, recs = self.read([slot])
+        return bytes(recs[0][SIZE_AT:]) if recs else None
+
+    def clear(self):
+        """FLUSHALL: every spilled job goes."""
+        for ring in self.index.rings:
+            if ring is not None:
+                ring.queue.cold = None
+        self.index.clear()
+        self.index.rings.clear()
+        if self.log is not None:
+            self.log.remove_all()
+        self.compacting = None
+        self.accounted = 0
+        self.shard.cold_jobs = 0
+
+    def rates(self):
+        """Jobs written and read per second, over the last second or more."""
+        now = time.monotonic()
+        t, written, read = self.rate_mark
+        if now - t >= 1.0:
+            self.rate = ((self.jobs_spilled - written) / (now - t),
+                         (self.jobs_loaded - read) / (now - t))
+            self.rate_mark = (now, self.jobs_spilled, self.jobs_loaded)
+        return self.rate
+
+    def stats(self):
+        segments, disk = self.log.files() if self.log is not None else (0, 0)
+        log_ = self.log
+        writes, reads = self.rates()
+        return {
+            "spill_writes_per_sec": int(writes),
+            "spill_reads_per_sec": int(reads),
+            "spilled_jobs": self.index.count,
+            "spill_index_bytes": self.accounted,
+            "spill_segments": segments,
+            "spill_disk_bytes": disk,
+            "spill_jobs_written": self.jobs_spilled,
+            "spill_jobs_read": self.jobs_loaded,
+            "spill_bytes_written": log_.bytes_written if log_ else 0,
+            "spill_bytes_read": log_.bytes_read if log_ else 0,
+            "spill_faults": self.faults,
+            "spill_compactions": self.compactions,
+            "spill_errors": self.errors,
+            "spill_failing": self.failing or "",
+            "spill_limit": self.limit if self.limit != NO_LIMIT else 0,
+        }
+
