@@ -709,7 +709,8 @@ def test_config_get_star_lists_spec_parameters_and_ours():
                                                   "stats-log-file",
                                                   "stats-log-interval", "cluster-secret",
                                                   "cluster-secret-previous", "cluster-secret-file",
-                                                  "metrics-port", "metrics-auth"}
+                                                  "metrics-port", "metrics-auth",
+                                                  "spill", "spill-threshold", "spill-keep"}
 
 
 def test_config_get_default_values():

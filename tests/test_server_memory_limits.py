@@ -109,7 +109,9 @@ def test_noeviction_policy_fails_without_evicting(start_server):
 
 
 def _set_room(r, room):
-    """maxmemory such that 95% of it is `room` bytes above the current use."""
+    """maxmemory such that 95% of it is `room` bytes above the current use; no spilling,
+    which would keep the node under it (tests/test_spill.py covers that)."""
+    assert r.call("CONFIG", "SET", "spill", "no") == b"+OK\r\n"
     used = int(parse_info(r.execute("INFO", "memory"))["used_memory"])
     maxmemory = (used + room) * 100 // 95 + 100
     assert r.call("CONFIG", "SET", "maxmemory", str(maxmemory)) == b"+OK\r\n"

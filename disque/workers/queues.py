@@ -18,6 +18,11 @@ QUEUE_MAX_IDLE_BY_LEVEL = (300, 10, 2)    # seconds, by memory level (SPEC 8.2)
 QPEEK_MAX = 1 << 62
 
 
+def job_order(job):
+    """Queue order (SPEC 6.3): creation time, then ID."""
+    return job.ctime, job.id
+
+
 class QueueCommands:
     """Needs from the shard: the ShardCore (queues, get_queue, remove_queue, ready,
     cluster_size, memory_level), `shard.federation` (QSTAT's import rate) and
@@ -40,13 +45,11 @@ class QueueCommands:
             return resp.EMPTY_ARRAY
         # |count| may not fit a Py_ssize_t (QPEEK q -9223372036854775808): no queue is longer
         count = max(-QPEEK_MAX, min(count, QPEEK_MAX))
-        spill = self.shard.spill
-        if count > 0:
-            jobs = q.jobs.peek(count)
-            jobs += spill.peek(q, count - len(jobs), False)
-        else:
-            jobs = spill.peek(q, -count, True)
-            jobs += q.jobs.peek_tail(-count - len(jobs))
+        jobs = q.jobs.peek(count) if count > 0 else q.jobs.peek_tail(-count)
+        if q.cold is not None and len(q.cold):
+            # spilled jobs sit between the head kept in RAM and the newest, not spilled yet
+            cold = self.shard.spill.peek(q, abs(count), count < 0)
+            jobs = sorted(jobs + cold, key=job_order, reverse=count < 0)[:abs(count)]
         return b"*%d\r\n" % len(jobs) + b"".join([encode_job(j, False) for j in jobs])
 
     def cmd_qstat(self, argv):

@@ -1,0 +1,214 @@
+"""More jobs than memory (docs/memory.md, "Spilling"): bodies go to the spill log past
+spill-threshold, the index stays in RAM, every job comes back once with its body, the files
+shrink after the drain, and a node that cannot write its spill log refuses new jobs with a
+clear error and loses nothing."""
+import glob
+import os
+import subprocess
+import threading
+import zlib
+
+import redis
+
+import pytest
+
+import aof_helpers as H
+import spill_helpers as S
+from conftest import wait_until
+
+QUEUES = ["spq0", "spq1", "spq2", "spq3"]
+MB = 1024 * 1024
+
+
+def test_a_million_jobs_of_1kb_on_256mb_and_2_workers(start_server):
+    srv = start_server(workers=2, extra_args=["--maxmemory", "256mb"])
+    c = S.client(srv)
+    n = 1_000_000
+    ids, crc, peak = S.fill([c], n, QUEUES, maxmemory=256 * MB)
+    assert len(set(ids)) == n
+    info = S.memory(c)
+    assert info["used_memory"] < 256 * MB
+    assert info["spilled_jobs"] > n * 3 // 4, info
+    # index RAM per spilled job: the index's own bytes over the jobs it holds
+    assert info["spill_index_bytes"] / info["spilled_jobs"] <= 150, info
+    assert sum(c.execute_command("QLEN", q) for q in QUEUES) == n
+    got_crc, seen = S.drain([c], n, QUEUES)
+    assert seen == set(ids) and got_crc == crc
+    wait_until(lambda: len(S.spill_files(srv.workdir)[1]) == 0 and S.memory(c)["spilled_jobs"] == 0,
+               timeout=10, message="spill files did not shrink after the drain")
+    assert len(S.spill_files(srv.workdir)[0]) <= 2          # at most one segment per worker
+    info = S.memory(c)
+    assert info["spill_errors"] == 0 and info["used_memory"] < 16 * MB, info
+
+
+def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluster):
+    # connection-affinity no: many producers pipelining replicated ADDJOBs to connections
+    # served by workers can stall (found here, also before spilling; see docs/memory.md)
+    cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "64mb",
+                                                 "--connection-affinity", "no"])
+    clients = [S.client(node) for node in cl.nodes]
+    n = 300_000         # with their copies, 200 MB of bodies per node
+    ids, crc = S.fill_concurrently(cl.nodes, n, QUEUES, "REPLICATE", 2, "RETRY", 3600)
+    assert len(set(ids)) == n
+    for c in clients:
+        info = S.memory(c)
+        assert info["spilled_jobs"] > 0 and info["used_memory"] < 64 * MB, info
+    got_crc, seen = S.drain(clients, n, QUEUES)
+    assert seen == set(ids) and got_crc == crc
+    for c in clients:
+        assert S.memory(c)["used_memory"] < 64 * MB
+    # the copies are acknowledged through SETACK, loaded back and collected
+    wait_until(lambda: all(S.memory(c)["spilled_jobs"] == 0 for c in clients), timeout=60,
+               message="copies still spilled after the drain")
+
+
+def test_spilled_jobs_answer_every_command_as_others(start_server):
+    srv = start_server(workers=1, extra_args=["--maxmemory", "32mb", "--spill-keep", "64"])
+    c = S.client(srv)
+    ids, crc, _ = S.fill([c], 40_000, ["one"])
+    assert S.memory(c)["spilled_jobs"] > 20_000
+    last = ids[-1]
+    # QLEN and QPEEK count and read what is on disk; QPEEK from the tail reads it back
+    assert c.execute_command("QLEN", "one") == 40_000
+    tail = c.execute_command("QPEEK", "one", -2)
+    assert [j[1] for j in tail] == [ids[-1], ids[-2]]
+    assert tail[0][2] == S.body_of(39_999, b"spill-test-")
+    assert [j[1] for j in c.execute_command("QPEEK", "one", 3)] == ids[:3]
+    # JSCAN sees every job, in memory or not
+    cursor, found = 0, set()
+    while True:
+        cursor, part = c.execute_command("JSCAN", cursor, "COUNT", 5000)
+        found.update(part)
+        if int(cursor) == 0:
+            break
+    assert found == set(ids)
+    # SHOW, DELJOB, ACKJOB of spilled jobs by ID
+    shown = dict(zip(*[iter(c.execute_command("SHOW", last))] * 2))
+    assert shown[b"state"] == b"queued" and shown[b"body"] == S.body_of(39_999, b"spill-test-")
+    assert c.execute_command("DELJOB", ids[-3]) == 1
+    assert c.execute_command("ACKJOB", ids[-4]) == 1
+    assert c.execute_command("QLEN", "one") == 40_000 - 2
+    # a rewrite with spilled jobs, then a restart with another number of workers
+    assert c.execute_command("CONFIG", "SET", "appendonly", "yes")
+    wait_until(lambda: c.info("persistence")["aof_rewrite_in_progress"] == 0
+               and c.info("persistence")["aof_enabled"] == 1, timeout=30)
+    srv.stop()
+    H.restart(srv, workers=2, extra_args=srv.extra_args + ["--appendonly", "yes",
+                                                          "--aof-enqueue-jobs-once", "yes"])
+    c = S.client(srv)
+    wait_until(lambda: c.info("persistence")["loading"] == 0, timeout=30)
+    assert c.execute_command("QLEN", "one") == 40_000 - 2
+    rest = [jid for jid in ids if jid not in (ids[-3], ids[-4])]
+    _, seen = S.drain([c], len(rest), ["one"])
+    assert seen == set(rest)
+
+
+def test_kill_9_with_appendfsync_always_loses_no_acknowledged_job(start_server):
+    args = ["--maxmemory", "16mb", "--appendonly", "yes", "--appendfsync", "always"]
+    srv = start_server(workers=2, extra_args=args)
+    c = S.client(srv)
+    acknowledged = {}           # job ID -> its body's checksum, once ADDJOB answered
+    stop = threading.Event()
+
+    def produce():
+        p = c.pipeline(transaction=False)
+        i = 0
+        try:
+            while not stop.is_set():
+                crcs = []
+                for _ in range(200):
+                    b = S.body_of(i, b"kill-")
+                    crcs.append(zlib.crc32(b))
+                    p.execute_command("ADDJOB", QUEUES[i % 4], b, 0)
+                    i += 1
+                for jid, crc in zip(p.execute(), crcs):
+                    acknowledged[jid] = crc
+        except redis.ConnectionError:
+            pass                # killed in the middle: that batch was not acknowledged
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    wait_until(lambda: len(acknowledged) >= 30_000 and S.memory(S.client(srv))["spilled_jobs"] > 10_000,
+               timeout=60, message="the producer did not get far enough")
+    H.kill_node(srv)
+    stop.set()
+    t.join(10)
+    H.restart(srv, extra_args=srv.extra_args + ["--aof-enqueue-jobs-once", "yes"])
+    c = S.client(srv)
+    wait_until(lambda: c.info("persistence")["loading"] == 0, timeout=60)
+    seen = {}
+    while True:
+        jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", *QUEUES)
+        if not jobs:
+            break
+        for _q, jid, body in jobs:
+            seen[jid] = zlib.crc32(body)
+        c.execute_command("ACKJOB", *[j[1] for j in jobs])
+    missing = [jid for jid in acknowledged if seen.get(jid) != acknowledged[jid]]
+    assert not missing, "%d acknowledged jobs lost or changed" % len(missing)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 24 MB tmpfs as the node's dir (root only), unmounted at the end."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_spill_disk_refuses_adds_clearly_loses_nothing_and_recovers(start_server, small_disk):
+    ballast = small_disk / "ballast"           # other files on the same disk
+    ballast.write_bytes(b"\0" * (12 * MB))
+    srv = start_server(workers=1, extra_args=["--maxmemory", "16mb", "--dir", str(small_disk),
+                                              "--spill-keep", "64"])
+    c = S.client(srv)
+    accepted = []
+    error = None
+    i = 0
+    while error is None and i < 200_000:
+        try:
+            accepted.append((c.execute_command("ADDJOB", "full", S.body_of(i, b"full-"), 0), i))
+        except Exception as e:  # the refusal, once the disk is full and RAM at the threshold
+            error = str(e)
+        i += 1
+    assert error is not None and "spill disk refuses writes" in error, error
+    assert "No space left on device" in error
+    wait_until(lambda: "Spill disk error" in srv.log_text(), timeout=5)
+    info = S.memory(c)
+    assert info["spill_disk_ok"] == 0 and info["spill_errors"] > 0
+    # the operator frees space: the node accepts again
+    ballast.unlink()
+
+    def writes_again():
+        try:
+            accepted.append((c.execute_command("ADDJOB", "full", S.body_of(i, b"full-"), 0), i))
+            return True
+        except Exception:
+            return False
+    wait_until(writes_again, timeout=20, message="ADDJOB still refused after space freed")
+    wait_until(lambda: S.memory(c)["spill_disk_ok"] == 1, timeout=20)
+    # nothing accepted was lost: every job comes back, body intact
+    want = {jid: zlib.crc32(S.body_of(k, b"full-")) for jid, k in accepted}
+    seen = {}
+    while len(seen) < len(want):
+        jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", "full")
+        assert jobs, "drained %d of %d" % (len(seen), len(want))
+        for _q, jid, body in jobs:
+            seen[jid] = zlib.crc32(body)
+        c.execute_command("ACKJOB", *[j[1] for j in jobs])
+    assert seen == want
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--spill-threshold", "5"], "spill-threshold must be between 10 and 90"),
+    (["--spill", "maybe"], "argument must be 'yes' or 'no'"),
+    (["--spill-keep", "1"], "spill-keep must be 64 or greater"),
+])
+def test_bad_spill_configuration_fails_fast_with_one_line(start_server, args, reason):
+    srv = start_server(extra_args=args, wait=False)
+    assert srv.proc.wait(20) != 0
+    assert reason in srv.log_text()
