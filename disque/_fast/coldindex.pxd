@@ -26,7 +26,8 @@ cdef class ColdRing:
     cdef int push_front(self, uint64_t entry) except -1
 
 cdef class ColdIndex:
-    cdef ColdRec *recs
+    cdef ColdRec **blocks          # records in fixed blocks (no reallocation slack)
+    cdef Py_ssize_t nblocks_cap
     cdef Py_ssize_t cap, used_slots
     cdef uint32_t free_head       # slot + 1 of the first free slot; 0 = none below used_slots
     cdef uint32_t *table          # slot + 1 per bucket; 0 = empty
@@ -34,6 +35,9 @@ cdef class ColdIndex:
     cdef public Py_ssize_t count
     cdef public list rings        # ColdRing by ref (None: unused ref)
 
+    cdef ColdRec *rec(self, Py_ssize_t slot) noexcept
+    cdef int add_block(self) except -1
+    cdef void free_blocks(self) noexcept
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept
     cdef int grow_table(self) except -1
     cpdef Py_ssize_t find(self, bytes jid)

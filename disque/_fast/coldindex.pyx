@@ -13,6 +13,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 DEF ID_LEN = 40
 DEF NO_SLOT = -1
+DEF BLOCK_BITS = 14             # records come in blocks of 16,384 (1.1 MB)
+DEF BLOCK_SLOTS = 1 << BLOCK_BITS
 
 
 cdef class ColdRing:
@@ -32,7 +34,7 @@ cdef class ColdRing:
         return self.live
 
     cdef int grow(self) except -1:
-        cdef Py_ssize_t cap = 16 if self.cap == 0 else self.cap * 2, i
+        cdef Py_ssize_t cap = 16 if self.cap == 0 else self.cap + self.cap // 2, i
         cdef uint64_t *p = <uint64_t *>malloc(cap * sizeof(uint64_t))
         if p == NULL:
             raise MemoryError()
@@ -74,7 +76,8 @@ cdef inline uint64_t id_hash(const char *jid) noexcept:
 
 cdef class ColdIndex:
     def __cinit__(self):
-        self.recs = NULL
+        self.blocks = NULL
+        self.nblocks_cap = 0
         self.cap = self.used_slots = 0
         self.free_head = 0
         self.tcap = 1024
@@ -85,7 +88,7 @@ cdef class ColdIndex:
         self.rings = []
 
     def __dealloc__(self):
-        free(self.recs)
+        self.free_blocks()
         free(self.table)
 
     def __len__(self):
@@ -93,7 +96,7 @@ cdef class ColdIndex:
 
     def memory(self):
         """Bytes held: the record array, the hash table and the rings."""
-        cdef Py_ssize_t n = self.cap * sizeof(ColdRec) + self.tcap * 4
+        cdef Py_ssize_t n = self.cap * sizeof(ColdRec) + self.tcap * 4 + self.nblocks_cap * 8
         for r in self.rings:
             if r is not None:
                 n += (<ColdRing>r).memory()
@@ -104,6 +107,35 @@ cdef class ColdIndex:
         """Slots ever used: a cursor over [0, slot_limit) sees every spilled job."""
         return self.used_slots
 
+    # ---- record blocks ---------------------------------------------------------------------
+
+    cdef inline ColdRec *rec(self, Py_ssize_t slot) noexcept:
+        return &self.blocks[slot >> BLOCK_BITS][slot & (BLOCK_SLOTS - 1)]
+
+    cdef int add_block(self) except -1:
+        cdef Py_ssize_t n = self.cap >> BLOCK_BITS
+        cdef ColdRec **b
+        if n == self.nblocks_cap:
+            b = <ColdRec **>realloc(self.blocks, (n * 2 + 8) * sizeof(ColdRec *))
+            if b == NULL:
+                raise MemoryError()
+            self.blocks = b
+            self.nblocks_cap = n * 2 + 8
+        self.blocks[n] = <ColdRec *>malloc(BLOCK_SLOTS * sizeof(ColdRec))
+        if self.blocks[n] == NULL:
+            raise MemoryError()
+        self.cap += BLOCK_SLOTS
+        return 0
+
+    cdef void free_blocks(self) noexcept:
+        cdef Py_ssize_t i
+        for i in range(self.cap >> BLOCK_BITS):
+            free(self.blocks[i])
+        free(self.blocks)
+        self.blocks = NULL
+        self.nblocks_cap = 0
+        self.cap = 0
+
     # ---- the hash table ------------------------------------------------------------------
 
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept:
@@ -112,7 +144,7 @@ cdef class ColdIndex:
         cdef uint32_t s
         while True:
             s = self.table[b]
-            if s == 0 or memcmp(self.recs[s - 1].id, jid, ID_LEN) == 0:
+            if s == 0 or memcmp(self.rec(s - 1).id, jid, ID_LEN) == 0:
                 return b
             b = (b + 1) & mask
 
@@ -126,7 +158,7 @@ cdef class ColdIndex:
         self.tcap = oldcap * 2
         for i in range(oldcap):
             if old[i]:
-                self.table[self.bucket_of(self.recs[old[i] - 1].id)] = old[i]
+                self.table[self.bucket_of(self.rec(old[i] - 1).id)] = old[i]
         free(old)
         return 0
 
@@ -150,23 +182,17 @@ cdef class ColdIndex:
         cdef Py_ssize_t b = self.bucket_of(PyBytes_AS_STRING(jid))
         if self.table[b]:
             raise KeyError("job already spilled")
-        cdef Py_ssize_t slot, cap
-        cdef ColdRec *p
+        cdef Py_ssize_t slot
         if self.free_head:
             slot = self.free_head - 1
-            self.free_head = self.recs[slot].off
+            self.free_head = self.rec(slot).off
         else:
             if self.used_slots == self.cap:
-                cap = 1024 if self.cap == 0 else self.cap + self.cap // 2
-                p = <ColdRec *>realloc(self.recs, cap * sizeof(ColdRec))
-                if p == NULL:
-                    raise MemoryError()
-                self.recs = p
-                self.cap = cap
+                self.add_block()
             slot = self.used_slots
             self.used_slots += 1
-            self.recs[slot].gen = 0
-        cdef ColdRec *r = &self.recs[slot]
+            self.rec(slot).gen = 0
+        cdef ColdRec *r = self.rec(slot)
         memcpy(r.id, PyBytes_AS_STRING(jid), ID_LEN)
         r.seg, r.off, r.size, r.etime, r.awake = seg, off, size, etime, awake
         r.ring = 0
@@ -185,7 +211,7 @@ cdef class ColdIndex:
     def remove(self, Py_ssize_t slot):
         """Forget a spilled job (loaded back, or deleted): its slot is free, its ring entry
         stale, and the hash table closes the gap (backward shift, no tombstones)."""
-        cdef ColdRec *r = &self.recs[slot]
+        cdef ColdRec *r = self.rec(slot)
         if r.size == 0:
             return
         cdef Py_ssize_t mask = self.tcap - 1, i = self.bucket_of(r.id), j, k
@@ -195,7 +221,7 @@ cdef class ColdIndex:
             j = (j + 1) & mask
             if self.table[j] == 0:
                 break
-            k = id_hash(self.recs[self.table[j] - 1].id) & mask
+            k = id_hash(self.rec(self.table[j] - 1).id) & mask
             # move j's entry into the hole i unless its home bucket k lies in (i, j]
             if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
                 self.table[i] = self.table[j]
@@ -216,21 +242,21 @@ cdef class ColdIndex:
 
     def location(self, Py_ssize_t slot):
         """(segment, offset, size) of a live slot; size 0 for a free one."""
-        cdef ColdRec *r = &self.recs[slot]
+        cdef ColdRec *r = self.rec(slot)
         if r.size == 0:
             return (0, 0, 0)
         return (r.seg, r.off, r.size)
 
     def move(self, Py_ssize_t slot, uint32_t seg, uint32_t off):
         """The record was copied elsewhere (compaction)."""
-        self.recs[slot].seg = seg
-        self.recs[slot].off = off
+        self.rec(slot).seg = seg
+        self.rec(slot).off = off
 
     def job_id(self, Py_ssize_t slot):
-        return PyBytes_FromStringAndSize(self.recs[slot].id, ID_LEN)
+        return PyBytes_FromStringAndSize(self.rec(slot).id, ID_LEN)
 
     def is_queued(self, Py_ssize_t slot):
-        return self.recs[slot].size != 0 and self.recs[slot].ring != 0
+        return self.rec(slot).size != 0 and self.rec(slot).ring != 0
 
     # ---- rings ---------------------------------------------------------------------------
 
@@ -256,8 +282,8 @@ cdef class ColdIndex:
 
     cdef bint entry_live(self, uint64_t e) noexcept:
         cdef Py_ssize_t slot = <Py_ssize_t>(e >> 32)
-        return slot < self.used_slots and self.recs[slot].size != 0 \
-            and self.recs[slot].gen == <uint32_t>(e & 0xffffffffULL)
+        return slot < self.used_slots and self.rec(slot).size != 0 \
+            and self.rec(slot).gen == <uint32_t>(e & 0xffffffffULL)
 
     def take_front(self, ColdRing ring, Py_ssize_t n):
         """Pop up to `n` live slots from the front of `ring`, oldest first. They stay
@@ -277,7 +303,7 @@ cdef class ColdIndex:
         cdef Py_ssize_t i, slot
         for i in range(len(slots) - 1, -1, -1):
             slot = slots[i]
-            ring.push_front((<uint64_t>slot << 32) | self.recs[slot].gen)
+            ring.push_front((<uint64_t>slot << 32) | self.rec(slot).gen)
 
     def peek(self, ColdRing ring, Py_ssize_t n, bint from_back=False):
         """Up to `n` live slots from the front (or the back), without taking them."""
@@ -303,7 +329,7 @@ cdef class ColdIndex:
         if end > self.used_slots:
             end = self.used_slots
         while i < end:
-            r = &self.recs[i]
+            r = self.rec(i)
             if r.size and (r.etime <= until_s or (r.awake and r.awake <= until_s)):
                 out.append(i)
             i += 1
@@ -316,7 +342,7 @@ cdef class ColdIndex:
         if end > self.used_slots:
             end = self.used_slots
         while i < end:
-            if self.recs[i].size:
+            if self.rec(i).size:
                 out.append(i)
             i += 1
         return out, (-1 if i >= self.used_slots else i)
@@ -344,8 +370,7 @@ cdef class ColdIndex:
                 free((<ColdRing>r).items)
                 (<ColdRing>r).items = NULL
                 (<ColdRing>r).head = (<ColdRing>r).count = (<ColdRing>r).cap = 0
-        free(self.recs)
-        self.recs = NULL
-        self.cap = self.used_slots = 0
+        self.free_blocks()
+        self.used_slots = 0
         self.free_head = 0
         self.count = 0

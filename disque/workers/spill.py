@@ -27,6 +27,7 @@ HORIZON_S = 120         # a job due (expiry or timer) sooner than this stays in 
 SWEEP_EVERY_S = 1       # the sweep walks part of the index once a second ...
 SWEEP_PASS_S = 30       # ... so that a whole pass takes at most this (< HORIZON_S / 2)
 BATCH = 256             # jobs per write or read
+JOB_RAM = 400           # RAM of a loaded job beyond its record (shardcore.pyx job_cost)
 MIN_KEEP = 64           # a queue's head is never spilled below this, even over the limit
 STEP_NS = 5_000_000     # the longest one `work` call runs
 LOW_WATER = 0.9         # spilling stops at this share of the limit ...
@@ -117,20 +118,21 @@ class Spill:
     # ---- spilling ------------------------------------------------------------------------
 
     def spill_until(self, target, deadline):
+        """Spill down to `target` bytes: queue tails beyond `keep`, then copies with far
+        timers; a queue's head beyond MIN_KEEP only while over the limit itself (a head
+        spilled below the limit would be loaded back at once)."""
         shard = self.shard
         while shard.data_bytes > target and time.perf_counter_ns() < deadline:
-            picked = self.pick()
-            if not picked:
-                return
-            if not self.write(picked):
+            picked = self.pick(shard.data_bytes > self.hot_limit())
+            if not picked or not self.write(picked):
                 return
 
-    def pick(self):
+    def pick(self, heads_too):
         """The next batch to spill: [(job, queue or None)] from one queue's tail beyond
-        `keep`, else copies with far timers, else a queue's tail beyond MIN_KEEP."""
+        `keep`, else copies with far timers, else (heads_too) a tail beyond MIN_KEEP."""
         shard = self.shard
         horizon = shard.now_s + HORIZON_S
-        for floor in (self.keep, None, MIN_KEEP):
+        for floor in (self.keep, None, MIN_KEEP if heads_too else None):
             if floor is None:
                 copies = self.pick_copies(horizon)
                 if copies:
@@ -309,19 +311,28 @@ class Spill:
             self.index.put_front(ring, slots)
 
     def prefetch(self, deadline):
-        """Refill the head of every queue with spilled jobs, ahead of its consumers."""
+        """Refill the head of every queue with spilled jobs, ahead of its consumers, as far
+        as RAM under the limit allows (a head refilled past it would be spilled again)."""
         shard = self.shard
-        roomy = self.limit == NO_LIMIT or shard.data_bytes < self.hot_limit() * PREFETCH_BELOW
+        limited = self.limit != NO_LIMIT
+        if limited:
+            ceiling = self.hot_limit() * PREFETCH_BELOW
+            per_job = JOB_RAM + (self.log.bytes_written // max(1, self.log.records_written))
         for ring in self.index.rings:
             if ring is None or not ring.live:
                 continue
             q = ring.queue
-            target = self.keep if roomy else MIN_KEEP
             hot = len(q.jobs)
-            if hot * 2 >= target:
+            if hot * 2 >= self.keep:
                 continue
-            while hot < target and ring.live and time.perf_counter_ns() < deadline:
-                slots = self.index.take_front(ring, min(BATCH, target - hot))
+            while hot < self.keep and ring.live and time.perf_counter_ns() < deadline:
+                want = min(BATCH, self.keep - hot)
+                if limited:
+                    room = int((ceiling - shard.data_bytes) // per_job)
+                    want = min(want, max(room, MIN_KEEP - hot))
+                    if want <= 0:
+                        break
+                slots = self.index.take_front(ring, want)
                 if not self.load(slots):
                     self.index.put_front(ring, slots)
                     return
