@@ -13,6 +13,7 @@ round trip) and one consumer (GETJOB COUNT 500, then ACKJOB of those). Usage:
     python bench/bench_spill.py --jobs 10000000 --maxmemory 2gb
 """
 import argparse
+import json
 import os
 import shutil
 import struct
@@ -148,9 +149,11 @@ def main():
         print("1. in memory: %d jobs, spill no" % a.inmem_jobs, flush=True)
         inmem = run_ours("in-memory", a.inmem_jobs, a.body, a.workers,
                          ["--maxmemory", "16gb", "--spill", "no"], os.path.join(workdir, "inmem"))
+        print("  result", json.dumps(inmem), flush=True)
         print("2. spilling: %d jobs on maxmemory %s" % (a.jobs, a.maxmemory), flush=True)
         spill = run_ours("spilling", a.jobs, a.body, a.workers, ["--maxmemory", a.maxmemory],
                          os.path.join(workdir, "spill"))
+        print("  result", json.dumps(spill), flush=True)
         shutil.rmtree(os.path.join(workdir, "spill"), ignore_errors=True)
         results += [inmem, spill]
         modes = [] if a.rabbitmq == "none" else a.rabbitmq.split(",")
@@ -158,6 +161,7 @@ def main():
         for mode in modes:
             print("3. RabbitMQ %s: %d messages" % (mode, a.rabbitmq_jobs or a.jobs), flush=True)
             rabbits.append(run_rabbit(mode, a.rabbitmq_jobs or a.jobs, a.body, workdir))
+            print("  result", json.dumps(rabbits[-1]), flush=True)
         print()
         print("| run | jobs | add/publish per s | drain per s | GETJOB p99 ms | peak RSS MB | RAM per job | bodies |")
         print("|---|---|---|---|---|---|---|---|")

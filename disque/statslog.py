@@ -42,6 +42,10 @@ def _nonzero(d):
     return {k: v for k, v in d.items() if v}
 
 
+SPILL_FIELDS = (("spilled_jobs", "n"), ("spill_disk_bytes", "d"), ("spill_jobs_written", "w"),
+                ("spill_jobs_read", "r"), ("spill_compactions", "c"), ("spill_errors", "e"))
+
+
 def line(ts, node_id, addr, w):
     """One schema-v2 record from a worker's stats dict (the worker's "stats" control reply)."""
     active = w.get("active", max(0, w.get("jobs", 0) - w.get("queued", 0)))
@@ -58,6 +62,9 @@ def line(ts, node_id, addr, w):
         ("bo", _nonzero(w.get("bus_out", {}))),
         # jobs moved to a dead-letter queue, by origin queue (docs/job-features.md)
         ("dl", _nonzero(w.get("dead_lettered", {}))),
+        # jobs spilled to disk (docs/memory.md, "Spilling"): held, disk bytes, written, read,
+        # compactions, errors
+        ("sp", _nonzero({short: w.get("spill", {}).get(name, 0) for name, short in SPILL_FIELDS})),
     )
     for key, value in parts:
         if value:

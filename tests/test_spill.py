@@ -53,6 +53,9 @@ def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluste
     for c in clients:
         info = S.memory(c)
         assert info["spilled_jobs"] > 0 and info["used_memory"] < 64 * MB, info
+    # every node's HELLO ranks every spilling node at priority 2 (told in the bus headers)
+    wait_until(lambda: all(sorted(e[3] for e in c.execute_command("HELLO")[2:]) == [b"2"] * 3
+                           for c in clients), timeout=10)
     got_crc, seen = S.drain(clients, n, QUEUES)
     assert seen == set(ids) and got_crc == crc
     for c in clients:
@@ -75,13 +78,7 @@ def test_spilled_jobs_answer_every_command_as_others(start_server):
     assert tail[0][2] == S.body_of(39_999, b"spill-test-")
     assert [j[1] for j in c.execute_command("QPEEK", "one", 3)] == ids[:3]
     # JSCAN sees every job, in memory or not
-    cursor, found = 0, set()
-    while True:
-        cursor, part = c.execute_command("JSCAN", cursor, "COUNT", 5000)
-        found.update(part)
-        if int(cursor) == 0:
-            break
-    assert found == set(ids)
+    assert jscan_all(c, 5000) == set(ids)
     # SHOW, DELJOB, ACKJOB of spilled jobs by ID
     shown = dict(zip(*[iter(c.execute_command("SHOW", last))] * 2))
     assert shown[b"state"] == b"queued" and shown[b"body"] == S.body_of(39_999, b"spill-test-")
@@ -101,6 +98,35 @@ def test_spilled_jobs_answer_every_command_as_others(start_server):
     rest = [jid for jid in ids if jid not in (ids[-3], ids[-4])]
     _, seen = S.drain([c], len(rest), ["one"])
     assert seen == set(rest)
+
+
+def jscan_all(c, count, between=None):
+    cursor, found = 0, set()
+    while True:
+        cursor, part = c.execute_command("JSCAN", cursor, "COUNT", count)
+        found.update(part)
+        if int(cursor) == 0:
+            return found
+        if between is not None:
+            between()
+
+
+def test_jscan_returns_jobs_moving_between_disk_and_ram_during_the_scan(start_server):
+    srv = start_server(workers=1, extra_args=["--maxmemory", "16mb", "--spill-keep", "64"])
+    c = S.client(srv)
+    ids, _, _ = S.fill([c], 40_000, ["one"])
+    assert S.memory(c)["spilled_jobs"] > 20_000
+    taken = set()
+
+    def consume():
+        # acked jobs leave; the head is refilled from disk, so spilled jobs come back to RAM
+        jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 1000, "FROM", "one")
+        taken.update(j[1] for j in jobs)
+        c.execute_command("ACKJOB", *[j[1] for j in jobs])
+    found = jscan_all(c, 2000, consume)
+    assert len(taken) > 10_000
+    wait_until(lambda: S.memory(c)["spill_jobs_read"] > 3000, timeout=5)
+    assert found >= set(ids) - taken        # every job present for the whole scan
 
 
 def test_kill_9_with_appendfsync_always_loses_no_acknowledged_job(start_server):
@@ -148,6 +174,12 @@ def test_kill_9_with_appendfsync_always_loses_no_acknowledged_job(start_server):
     assert not missing, "%d acknowledged jobs lost or changed" % len(missing)
 
 
+def hello_priority(c):
+    """This node's priority in its own HELLO (1: fine, 2: spilling, 50: its disk refuses)."""
+    reply = c.execute_command("HELLO")
+    return reply[2][3]
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 24 MB tmpfs as the node's dir (root only), unmounted at the end."""
@@ -180,6 +212,7 @@ def test_a_full_spill_disk_refuses_adds_clearly_loses_nothing_and_recovers(start
     wait_until(lambda: "Spill disk error" in srv.log_text(), timeout=5)
     info = S.memory(c)
     assert info["spill_disk_ok"] == 0 and info["spill_errors"] > 0
+    wait_until(lambda: hello_priority(c) == b"50", timeout=5)     # smart clients go elsewhere
     # the operator frees space: the node accepts again
     ballast.unlink()
 
@@ -191,6 +224,7 @@ def test_a_full_spill_disk_refuses_adds_clearly_loses_nothing_and_recovers(start
             return False
     wait_until(writes_again, timeout=20, message="ADDJOB still refused after space freed")
     wait_until(lambda: S.memory(c)["spill_disk_ok"] == 1, timeout=20)
+    wait_until(lambda: hello_priority(c) == b"2", timeout=5)      # still spilling
     # nothing accepted was lost: every job comes back, body intact
     want = {jid: zlib.crc32(S.body_of(k, b"full-")) for jid, k in accepted}
     seen = {}

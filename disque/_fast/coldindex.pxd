@@ -12,6 +12,7 @@ cdef struct ColdRec:
     uint32_t awake      # unix seconds its timer is due (0: a queued job, no timer but expiry)
     uint32_t ring       # ColdRing.ref + 1 of its queue; 0 = not queued
     uint32_t gen        # bumped when the slot is freed: ring entries of an old job go stale
+    uint64_t seq        # its entry in the shard's job scan log (JSCAN), kept while spilled
 
 cdef class ColdRing:
     cdef uint64_t *items        # slot << 32 | gen, oldest job first
@@ -30,8 +31,10 @@ cdef class ColdIndex:
     cdef Py_ssize_t nblocks_cap
     cdef Py_ssize_t cap, used_slots
     cdef uint32_t free_head       # slot + 1 of the first free slot; 0 = none below used_slots
-    cdef uint32_t *table          # slot + 1 per bucket; 0 = empty
+    cdef uint32_t *table          # by ID: slot + 1 per bucket; 0 = empty
     cdef Py_ssize_t tcap
+    cdef uint32_t *stable         # by scan-log seq: slot + 1 per bucket
+    cdef Py_ssize_t stcap
     cdef public Py_ssize_t count
     cdef public list rings        # ColdRing by ref (None: unused ref)
 
@@ -40,5 +43,8 @@ cdef class ColdIndex:
     cdef void free_blocks(self) noexcept
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept
     cdef int grow_table(self) except -1
+    cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept
+    cdef int grow_seq_table(self) except -1
+    cdef void seq_table_remove(self, Py_ssize_t slot) noexcept
     cpdef Py_ssize_t find(self, bytes jid)
     cdef bint entry_live(self, uint64_t e) noexcept

@@ -74,6 +74,13 @@ cdef inline uint64_t id_hash(const char *jid) noexcept:
     return h
 
 
+cdef inline uint64_t seq_hash(uint64_t x) noexcept:
+    """splitmix64's finalizer: sequence numbers are consecutive, buckets must not be."""
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL
+    return x ^ (x >> 31)
+
+
 cdef class ColdIndex:
     def __cinit__(self):
         self.blocks = NULL
@@ -82,7 +89,9 @@ cdef class ColdIndex:
         self.free_head = 0
         self.tcap = 1024
         self.table = <uint32_t *>calloc(self.tcap, sizeof(uint32_t))
-        if self.table == NULL:
+        self.stcap = 1024
+        self.stable = <uint32_t *>calloc(self.stcap, sizeof(uint32_t))
+        if self.table == NULL or self.stable == NULL:
             raise MemoryError()
         self.count = 0
         self.rings = []
@@ -90,13 +99,15 @@ cdef class ColdIndex:
     def __dealloc__(self):
         self.free_blocks()
         free(self.table)
+        free(self.stable)
 
     def __len__(self):
         return self.count
 
     def memory(self):
         """Bytes held: the record array, the hash table and the rings."""
-        cdef Py_ssize_t n = self.cap * sizeof(ColdRec) + self.tcap * 4 + self.nblocks_cap * 8
+        cdef Py_ssize_t n = (self.cap * sizeof(ColdRec) + (self.tcap + self.stcap) * 4
+                             + self.nblocks_cap * 8)
         for r in self.rings:
             if r is not None:
                 n += (<ColdRing>r).memory()
@@ -162,6 +173,56 @@ cdef class ColdIndex:
         free(old)
         return 0
 
+    cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept:
+        """The bucket holding `seq`, or the empty bucket where it would go."""
+        cdef Py_ssize_t mask = self.stcap - 1, b = seq_hash(seq) & mask
+        cdef uint32_t s
+        while True:
+            s = self.stable[b]
+            if s == 0 or self.rec(s - 1).seq == seq:
+                return b
+            b = (b + 1) & mask
+
+    cdef int grow_seq_table(self) except -1:
+        cdef uint32_t *old = self.stable
+        cdef Py_ssize_t oldcap = self.stcap, i
+        self.stable = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+        if self.stable == NULL:
+            self.stable = old
+            raise MemoryError()
+        self.stcap = oldcap * 2
+        for i in range(oldcap):
+            if old[i]:
+                self.stable[self.seq_bucket(self.rec(old[i] - 1).seq)] = old[i]
+        free(old)
+        return 0
+
+    cdef void seq_table_remove(self, Py_ssize_t slot) noexcept:
+        cdef Py_ssize_t mask = self.stcap - 1, i = self.seq_bucket(self.rec(slot).seq), j, k
+        if self.stable[i] == 0:
+            return
+        self.stable[i] = 0
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.stable[j] == 0:
+                break
+            k = seq_hash(self.rec(self.stable[j] - 1).seq) & mask
+            if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
+                self.stable[i] = self.stable[j]
+                self.stable[j] = 0
+                i = j
+
+    def find_seq(self, uint64_t seq):
+        """The slot of the spilled job whose scan-log entry is `seq`, or -1."""
+        if seq == 0 or self.count == 0:
+            return NO_SLOT
+        cdef uint32_t s = self.stable[self.seq_bucket(seq)]
+        return <Py_ssize_t>s - 1 if s else NO_SLOT
+
+    def seq_of(self, Py_ssize_t slot):
+        return self.rec(slot).seq
+
     cpdef Py_ssize_t find(self, bytes jid):
         """The slot of a spilled job, or -1."""
         if len(jid) != ID_LEN or self.count == 0:
@@ -172,7 +233,7 @@ cdef class ColdIndex:
     # ---- records -------------------------------------------------------------------------
 
     def add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size, uint32_t etime,
-            uint32_t awake, ColdRing ring=None, bint front=False):
+            uint32_t awake, ColdRing ring=None, bint front=False, uint64_t seq=0):
         """Index a job just written to the spill log; it joins `ring` at the back (newer
         than every spilled job of its queue) or the front (older). Returns its slot."""
         if len(jid) != ID_LEN or size == 0:
@@ -196,7 +257,12 @@ cdef class ColdIndex:
         memcpy(r.id, PyBytes_AS_STRING(jid), ID_LEN)
         r.seg, r.off, r.size, r.etime, r.awake = seg, off, size, etime, awake
         r.ring = 0
+        r.seq = seq
         self.table[b] = <uint32_t>(slot + 1)
+        if seq:
+            if (self.count + 1) * 10 > self.stcap * 7:
+                self.grow_seq_table()
+            self.stable[self.seq_bucket(seq)] = <uint32_t>(slot + 1)
         self.count += 1
         cdef uint64_t entry = (<uint64_t>slot << 32) | r.gen
         if ring is not None:
@@ -227,6 +293,8 @@ cdef class ColdIndex:
                 self.table[i] = self.table[j]
                 self.table[j] = 0
                 i = j
+        if r.seq:
+            self.seq_table_remove(slot)
         cdef ColdRing ring
         if r.ring:
             ring = self.rings[r.ring - 1]
@@ -365,6 +433,12 @@ cdef class ColdIndex:
         free(self.table)
         self.table = t
         self.tcap = 1024
+        t = <uint32_t *>calloc(1024, sizeof(uint32_t))
+        if t == NULL:
+            raise MemoryError()
+        free(self.stable)
+        self.stable = t
+        self.stcap = 1024
         for r in self.rings:
             if r is not None and (<ColdRing>r).live == 0:
                 free((<ColdRing>r).items)

@@ -66,6 +66,15 @@ cdef class ScanLog:
             if self.n_dead > 1024 and self.n_dead * 2 > n:
                 self.compact()
 
+    cpdef bint replace(self, unsigned long long seq, object item):
+        """Put `item` in place of the live entry `seq` (a job spilled to disk and back keeps
+        its place, so a JSCAN running meanwhile still reaches it). False: no such entry."""
+        cdef Py_ssize_t pos = self.position(seq)
+        if pos < len(self.items) and self.seqs[pos] == seq and self.items[pos] is not None:
+            self.items[pos] = item
+            return True
+        return False
+
     cdef void compact(self):
         cdef list items = self.items, kept = []
         cdef Py_ssize_t i, j = 0, n = len(items)

@@ -76,6 +76,8 @@ cdef class ShardCore:
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
+    cpdef spill_out(self, Job job, object marker)
+    cpdef bint register_back(self, Job job, unsigned long long seq)
     cpdef account(self, bytes name, long long ns)
     cpdef account_share(self, list names, long long ns, dict calls=*)
     cpdef long long ack_lone(self, list argv, list left) except -1

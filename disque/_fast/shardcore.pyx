@@ -267,6 +267,30 @@ cdef class ShardCore:
             self.job_log.kill((<unsigned long long>job.scan_hi << 32) | job.scan_lo)
             self.data_bytes -= self.job_cost(job)
 
+    cpdef spill_out(self, Job job, object marker):
+        """`job` leaves RAM for the spill log (disque/workers/spill.py): as delete_job, but
+        its scan-log entry stays, holding `marker`, for when it comes back."""
+        if job.state == JOB_QUEUED:
+            self.dequeue(job)
+        self.timers.cancel(job)
+        if self.jobs.pop(job.id, None) is job:
+            self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
+            self.data_bytes -= self.job_cost(job)
+
+    cpdef bint register_back(self, Job job, unsigned long long seq):
+        """A spilled job back in RAM, in its old scan-log entry; False if that entry is gone
+        (then it was registered as a new job)."""
+        self.jobs[job.id] = job
+        self.data_bytes += self.job_cost(job)
+        if seq and self.job_log.replace(seq, job):
+            job.scan_hi = <unsigned short>(seq >> 32)
+            job.scan_lo = <unsigned int>(seq & 0xffffffffULL)
+            return True
+        seq = self.job_log.add(job)
+        job.scan_hi = <unsigned short>(seq >> 32)
+        job.scan_lo = <unsigned int>(seq & 0xffffffffULL)
+        return False
+
     cpdef account(self, bytes name, long long ns):
         """One command took `ns`: commandstats (command_ns, command_count) and the latency
         histogram of the stats log."""

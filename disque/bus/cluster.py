@@ -14,6 +14,8 @@ from disque.contracts import bus_messages as M
 from disque.bus.nodes import Node, NodesFile, node_address, now_ms, random_id
 from disque.bus.transport import Transport
 
+HEADER_FLAGS = M.LEAVING | M.PRESSURE     # node flags a sender tells about itself
+
 log = logging.getLogger("disque.bus")
 
 CRON_MS = 100
@@ -98,7 +100,7 @@ class Cluster:
         if self.drop_out:
             return False
         me = self.myself
-        data = M.encode(mtype, me.id, me.ip, me.port, me.flags & M.LEAVING, mflags, payload)
+        data = M.encode(mtype, me.id, me.ip, me.port, me.flags & HEADER_FLAGS, mflags, payload)
         if self.transport.send(node.id, data):
             self.stats_sent += 1
             return True
@@ -159,6 +161,13 @@ class Cluster:
         self.changed()
         self.save()
 
+    def set_pressure(self, bits):
+        """This node's storage pressure (M.SPILLING / M.SPILL_FULL), told in every header."""
+        me = self.myself
+        if me.flags & M.PRESSURE != bits:
+            me.flags = (me.flags & ~M.PRESSURE) | bits
+            self.changed()
+
     def set_leaving(self, leaving):
         if leaving:
             self.myself.flags |= M.LEAVING
@@ -191,8 +200,12 @@ class Cluster:
             prio = 1
             if n is not self.myself and not n.linked:
                 prio = 5
+            if n.has(M.SPILLING):
+                prio = 2            # its backlog spills to disk: another node is better
             if n.has(M.PFAIL):
                 prio = 10
+            if n.has(M.SPILL_FULL):
+                prio = 50           # refuses new jobs until its spill disk writes again
             if n.flags & (M.FAIL_FLAG | M.LEAVING):
                 prio = 100
             out.append([n.id, n.ip, str(n.port), str(prio)])
@@ -225,8 +238,8 @@ class Cluster:
                 return
             sender.last_seen = now
             sender.linked = True
-            if (msg.node_flags & M.LEAVING) != (sender.flags & M.LEAVING):
-                sender.flags ^= M.LEAVING
+            if (msg.node_flags & HEADER_FLAGS) != (sender.flags & HEADER_FLAGS):
+                sender.flags ^= (msg.node_flags ^ sender.flags) & HEADER_FLAGS
                 self.changed()
             if self.on_job_messages is not None and msg.payload:
                 self.on_job_messages(sender, msg.payload)
@@ -247,8 +260,8 @@ class Cluster:
         sender.last_seen = now
         sender.linked = True
         self.drop_handshakes_to(sender)
-        if (msg.node_flags & M.LEAVING) != (sender.flags & M.LEAVING):
-            sender.flags ^= M.LEAVING
+        if (msg.node_flags & HEADER_FLAGS) != (sender.flags & HEADER_FLAGS):
+            sender.flags ^= (msg.node_flags ^ sender.flags) & HEADER_FLAGS
             self.changed()
         address = node_address(msg.ip or msg.peer_ip, msg.port)
         if (address is not None and (sender.ip, sender.port) != address

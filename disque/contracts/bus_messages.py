@@ -64,6 +64,11 @@ NOADDR = 16
 MEET_FLAG = 32
 DELETED = 64
 LEAVING = 128
+# the sender's storage pressure (ours, in the header only; docs/memory.md, "Spilling"):
+# HELLO ranks a node that spills, and lower one whose spill disk refuses writes
+SPILLING = 512
+SPILL_FULL = 1024
+PRESSURE = SPILLING | SPILL_FULL
 
 PAYLOADS = {
     PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags]",

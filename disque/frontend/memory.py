@@ -9,8 +9,10 @@ import logging
 import time
 
 from disque import memstat
+from disque.contracts import bus_messages as M
 
 log = logging.getLogger("disque.frontend")
+PRESSURE_FLAGS = (0, M.SPILLING, M.SPILL_FULL)
 
 
 class Memory:
@@ -26,6 +28,7 @@ class Memory:
         self.excess = None      # used - 95% of maxmemory; None: not measured yet / no limit
         self.polling = False
         self.client_bytes = 0   # what the clients held at the last poll
+        self.pressure = 0       # spill: 0 none, 1 jobs on disk, 2 the disk refuses writes
 
     def spill_limit(self):
         """Each worker's share of `spill-threshold` % of maxmemory (what the clients hold
@@ -53,6 +56,11 @@ class Memory:
         fe.scans.mark(second, reports)
         fe.persistence.worker_reports(reports)   # AOF write errors (MISCONF), rewrites running
         used = self.used_now(r[0] if type(r) is list else 0 for r in reports)
+        pressure = max([r[5] for r in reports if type(r) is list and len(r) > 5
+                        and type(r[5]) is int] or [0])
+        self.pressure = pressure
+        if fe.relay.cluster is not None:
+            fe.relay.cluster.set_pressure(PRESSURE_FLAGS[pressure])
         maxmemory = fe.cfg.maxmemory          # read every time: CONFIG SET maxmemory
         if maxmemory <= 0:
             level, excess = 0, None           # CONFIG SET maxmemory 0: no limit

@@ -20,6 +20,8 @@ log = logging.getLogger("disque.frontend")
 LOADJOB_REFUSED = b"-ERR LOADJOB is a special command only processed from AOF\r\n"
 
 
+HELLO_PRIORITY_BY_PRESSURE = (b"1", b"2", b"50")   # as disque/bus/cluster.py hello_entries
+
 class NodeCommands:
     """Needs from the node (`fe`): cfg, node_id, control_all, info_snapshot,
     commands_processed, shutdown_cb, and the parts whose settings CONFIG SET changes
@@ -77,7 +79,8 @@ class NodeCommands:
             client.reply(relay.hello_reply())
             return
         me = self.fe.node_id
-        node = resp.bulk_array([me, self.my_ip(), str(self.cfg.port).encode(), b"1"])
+        prio = HELLO_PRIORITY_BY_PRESSURE[self.fe.memory.pressure]
+        node = resp.bulk_array([me, self.my_ip(), str(self.cfg.port).encode(), prio])
         client.reply(b"*3\r\n:1\r\n" + resp.bulk(me) + node)
 
     def cmd_echo(self, client, argv):

@@ -177,6 +177,33 @@ class NodeCollector:
                 qin.add_metric(ql, q["jobs_in"])
                 qout.add_metric(ql, q["jobs_out"])
         yield from (ops, rss, data, cpu, up, hist, cmds, bus, qlen, qin, qout, links_up, link_msgs)
+        yield from spill_families(workers, nid)
+
+
+SPILL_METRICS = (
+    ("spilled_jobs", "disque_spilled_jobs", "Jobs held on the spill disk, not in RAM.", "g"),
+    ("spill_index_bytes", "disque_spill_index_bytes", "RAM of the index of spilled jobs.", "g"),
+    ("spill_disk_bytes", "disque_spill_disk_bytes", "Bytes of the worker's spill segments.", "g"),
+    ("spill_jobs_written", "disque_spill_jobs_written", "Jobs written to the spill disk.", "c"),
+    ("spill_jobs_read", "disque_spill_jobs_read", "Jobs read back from the spill disk.", "c"),
+    ("spill_bytes_written", "disque_spill_written_bytes", "Bytes written to the spill disk.", "c"),
+    ("spill_bytes_read", "disque_spill_read_bytes", "Bytes read from the spill disk.", "c"),
+    ("spill_compactions", "disque_spill_compactions", "Spill segments compacted.", "c"),
+    ("spill_errors", "disque_spill_errors", "Spill disk write or read errors.", "c"),
+)
+
+
+def spill_families(workers, nid):
+    """Spilling (docs/memory.md): rates are the counters' rate() in Prometheus."""
+    for key, name, doc, kind in SPILL_METRICS:
+        fam = (GaugeMetricFamily if kind == "g" else CounterMetricFamily)(name, doc, labels=WL)
+        for w in workers:
+            fam.add_metric((nid, str(w["index"])), w.get("spill", {}).get(key, 0))
+        yield fam
+    ok = GaugeMetricFamily("disque_spill_disk_ok", "1 while the spill disk takes writes.", labels=WL)
+    for w in workers:
+        ok.add_metric((nid, str(w["index"])), 0 if w.get("spill", {}).get("spill_failing") else 1)
+    yield ok
 
 
 def _escape_label(value):

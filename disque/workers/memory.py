@@ -37,11 +37,12 @@ class Memory:
 
     def memory_report(self):
         """Answer to the front-end's periodic memory poll: [used, data bytes, AOF bytes,
-        next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds)]."""
+        next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds), spill
+        pressure (0 none, 1 spilling, 2 the spill disk refuses writes)]."""
         shard = self.shard
         self.data_ref = shard.data_bytes
         return [self.memory_used(), shard.data_bytes, shard.persistence.aof_memory(),
-                shard.job_log.next_seq, shard.queue_log.next_seq]
+                shard.job_log.next_seq, shard.queue_log.next_seq, shard.spill.pressure()]
 
     def set_memory(self, level, excess, noeviction, spill_limit=None):
         """The front-end's view of the node: memory level 0-2 (SPEC 9) and `excess`, the node's
@@ -72,14 +73,17 @@ class Memory:
         """Eviction before an `m` command when the node is over 95% of maxmemory (SPEC 9,
         policy `acks`). True when the command may run: enough was freed to go back under.
 
-        Random jobs are sampled (the scan log gives O(1) random access); acked jobs and
+        First, on a node that spills, jobs go to the spill log at once (not eviction:
+        nothing is lost, so `noeviction` allows it). Then random jobs are sampled (the scan log gives O(1) random access); acked jobs and
         delivered at-most-once jobs are deleted; with no jobs at all, idle queues go.
         Give up after > 10 non-evictable samples in a row or 1 ms. Each worker evicts
         from its own jobs only.
         """
+        shard = self.shard
+        if shard.spill.make_room(shard.oom_data):
+            return True                 # spilled now: producers faster than the worker loop
         if self.noeviction:
             return False
-        shard = self.shard
         items = shard.job_log.items
         deadline = perf_counter_ns() + EVICT_MAX_NS
         misses = 0

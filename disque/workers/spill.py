@@ -16,7 +16,7 @@ import time
 
 from disque._fast import codec
 from disque._fast.coldindex import ColdIndex
-from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED
+from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, Job
 from disque._fast.shardcore import NO_LIMIT, expire_ms
 from disque.workers.queues import PAUSE_OUT
 from disque.workers.spill_log import HEADER, SIZE_AT, ID_AT, SpillLog, record_size
@@ -30,11 +30,16 @@ BATCH = 256             # jobs per write or read
 JOB_RAM = 400           # RAM of a loaded job beyond its record (shardcore.pyx job_cost)
 MIN_KEEP = 64           # a queue's head is never spilled below this, even over the limit
 STEP_NS = 5_000_000     # the longest one `work` call runs
+MAKE_ROOM_NS = 100_000_000  # ... and spilling before a command would be refused (rare)
 LOW_WATER = 0.9         # spilling stops at this share of the limit ...
 PREFETCH_BELOW = 0.97   # ... and refilling heads needs RAM under this share
 COMPACT_CHUNK = 4 << 20
 EMPTY_INDEX_BYTES = 8192     # an empty index past this gives its arrays back
 RETRY_FAILED_S = 1.0    # a failing spill disk is tried again after this
+SCAN_ENTRY_COST = 16    # a spilled job keeps its scan-log entry (JSCAN): seq and pointer
+# what a spilled job's scan-log entry holds until it comes back: a job of no ID, never in
+# `jobs`, so every walk of the log that checks `jobs.get(job.id) is job` passes over it
+SPILLED = Job(b"")
 SPILL_OOM = (b"-OOM command not allowed when used memory > 'spill-threshold' and the spill "
              b"disk refuses writes (%s)\r\n")
 
@@ -83,6 +88,10 @@ class Spill:
     def oom_reply(self):
         return SPILL_OOM % (self.failing or "error").encode()
 
+    def pressure(self):
+        """0: nothing spilled; 1: jobs on the spill disk; 2: the spill disk refuses writes."""
+        return 2 if self.failing is not None else 1 if self.index.count else 0
+
     def pending(self):
         """Whether `work` has something to do now (the worker loop may not idle)."""
         return (self.index.count > 0 or self.compacting is not None
@@ -110,12 +119,24 @@ class Spill:
         """The index's bytes in data_bytes (used_memory), as it grows and shrinks."""
         if not self.index.count and self.accounted > EMPTY_INDEX_BYTES:
             self.index.shrink()
-        now = self.index.memory() if self.index.count or self.accounted else 0
+        now = (self.index.memory() + SCAN_ENTRY_COST * self.index.count
+               if self.index.count or self.accounted else 0)
         self.shard.data_bytes += now - self.accounted
         self.accounted = now
         self.shard.cold_jobs = self.index.count
 
     # ---- spilling ------------------------------------------------------------------------
+
+    def make_room(self, oom_data):
+        """A command that adds finds the worker over 95%: spill now rather than refuse it
+        (producers can outrun the loop's spilling on a small maxmemory). True when the
+        worker is back under `oom_data`."""
+        if self.limit == NO_LIMIT or self.failing is not None:
+            return False
+        target = min(int(self.hot_limit() * LOW_WATER), oom_data)
+        self.spill_until(target, time.perf_counter_ns() + MAKE_ROOM_NS)
+        self.account()
+        return self.shard.data_bytes <= oom_data
 
     def spill_until(self, target, deadline):
         """Spill down to `target` bytes: queue tails beyond `keep`, then copies with far
@@ -200,10 +221,11 @@ class Spill:
         base = {}           # a ring's newest ctime before this batch (None: it was empty)
         newer = []
         for (job, q), rec, (seg, off) in zip(picked, recs, locs):
-            shard.delete_job(job)
+            seq = (job.scan_hi << 32) | job.scan_lo
+            shard.spill_out(job, SPILLED)
             if q is None:
                 awake = -(-self.awake_ms(job) // 1000)
-                index.add(job.id, seg, off, len(rec), job.etime, awake)
+                index.add(job.id, seg, off, len(rec), job.etime, awake, None, False, seq)
                 continue
             ring = q.cold
             if ring is None:
@@ -212,14 +234,14 @@ class Spill:
                 base[ring] = ring.back_ctime if ring.live else None
             b = base[ring]
             if b is not None and job.ctime > b:
-                newer.append((job, ring, seg, off, len(rec)))
+                newer.append((job, ring, seg, off, len(rec), seq))
             else:
                 # a batch is a tail, newest first: each one goes before the last
-                index.add(job.id, seg, off, len(rec), job.etime, 0, ring, True)
+                index.add(job.id, seg, off, len(rec), job.etime, 0, ring, True, seq)
                 if b is None and ring.back_ctime < job.ctime:
                     ring.back_ctime = job.ctime
-        for job, ring, seg, off, size in reversed(newer):
-            index.add(job.id, seg, off, size, job.etime, 0, ring, False)
+        for job, ring, seg, off, size, seq in reversed(newer):
+            index.add(job.id, seg, off, size, job.etime, 0, ring, False, seq)
             ring.back_ctime = job.ctime
         self.jobs_spilled += len(picked)
         return True
@@ -266,9 +288,10 @@ class Spill:
         out = []
         for slot, (seg, _, size), rec in zip(slots, locs, recs):
             job = self.decode(rec)
+            seq = self.index.seq_of(slot)
             self.index.remove(slot)
             self.log.forget(seg, size)
-            self.restore(job)
+            self.restore(job, seq)
             if rewriting:
                 shard.persistence.write_loadjob(job)   # the rewrite's list did not have it
             out.append(job)
@@ -276,12 +299,13 @@ class Spill:
         self.account()
         return out
 
-    def restore(self, job):
+    def restore(self, job, seq):
+        """A loaded job back in its place: `jobs`, its scan-log entry, queue and timer."""
         shard = self.shard
         if job.state == QUEUED:
             q = shard.get_queue(job.queue, True)
             job.queue = q.name
-            shard.register_job(job)
+            shard.register_back(job, seq)
             q.jobs.push(job)
             if (q.blocked or q.remote is not None) and not q.paused & PAUSE_OUT:
                 shard.ready.add(q)
@@ -289,7 +313,7 @@ class Spill:
             q = shard.queues.get(job.queue)
             if q is not None:
                 job.queue = q.name
-            shard.register_job(job)
+            shard.register_back(job, seq)
         shard.schedule(job)
 
     def fault_in(self, jid):
@@ -419,12 +443,13 @@ class Spill:
             raise OSError("spill disk read error")
         return [bytes(r[SIZE_AT:]) for r in recs], nxt
 
-    def cold_jobs(self, start, steps):
-        """Spilled jobs among slots [start, start + steps), decoded, not loaded (JSCAN),
-        and the next start (-1: done)."""
-        slots, nxt = self.index.live_slots(start, steps)
-        _, recs = self.read(slots) if slots else (None, [])
-        return ([self.decode(r) for r in recs] if recs is not None else []), nxt
+    def job_at(self, seq):
+        """The spilled job whose scan-log entry is `seq`, decoded, not loaded (JSCAN)."""
+        slot = self.index.find_seq(seq)
+        if slot < 0:
+            return None
+        _, recs = self.read([slot])
+        return self.decode(recs[0]) if recs else None
 
     def payload_of(self, jid):
         """The AOF payload of one spilled job, or None."""

@@ -1,0 +1,89 @@
+"""The RAM index of spilled jobs (disque/_fast/coldindex.pyx) against a dict and list model:
+random adds, removals, lookups and ring walks, across table growth, block allocation and
+slot reuse."""
+import os
+import random
+
+from disque._fast.coldindex import ColdIndex
+
+
+def jid(n):
+    return b"D-%08x-%s-05a1" % (n & 0xffffffff, os.urandom(12).hex()[:24].encode())
+
+
+def test_random_operations_match_a_model():
+    rng = random.Random(7)
+    index = ColdIndex()
+    rings = [index.new_ring("q%d" % k) for k in range(3)]
+    model = {}                      # id -> (slot, ring number, seg, off, size)
+    order = [[] for _ in rings]     # ring number -> ids, front first
+    for step in range(60_000):
+        op = rng.random()
+        if op < 0.55 or not model:
+            j = jid(step)
+            k = rng.randrange(4)            # 3: not queued (a copy)
+            front = rng.random() < 0.3
+            ring = rings[k] if k < 3 else None
+            slot = index.add(j, step % 7, step * 3, 100 + step % 50, 10, 0 if ring else 99,
+                             ring, front)
+            model[j] = (slot, k, step % 7, step * 3, 100 + step % 50)
+            if k < 3:
+                (order[k].insert(0, j) if front else order[k].append(j))
+        elif op < 0.85:
+            j = rng.choice(list(model))
+            slot, k, *_ = model.pop(j)
+            index.remove(slot)
+            if k < 3:
+                order[k].remove(j)
+        else:
+            k = rng.randrange(3)
+            n = rng.randrange(1, 20)
+            slots = index.take_front(rings[k], n)
+            assert [index.job_id(s) for s in slots] == order[k][:len(slots)]
+            if rng.random() < 0.5:
+                index.put_front(rings[k], slots)
+            else:
+                for j in order[k][:len(slots)]:
+                    index.remove(model.pop(j)[0])
+                del order[k][:len(slots)]
+        if step % 5000 == 0:
+            check(index, rings, model, order)
+    check(index, rings, model, order)
+
+
+def check(index, rings, model, order):
+    assert len(index) == len(model)
+    for j, (slot, k, seg, off, size) in model.items():
+        assert index.find(j) == slot
+        assert index.location(slot) == (seg, off, size)
+        assert index.is_queued(slot) == (k < 3)
+    for k, ring in enumerate(rings):
+        assert len(ring) == len(order[k])
+        assert [index.job_id(s) for s in index.peek(ring, len(order[k]) + 5)] == order[k]
+        back = index.peek(ring, 3, True)
+        assert [index.job_id(s) for s in back] == order[k][::-1][:3]
+    assert index.find(jid(1 << 40)) == -1
+
+
+def test_an_empty_index_gives_its_memory_back():
+    index = ColdIndex()
+    ring = index.new_ring("q")
+    slots = [index.add(jid(i), 0, i, 10, 10, 0, ring) for i in range(50_000)]
+    grown = index.memory()
+    assert grown > 50_000 * 68
+    for s in slots:
+        index.remove(s)
+    index.shrink()
+    assert len(index) == 0 and index.memory() < grown // 100
+    slot = index.add(jid(1), 0, 0, 10, 10, 0, ring)       # usable again
+    assert index.find(index.job_id(slot)) == slot
+
+
+def test_due_walk_finds_expiring_and_timed_jobs():
+    index = ColdIndex()
+    ring = index.new_ring("q")
+    near = index.add(jid(1), 0, 0, 10, 100, 0, ring)       # expires at 100
+    timed = index.add(jid(2), 0, 10, 10, 10_000, 150)      # a copy whose timer is due at 150
+    index.add(jid(3), 0, 20, 10, 10_000, 0, ring)          # neither
+    slots, nxt = index.due(0, 10, 200)
+    assert sorted(slots) == sorted([near, timed]) and nxt == 0
