@@ -2,8 +2,6 @@
 spill-threshold, the index stays in RAM, every job comes back once with its body, the files
 shrink after the drain, and a node that cannot write its spill log refuses new jobs with a
 clear error and loses nothing."""
-import glob
-import os
 import subprocess
 import threading
 import zlib
@@ -43,7 +41,7 @@ def test_a_million_jobs_of_1kb_on_256mb_and_2_workers(start_server):
 
 def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluster):
     # connection-affinity no: many producers pipelining replicated ADDJOBs to connections
-    # served by workers can stall (found here, also before spilling; see docs/memory.md)
+    # served by workers can stall (found here, also before spilling: README, "Not yet")
     cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "64mb",
                                                  "--connection-affinity", "no"])
     clients = [S.client(node) for node in cl.nodes]

@@ -20,7 +20,6 @@ from disque import log as dlog
 from disque import memstat
 from disque._fast.clock import PeriodicTimer
 from disque._fast.replcore import count_types
-from disque._fast.shardcore import NO_LIMIT
 from disque.contracts import worker_link as P
 from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
@@ -217,7 +216,7 @@ class Worker:
                     ticks = 0
                     if not self.slow_cron():
                         break
-            if spill.limit != NO_LIMIT or spill.index.count:
+            if spill.pending():
                 spill.work()                # bodies to disk past the threshold, heads refilled
             if shard.ready:
                 shard.consumers.serve_ready()

@@ -124,4 +124,7 @@ class QueueCommands:
                  if not q.length() and not q.blocked and not q.paused and q.atime <= limit
                  and (q.remote is None or all(exp < now for _, exp in q.remote.values()))]
         for q in stale:
+            if q.cold is not None:
+                shard.spill.index.drop_ring(q.cold)     # empty: its jobs all came back
+                q.cold = None
             shard.remove_queue(q)

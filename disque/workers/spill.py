@@ -56,6 +56,7 @@ class Spill:
         self.index = ColdIndex()
         self.log = None                 # opened at the first spill
         self.limit = NO_LIMIT           # this worker's share of spill-threshold, bytes
+        self.trigger = NO_LIMIT         # data_bytes past which the worker loop calls `work`
         self.keep = int(shard.config.get("spill-keep") or 4096)
         self.accounted = 0              # index bytes counted in shard.data_bytes
         self.failing = None             # the spill disk's last error, while it lasts
@@ -71,11 +72,10 @@ class Spill:
 
     # ---- limits ------------------------------------------------------------------------
 
-    def set_limit(self, limit, keep=None):
+    def set_limit(self, limit):
         """The front-end's poll: this worker's share of spill-threshold (None: no spill)."""
         self.limit = NO_LIMIT if limit is None else max(0, int(limit))
-        if keep:
-            self.keep = max(MIN_KEEP, int(keep))
+        self.trigger = NO_LIMIT if limit is None else self.hot_limit()
 
     def hot_limit(self):
         """data_bytes allowed before spilling: the limit less what is not jobs."""
@@ -93,9 +93,9 @@ class Spill:
         return 2 if self.failing is not None else 1 if self.index.count else 0
 
     def pending(self):
-        """Whether `work` has something to do now (the worker loop may not idle)."""
-        return (self.index.count > 0 or self.compacting is not None
-                or (self.limit != NO_LIMIT and self.shard.data_bytes > self.hot_limit()))
+        """Whether `work` has something to do now: jobs on disk, or RAM past the limit (as
+        of the last poll). The worker loop asks at every pass, so it is two comparisons."""
+        return self.index.count > 0 or self.shard.data_bytes > self.trigger
 
     # ---- the worker loop's share ---------------------------------------------------------
 
@@ -244,6 +244,7 @@ class Spill:
             index.add(job.id, seg, off, size, job.etime, 0, ring, False, seq)
             ring.back_ctime = job.ctime
         self.jobs_spilled += len(picked)
+        shard.cold_jobs = index.count       # find_job looks on disk from now on
         return True
 
     def disk_failed(self, e):
