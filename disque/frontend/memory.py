@@ -28,15 +28,19 @@ class Memory:
         self.excess = None      # used - 95% of maxmemory; None: not measured yet / no limit
         self.polling = False
         self.client_bytes = 0   # what the clients held at the last poll
+        self.worker_used = []   # each worker's share of used_memory at the last poll
         self.pressure = 0       # spill: 0 none, 1 jobs on disk, 2 the disk refuses writes
 
     def spill_limit(self):
-        """Each worker's share of `spill-threshold` % of maxmemory (what the clients hold
-        comes off first); None when the node does not spill."""
+        """[spill-threshold % of maxmemory less what the clients hold, every worker's
+        last reported use]: each worker may use what the others leave of it, so the node
+        spills when its total reaches the threshold, however its jobs are spread. None
+        when the node does not spill."""
         cfg = self.fe.cfg
         if not cfg.spill or cfg.maxmemory <= 0:
             return None
-        return max(0, cfg.maxmemory // 100 * cfg.spill_threshold - self.client_bytes) // self.fe.nworkers
+        return [max(0, cfg.maxmemory // 100 * cfg.spill_threshold - self.client_bytes),
+                self.worker_used]
 
     def cron(self):
         """Every ~100 ms (Node.cron): push the last level to the workers and collect their
@@ -55,7 +59,8 @@ class Memory:
         self.polling = False
         fe.scans.mark(second, reports)
         fe.persistence.worker_reports(reports)   # AOF write errors (MISCONF), rewrites running
-        used = self.used_now(r[0] if type(r) is list else 0 for r in reports)
+        self.worker_used = [r[0] if type(r) is list else 0 for r in reports]
+        used = self.used_now(self.worker_used)
         pressure = max([r[5] for r in reports if type(r) is list and len(r) > 5
                         and type(r[5]) is int] or [0])
         self.pressure = pressure

@@ -49,9 +49,15 @@ class Memory:
         used memory minus 95% of maxmemory (None: no limit), computed from our previous
         report. Our own data changes since that report are added live (oom_data), so the
         OOM check before `m` commands is exact for this worker's growth and for what its
-        evictions free, instead of lagging one poll behind. `spill_limit`: this worker's
-        share of spill-threshold (None: no spilling)."""
-        self.shard.spill.set_limit(spill_limit)
+        evictions free, instead of lagging one poll behind. `spill_limit`: [the node's
+        spill threshold, every worker's last use] (None: no spilling); this worker may use
+        what the others leave of the threshold."""
+        if spill_limit is None:
+            self.shard.spill.set_limit(None)
+        else:
+            total, shares = spill_limit
+            others = sum(shares) - (shares[self.shard.index] if self.shard.index < len(shares) else 0)
+            self.shard.spill.set_limit(max(0, total - others))
         self.shard.memory_level = level
         self.noeviction = noeviction
         self.oom_data = NO_LIMIT if excess is None else self.data_ref - excess
