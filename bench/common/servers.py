@@ -181,6 +181,12 @@ def new_server(args, kind: str, label: str, workers: int = 1, extra=()) -> Serve
     """A server of `kind` on a newly leased port pair (held until it stops)."""
     lease = lease_port()
     port = lease.port
+    # a port leased again in the same run must not find the cluster file of the node
+    # that had it before (a lone node would join that node's old cluster and wait for
+    # copies on nodes that are gone)
+    for stale in (nodes_conf(args, port), nodes_conf(args, port) + ".lock"):
+        if os.path.exists(stale):
+            os.unlink(stale)
     if kind == "redis":
         argv = redis_argv(args, port)
     elif kind == "cdisque":
