@@ -42,9 +42,9 @@ cdef class ColdIndex:
     cdef int add_block(self) except -1
     cdef void free_blocks(self) noexcept
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept
-    cdef int grow_table(self) except -1
     cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept
-    cdef int grow_seq_table(self) except -1
-    cdef void seq_table_remove(self, Py_ssize_t slot) noexcept
+    cdef uint64_t slot_hash(self, uint32_t s, bint by_seq) noexcept
+    cdef int grow(self, bint by_seq) except -1
+    cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept
     cpdef Py_ssize_t find(self, bytes jid)
     cdef bint entry_live(self, uint64_t e) noexcept

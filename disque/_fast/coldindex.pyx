@@ -159,20 +159,6 @@ cdef class ColdIndex:
                 return b
             b = (b + 1) & mask
 
-    cdef int grow_table(self) except -1:
-        cdef uint32_t *old = self.table
-        cdef Py_ssize_t oldcap = self.tcap, i
-        self.table = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
-        if self.table == NULL:
-            self.table = old
-            raise MemoryError()
-        self.tcap = oldcap * 2
-        for i in range(oldcap):
-            if old[i]:
-                self.table[self.bucket_of(self.rec(old[i] - 1).id)] = old[i]
-        free(old)
-        return 0
-
     cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept:
         """The bucket holding `seq`, or the empty bucket where it would go."""
         cdef Py_ssize_t mask = self.stcap - 1, b = seq_hash(seq) & mask
@@ -183,34 +169,46 @@ cdef class ColdIndex:
                 return b
             b = (b + 1) & mask
 
-    cdef int grow_seq_table(self) except -1:
-        cdef uint32_t *old = self.stable
-        cdef Py_ssize_t oldcap = self.stcap, i
-        self.stable = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
-        if self.stable == NULL:
-            self.stable = old
+    cdef uint64_t slot_hash(self, uint32_t s, bint by_seq) noexcept:
+        """The hash of the job in slot s - 1 for one of the two tables."""
+        return seq_hash(self.rec(s - 1).seq) if by_seq else id_hash(self.rec(s - 1).id)
+
+    cdef int grow(self, bint by_seq) except -1:
+        """Double one of the two tables (by ID, or by scan-log seq) and rehash it."""
+        cdef uint32_t *old = self.stable if by_seq else self.table
+        cdef Py_ssize_t oldcap = self.stcap if by_seq else self.tcap, i, b
+        cdef Py_ssize_t mask = oldcap * 2 - 1
+        cdef uint32_t *t = <uint32_t *>calloc(oldcap * 2, sizeof(uint32_t))
+        if t == NULL:
             raise MemoryError()
-        self.stcap = oldcap * 2
         for i in range(oldcap):
             if old[i]:
-                self.stable[self.seq_bucket(self.rec(old[i] - 1).seq)] = old[i]
+                b = self.slot_hash(old[i], by_seq) & mask
+                while t[b]:
+                    b = (b + 1) & mask
+                t[b] = old[i]
+        if by_seq:
+            self.stable, self.stcap = t, oldcap * 2
+        else:
+            self.table, self.tcap = t, oldcap * 2
         free(old)
         return 0
 
-    cdef void seq_table_remove(self, Py_ssize_t slot) noexcept:
-        cdef Py_ssize_t mask = self.stcap - 1, i = self.seq_bucket(self.rec(slot).seq), j, k
-        if self.stable[i] == 0:
-            return
-        self.stable[i] = 0
-        j = i
+    cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept:
+        """Empty bucket i of one table and shift back the entries after it (linear probing
+        without tombstones)."""
+        cdef uint32_t *t = self.stable if by_seq else self.table
+        cdef Py_ssize_t mask = (self.stcap if by_seq else self.tcap) - 1, j = i, k
+        t[i] = 0
         while True:
             j = (j + 1) & mask
-            if self.stable[j] == 0:
-                break
-            k = seq_hash(self.rec(self.stable[j] - 1).seq) & mask
+            if t[j] == 0:
+                return
+            k = self.slot_hash(t[j], by_seq) & mask
+            # move j's entry into the hole i unless its home bucket k lies in (i, j]
             if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
-                self.stable[i] = self.stable[j]
-                self.stable[j] = 0
+                t[i] = t[j]
+                t[j] = 0
                 i = j
 
     def find_seq(self, uint64_t seq):
@@ -239,7 +237,7 @@ cdef class ColdIndex:
         if len(jid) != ID_LEN or size == 0:
             raise ValueError("bad spilled job")
         if (self.count + 1) * 10 > self.tcap * 7:
-            self.grow_table()
+            self.grow(False)
         cdef Py_ssize_t b = self.bucket_of(PyBytes_AS_STRING(jid))
         if self.table[b]:
             raise KeyError("job already spilled")
@@ -261,7 +259,7 @@ cdef class ColdIndex:
         self.table[b] = <uint32_t>(slot + 1)
         if seq:
             if (self.count + 1) * 10 > self.stcap * 7:
-                self.grow_seq_table()
+                self.grow(True)
             self.stable[self.seq_bucket(seq)] = <uint32_t>(slot + 1)
         self.count += 1
         cdef uint64_t entry = (<uint64_t>slot << 32) | r.gen
@@ -280,21 +278,12 @@ cdef class ColdIndex:
         cdef ColdRec *r = self.rec(slot)
         if r.size == 0:
             return
-        cdef Py_ssize_t mask = self.tcap - 1, i = self.bucket_of(r.id), j, k
-        self.table[i] = 0
-        j = i
-        while True:
-            j = (j + 1) & mask
-            if self.table[j] == 0:
-                break
-            k = id_hash(self.rec(self.table[j] - 1).id) & mask
-            # move j's entry into the hole i unless its home bucket k lies in (i, j]
-            if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
-                self.table[i] = self.table[j]
-                self.table[j] = 0
-                i = j
+        self.close_gap(False, self.bucket_of(r.id))
+        cdef Py_ssize_t b
         if r.seq:
-            self.seq_table_remove(slot)
+            b = self.seq_bucket(r.seq)
+            if self.stable[b]:
+                self.close_gap(True, b)
         cdef ColdRing ring
         if r.ring:
             ring = self.rings[r.ring - 1]

@@ -85,7 +85,7 @@ class NodeCollector:
                 ("cluster_known", "disque_cluster_known_nodes", "Nodes this node knows.", "g"),
                 ("cluster_reachable", "disque_cluster_reachable_nodes",
                  "Other nodes this node reaches.", "g")):
-            fam = (GaugeMetricFamily if kind == "g" else CounterMetricFamily)(name, doc, labels=("node",))
+            fam = family(kind, name, doc, ("node",))
             fam.add_metric((nid,), n[key])
             yield fam
         cpu = CounterMetricFamily("disque_frontend_cpu_seconds", "CPU time of the front-end.",
@@ -193,10 +193,15 @@ SPILL_METRICS = (
 )
 
 
+def family(kind, name, doc, labels):
+    """A gauge ("g") or counter ("c") family, as the tables of this module name them."""
+    return (GaugeMetricFamily if kind == "g" else CounterMetricFamily)(name, doc, labels=labels)
+
+
 def spill_families(workers, nid):
     """Spilling (docs/memory.md): rates are the counters' rate() in Prometheus."""
     for key, name, doc, kind in SPILL_METRICS:
-        fam = (GaugeMetricFamily if kind == "g" else CounterMetricFamily)(name, doc, labels=WL)
+        fam = family(kind, name, doc, WL)
         for w in workers:
             fam.add_metric((nid, str(w["index"])), w.get("spill", {}).get(key, 0))
         yield fam
