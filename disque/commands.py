@@ -61,9 +61,11 @@ COMMANDS = {c.name: c for c in [
     Command("show", 2, "rF", ID, worker="cmd_show"),
     Command("loadjob", 2, "w", LOCAL, "node_commands.cmd_loadjob"),
     Command("bgrewriteaof", 1, "ar", LOCAL, "persistence.cmd_bgrewriteaof"),
-    Command("qlen", 2, "rF", QUEUE, worker="queue_commands.cmd_qlen"),
-    Command("qpeek", 3, "r", QUEUE, worker="queue_commands.cmd_qpeek"),
-    Command("qstat", 2, "rF", QUEUE, worker="queue_commands.cmd_qstat"),
+    # a `front` handler on a `queue` command is its CLUSTER form (QLEN q CLUSTER): one word
+    # more than the arity sends it to the front-end, which asks every node (docs/commands.md)
+    Command("qlen", -2, "rF", QUEUE, "cluster_queries.cmd_qlen", "queue_commands.cmd_qlen"),
+    Command("qpeek", -3, "r", QUEUE, "cluster_queries.cmd_qpeek", "queue_commands.cmd_qpeek"),
+    Command("qstat", -2, "rF", QUEUE, "cluster_queries.cmd_qstat", "queue_commands.cmd_qstat"),
     Command("qscan", -1, "r", ALL, "scans.all_workers_command", "scan"),
     Command("jscan", -1, "r", ALL, "scans.all_workers_command", "scan"),
     Command("enqueue", -1, "mwF", IDS, "routing.route_ids", "cmd_enqueue"),
@@ -88,7 +90,7 @@ def resolve(owner, handler):
 def front_handlers(frontend):
     """The front-end's dispatch table for node-level commands: name -> bound method."""
     return {name: resolve(frontend, cmd.front) for name, cmd in BY_BYTES.items()
-            if cmd.route == LOCAL}
+            if cmd.route == LOCAL or cmd.route == QUEUE and cmd.front is not None}
 
 
 def worker_handlers(shard):

@@ -710,7 +710,8 @@ def test_config_get_star_lists_spec_parameters_and_ours():
                                                   "stats-log-interval", "cluster-secret",
                                                   "cluster-secret-previous", "cluster-secret-file",
                                                   "metrics-port", "metrics-auth",
-                                                  "spill", "spill-threshold", "spill-keep"}
+                                                  "spill", "spill-threshold", "spill-keep",
+                                                  "metrics-actions", "cluster-query-timeout"}
 
 
 def test_config_get_default_values():

@@ -65,7 +65,7 @@ def test_every_boundary_names_its_message_kinds():
                                             "Gone", "Slowlog", "Served"}
     assert names["peer_link"] == {"Request", "Reply"}
     assert names["job_link"] == {"Hello"}
-    assert names["bus_messages"] == {"Envelope", "JobMessage", "Outbound", "Inbound"}
+    assert names["bus_messages"] == {"Envelope", "JobMessage", "Outbound", "Inbound", "Query", "Answer"}
 
 
 @pytest.mark.unit

@@ -20,6 +20,7 @@ cdef enum:
     F_PING = 128        # PING: a served loop answers it too
     F_COPIES = 256      # ADDJOB: on a node of a cluster its reply may wait for copies
     F_REQUEUES = 512    # NACK, ENQUEUE: may move a job to a dead-letter queue
+    F_CLUSTER_FORM = 1024   # QLEN / QSTAT / QPEEK: a word past the arity makes it the front-end's
 
 # target_worker's answers that are not a worker
 cdef enum:

@@ -53,6 +53,8 @@ cdef class Entry:
             flags |= F_COPIES
         elif real == b"nack" or real == b"enqueue":
             flags |= F_REQUEUES
+        if command.route == R_QUEUE and command.front is not None:
+            flags |= F_CLUSTER_FORM
         self.flags = flags
 
     def __repr__(self):
@@ -128,6 +130,8 @@ cpdef int target_worker(Entry e, list argv, int nworkers):
     cdef Py_ssize_t i, end
     cdef bytes jid
     if route == R_QUEUE:
+        if e.flags & F_CLUSTER_FORM and len(argv) > -e.arity:
+            return T_NONE       # QLEN q CLUSTER: the front-end asks the nodes
         return queue_worker(<bytes>argv[1], nworkers)
     if route == R_ID:
         jid = argv[1]

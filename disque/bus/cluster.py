@@ -58,6 +58,7 @@ class Cluster:
         self.blacklist = {}
         self.on_job_messages = on_job_messages
         self.on_change = on_change
+        self.on_query = None        # QUERY / ANSWER (disque/frontend/cluster_queries.py)
         self.crons = 0
         self.dirty = True
         self.stats_sent = 0
@@ -293,6 +294,9 @@ class Cluster:
             if ports != sender.job_ports and not sender.has(M.HANDSHAKE):
                 sender.job_ports = ports
                 self.changed()
+        elif msg.type in (M.QUERY, M.ANSWER):
+            if self.on_query is not None:
+                self.on_query(sender, msg)
         elif msg.type in M.JOB_TYPES and self.on_job_messages is not None:
             self.on_job_messages(sender, [M.JobMessage.encode(msg.type, msg.flags, msg.payload)])
 

@@ -108,6 +108,11 @@ _TABLE: list[Directive] = [
     # HTTP endpoint for Prometheus and the dashboard (docs/metrics.md); bound like `bind`
     Directive("metrics-port", Integer("Invalid metrics-port", 0, 65535), 0, **_GR),
     Directive("metrics-auth", Bool(), True, **_GSR),
+    # the operations console may act on queues and jobs (docs/console.md): needs requirepass
+    Directive("metrics-actions", Bool(), False, **_GSR),
+    # how long QLEN/QSTAT/QPEEK ... CLUSTER and the console wait for the other nodes, in ms
+    Directive("cluster-query-timeout", Integer("Invalid cluster-query-timeout (must be 1 or greater)", 1),
+              1000, **_GSR),
     # Never rewritten: kept as they are in the file.
     Directive("databases", Integer("Invalid number of databases", 1), 16, **_G),
     Directive("watchdog-period", Integer("Invalid watchdog-period value", 0), 0,

@@ -41,9 +41,11 @@ PAUSE = 15
 JOBS = 16
 INTEREST = 17       # ours: consumers waiting here on a queue, 0 = none any more (federation)
 LINKS = 18          # ours: the TCP ports of the sender's workers' direct job links
+QUERY = 19          # ours: a question about this node's queues and jobs (cluster-wide figures, console)
+ANSWER = 20         # ours: its answer
 NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
          "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS",
-         "INTEREST", "LINKS")
+         "INTEREST", "LINKS", "QUERY", "ANSWER")
 MAX_LINK_PORTS = 256    # a LINKS payload lists one port per worker
 GOSSIP_TYPES = (PING, PONG, MEET)
 JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST}   # what a JOBS frame carries
@@ -80,6 +82,8 @@ PAYLOADS = {
     PAUSE: "[queue, flags]",
     GOTJOB: "[job_id, aux]",  # and every other single-job message: [job_id, aux]
     JOBS: "list of [type, message_flags, payload] job messages (REPLJOB ... PAUSE, INTEREST)",
+    QUERY: "Query [qid, kind, args] (disque/frontend/node_queries.py names the kinds)",
+    ANSWER: "Answer [qid, ok, result]: the result of the query, or an error text when not ok",
     LINKS: "list of TCP ports, worker 0 first, where the sender's workers take job links "
            "(empty: none, its job messages travel on this bus only)",
 }
@@ -120,6 +124,20 @@ class Inbound(NamedTuple):
     type: int
     flags: int
     payload: object
+
+
+@message(None)
+class Query(NamedTuple):
+    qid: int
+    kind: str
+    args: list
+
+
+@message(None)
+class Answer(NamedTuple):
+    qid: int
+    ok: bool
+    result: object
 
 
 def encode(mtype, sender_id, ip, port, node_flags, mflags, payload):
@@ -170,6 +188,20 @@ def decode(data, peer_ip=""):
         return None
     elif mtype == LINKS:
         if not valid_link_ports(payload):
+            return None
+    elif mtype == QUERY:
+        try:
+            q = Query.decode(payload)
+        except ValueError:
+            return None
+        if type(q.qid) is not int or type(q.kind) is not str or type(q.args) is not list:
+            return None
+    elif mtype == ANSWER:
+        try:
+            a = Answer.decode(payload)
+        except ValueError:
+            return None
+        if type(a.qid) is not int or type(a.ok) is not bool:
             return None
     elif mtype == JOBS:
         # each entry is checked where it is routed (disque/_fast/busrelay.pyx), so one bad

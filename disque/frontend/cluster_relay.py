@@ -50,6 +50,7 @@ class ClusterRelay:
         self.cluster = cluster
         cluster.on_job_messages = self.bus_job_messages
         cluster.on_change = self.push
+        cluster.on_query = self.fe.cluster_queries.on_bus
         self.fe.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
         guard = cluster.transport.guard
         for fd in guard.fds():

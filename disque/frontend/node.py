@@ -25,6 +25,7 @@ from disque._fast.frontcore import Client, Core
 from disque.contracts import worker_link as P
 from disque.frontend.handover import Handover
 from disque.frontend.auth import Auth
+from disque.frontend.cluster_queries import ClusterQueries
 from disque.frontend.cluster_relay import ClusterRelay
 from disque.frontend.command_info import CommandInfo
 from disque.frontend.connections import Connections
@@ -33,6 +34,7 @@ from disque.frontend.getjob import Getjobs
 from disque.frontend.memory import Memory
 from disque.frontend.monitoring import Monitoring
 from disque.frontend.node_commands import NodeCommands
+from disque.frontend.node_queries import NodeQueries
 from disque.frontend.persistence_phases import PersistencePhases
 from disque.frontend.routing import Routing
 from disque.frontend.scan import Scans
@@ -53,6 +55,8 @@ PARTS = {
     "routing": Routing,
     "scans": Scans,
     "relay": ClusterRelay,
+    "queries": NodeQueries,
+    "cluster_queries": ClusterQueries,
     "persistence": PersistencePhases,
     "node_commands": NodeCommands,
     "local_dispatch": Dispatch,
@@ -113,6 +117,8 @@ class Frontend(Core):
         self.routing = Routing(self)
         self.scans = Scans(self)
         self.relay = ClusterRelay(self)
+        self.queries = NodeQueries(self, cfg)
+        self.cluster_queries = ClusterQueries(self, cfg)
         self.persistence = PersistencePhases(self, cfg)
         self.node_commands = NodeCommands(self, cfg)
         self.local_dispatch = Dispatch(self)

@@ -23,7 +23,7 @@ from disque._fast.replcore import count_types
 from disque.contracts import worker_link as P
 from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
-from disque.workers.queue_report import queue_report
+from disque.workers.queue_report import job_page, queue_report, queued_ids, search
 from disque.workers.peer_links import peer_sockets
 from disque.workers.served_clients import ServedClients
 from disque.workers.shard import Shard
@@ -82,7 +82,13 @@ class Worker:
                 info["job_links"] = self.job_links.info()
             return info
         if name == "queues":                # the dashboard's queue list (docs/metrics.md)
-            return queue_report(shard, arg)
+            return queue_report(shard, arg) if type(arg) is int else queue_report(shard, *arg)
+        if name == "jobs":                  # the console (docs/console.md)
+            return job_page(shard, *arg)
+        if name == "search":
+            return search(shard, *arg)
+        if name == "queued_ids":
+            return queued_ids(shard, *arg)
         if name == "scan":                  # QSCAN / JSCAN share: see Shard.scan
             return shard.scan(*arg)
         if name == "cluster":               # membership changed: see Replication.set_cluster

@@ -1,22 +1,90 @@
-"""The queue listing behind the dashboard's `/api/queues` (docs/metrics.md): the longest
-queues of a shard with their counters, pause state, waiting consumers and oldest job age.
-Asked for by the front-end's HTTP endpoint only, never on the command path."""
+"""What a worker tells the dashboard and the operations console about its queues and jobs
+(docs/metrics.md, docs/console.md): the longest queues with their counters, a page of a
+queue's jobs, a bounded search of bodies. Asked for by worker controls only (the
+front-end's `queries` part), never on the command path; every answer is bounded."""
 import heapq
 import time
 
+from disque._fast.job import STATE_NAMES
 from disque.workers.queues import PAUSE_NAMES
 
+PAGE_MAX = 500              # jobs in one page
+PEEK_DEPTH_MAX = 10000      # how deep into a queue a page may start (from either end)
+SEARCH_SCAN_MAX = 100000    # jobs a search reads per worker at most
+BODY_MAX = 1 << 20          # body bytes one job summary carries at most
 
-def queue_report(shard, limit):
+
+def ctime_ms(job):
+    return job.ctime // 1000000     # ms * 1e6 + a tie counter; queues are ordered by it
+
+
+def queue_row(q, now_ms):
+    first = q.jobs.first() if len(q.jobs) else None
+    ext = first.ext if first is not None else None
+    return {"queue": q.name.decode(errors="replace"), "len": q.length(),
+            "spilled": len(q.cold) if q.cold is not None else 0,
+            "jobs_in": q.jobs_in, "jobs_out": q.jobs_out,
+            "paused": PAUSE_NAMES[q.paused].decode(),
+            "blocked": len(q.blocked) if q.blocked else 0,
+            "oldest_ms": max(0, now_ms - ctime_ms(first)) if first is not None else 0,
+            # a dead-letter queue: its jobs came from another queue
+            "dead_letter": ext is not None and ext.origin is not None}
+
+
+def queue_report(shard, limit, match=None):
+    """The `limit` longest queues (whose name holds `match`, bytes, when given)."""
     now_ms = int(time.time() * 1000)
-    out = []
-    for q in heapq.nlargest(limit, shard.queues.values(), key=lambda q: q.length()):
-        first = q.jobs.first() if len(q.jobs) else None
-        # ctime is ms * 1e6 + a tie counter; the queue is ordered by it, oldest first
-        oldest_ms = max(0, now_ms - first.ctime // 1000000) if first is not None else 0
-        out.append({"queue": q.name.decode(errors="replace"), "len": q.length(), "spilled": len(q.cold) if q.cold is not None else 0,
-                    "jobs_in": q.jobs_in, "jobs_out": q.jobs_out,
-                    "paused": PAUSE_NAMES[q.paused].decode(),
-                    "blocked": len(q.blocked) if q.blocked else 0,
-                    "oldest_ms": oldest_ms})
-    return out
+    queues = shard.queues.values()
+    if match:
+        queues = [q for q in queues if match in q.name]
+    return [queue_row(q, now_ms)
+            for q in heapq.nlargest(limit, queues, key=lambda q: q.length())]
+
+
+def job_summary(job, now_ms, body_max):
+    """A job as the console lists it; the body cut to body_max bytes, its size given."""
+    body = job.body or b""
+    ext = job.ext
+    return {"id": job.id, "queue": job.queue, "state": STATE_NAMES[job.state].decode(),
+            "ctime_ms": ctime_ms(job), "age_ms": max(0, now_ms - ctime_ms(job)),
+            "nacks": job.nacks, "deliveries": job.additional_deliveries,
+            "retry": job.retry, "ttl": max(0, job.etime - now_ms // 1000),
+            "body": body[:body_max], "body_size": len(body),
+            "dead_lettered_from": ext.origin if ext is not None else None}
+
+
+def job_page(shard, queue, start, count, newest_first, body_max):
+    """Jobs [start, start + count) of the queue in queue order (oldest first, or newest
+    first), and the queue's length on this worker."""
+    q = shard.queues.get(queue)
+    if q is None:
+        return {"len": 0, "jobs": []}
+    start = max(0, min(start, PEEK_DEPTH_MAX))
+    count = max(0, min(count, PAGE_MAX))
+    depth = start + count
+    jobs = shard.queue_commands.peek(q, -depth if newest_first else depth)[start:]
+    now_ms = int(time.time() * 1000)
+    body_max = max(0, min(body_max, BODY_MAX))
+    return {"len": q.length(), "jobs": [job_summary(j, now_ms, body_max) for j in jobs]}
+
+
+def search(shard, queue, needle, limit, body_max):
+    """Jobs of the queue whose body holds `needle` (bytes), oldest first: at most `limit`,
+    after reading at most SEARCH_SCAN_MAX jobs."""
+    q = shard.queues.get(queue)
+    if q is None or not needle:
+        return {"scanned": 0, "complete": True, "jobs": []}
+    jobs = shard.queue_commands.peek(q, SEARCH_SCAN_MAX)
+    now_ms = int(time.time() * 1000)
+    body_max = max(0, min(body_max, BODY_MAX))
+    found = [job_summary(j, now_ms, body_max) for j in jobs if j.body and needle in j.body]
+    return {"scanned": len(jobs), "complete": len(jobs) >= q.length(),
+            "jobs": found[:max(0, limit)]}
+
+
+def queued_ids(shard, queue, limit):
+    """IDs of jobs queued in the queue on this worker, oldest first (bulk actions)."""
+    q = shard.queues.get(queue)
+    if q is None:
+        return []
+    return [j.id for j in shard.queue_commands.peek(q, max(0, limit))]

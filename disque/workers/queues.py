@@ -43,6 +43,12 @@ class QueueCommands:
         q = self.shard.queues.get(argv[1])
         if q is None or count == 0:
             return resp.EMPTY_ARRAY
+        jobs = self.peek(q, count)
+        return b"*%d\r\n" % len(jobs) + b"".join([encode_job(j, False) for j in jobs])
+
+    def peek(self, q, count):
+        """The first `count` queued jobs of q (the last -count, newest first, when count < 0),
+        spilled ones included: QPEEK and the console's job pages."""
         # |count| may not fit a Py_ssize_t (QPEEK q -9223372036854775808): no queue is longer
         count = max(-QPEEK_MAX, min(count, QPEEK_MAX))
         jobs = q.jobs.peek(count) if count > 0 else q.jobs.peek_tail(-count)
@@ -50,7 +56,7 @@ class QueueCommands:
             # spilled jobs sit between the head kept in RAM and the newest, not spilled yet
             cold = self.shard.spill.peek(q, abs(count), count < 0)
             jobs = sorted(jobs + cold, key=job_order, reverse=count < 0)[:abs(count)]
-        return b"*%d\r\n" % len(jobs) + b"".join([encode_job(j, False) for j in jobs])
+        return jobs
 
     def cmd_qstat(self, argv):
         q = self.shard.queues.get(argv[1])
