@@ -162,8 +162,11 @@ class ClusterQueries:
             errors = [res for ok, res in answers.values() if not ok]
             if errors and not oks:
                 s.fill(b"-ERR %s\r\n" % errors[0].encode(errors="replace").replace(b"\r\n", b" "))
-                return
-            s.fill(combine(oks, len(oks), len(asked)))
+            else:
+                s.fill(combine(oks, len(oks), len(asked)))
+            # filled from a bus answer, a timer or inside a flush of replies: nothing else
+            # writes it out soon
+            self.fe.loop.call_soon(self.fe.flush_replies)
         self.ask_all(kind, args, done)
 
     def cmd_qlen(self, client, argv):
@@ -218,7 +221,7 @@ def merge_peek(per_node, count):
     two nodes (after a partition) once."""
     seen = set()
     jobs = []
-    for j in sorted((j for node in per_node for j in node), key=lambda j: (j["ctime_ms"], j["id"]),
+    for j in sorted((j for node in per_node for j in node), key=lambda j: (j["ctime"], j["id"]),
                     reverse=count < 0):
         if j["id"] not in seen:
             seen.add(j["id"])

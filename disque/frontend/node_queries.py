@@ -114,15 +114,15 @@ class NodeQueries:
             if len(parts) == 1:
                 jobs = parts[0]["jobs"]
             else:
-                key = (lambda j: (-j["ctime_ms"], j["id"])) if newest_first else \
-                    (lambda j: (j["ctime_ms"], j["id"]))
+                key = (lambda j: (-j["ctime"], j["id"])) if newest_first else \
+                    (lambda j: (j["ctime"], j["id"]))
                 jobs = list(heapq.merge(*[p["jobs"] for p in parts], key=key))[start:start + count]
             done(True, jobs if full else {"len": total, "jobs": jobs})
         self.ask_workers(workers, "jobs", arg, got)
 
     def search(self, done, queue, needle, limit, body_max):
         def got(parts):
-            jobs = sorted((j for p in parts for j in p["jobs"]), key=lambda j: j["ctime_ms"])
+            jobs = sorted((j for p in parts for j in p["jobs"]), key=lambda j: j["ctime"])
             done(True, {"scanned": sum(p["scanned"] for p in parts),
                         "complete": all(p["complete"] for p in parts), "jobs": jobs[:limit]})
         self.ask_workers(self.queue_workers(queue), "search", [queue, needle, limit, body_max], got)

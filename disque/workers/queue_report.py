@@ -46,7 +46,7 @@ def job_summary(job, now_ms, body_max):
     body = job.body or b""
     ext = job.ext
     return {"id": job.id, "queue": job.queue, "state": STATE_NAMES[job.state].decode(),
-            "ctime_ms": ctime_ms(job), "age_ms": max(0, now_ms - ctime_ms(job)),
+            "ctime": job.ctime, "ctime_ms": ctime_ms(job), "age_ms": max(0, now_ms - ctime_ms(job)),
             "nacks": job.nacks, "deliveries": job.additional_deliveries,
             "retry": job.retry, "ttl": max(0, job.etime - now_ms // 1000),
             "body": body[:body_max], "body_size": len(body),
