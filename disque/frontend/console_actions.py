@@ -74,12 +74,15 @@ class ConsoleAction:
             if mode.lower() not in PAUSE_MODES:
                 raise QueryError("pause takes none, in, out or all")
             self.target = "queue %s" % queue.decode(errors="replace")
-            self.queries.run([[b"pause", queue, mode, b"bcast"]], self.paused)
+            self.run([[b"pause", queue, mode, b"bcast"]], self.paused)
         else:
             (ids,) = self.args
             if not isinstance(ids, list) or not all(type(i) is bytes for i in ids):
                 raise QueryError("job IDs expected")
             self.on_ids(ids[:BULK_MAX])
+
+    def run(self, argvs, done):
+        self.queries.run(argvs, done, who=self.who)
 
     def on_ids(self, ids):
         self.ids = ids
@@ -92,7 +95,7 @@ class ConsoleAction:
         else:
             cmd = COMMAND_OF["delete" if self.action == "delete_all" else self.action]
             chunks = [[cmd] + ids[i:i + ID_CHUNK] for i in range(0, len(ids), ID_CHUNK)]
-            self.queries.run(chunks, lambda replies: self.finish(
+            self.run(chunks, lambda replies: self.finish(
                 {"jobs": len(ids), "done": sum(self.count(r) for r in replies)}))
 
     def count(self, reply):
@@ -114,7 +117,7 @@ class ConsoleAction:
     def retry(self, ids):
         self.moved = {}
         self.enqueued = 0
-        self.queries.run([[b"show", i] for i in ids], lambda shows: self.readd(ids, shows))
+        self.run([[b"show", i] for i in ids], lambda shows: self.readd(ids, shows))
 
     def readd(self, ids, shows):
         adds, old, plain = [], [], []
@@ -129,7 +132,7 @@ class ConsoleAction:
             else:
                 plain.append(jid)
         first = [[b"enqueue"] + plain] if plain else []
-        self.queries.run(first + adds, lambda replies: self.readded(
+        self.run(first + adds, lambda replies: self.readded(
             old, replies[len(first):], replies[0] if first else 0))
 
     def readded(self, old, replies, enqueued):
@@ -142,7 +145,7 @@ class ConsoleAction:
                 self.moved[jid.decode()] = reply.decode()
                 acks.append(jid)
         chunks = [[b"ackjob"] + acks[i:i + ID_CHUNK] for i in range(0, len(acks), ID_CHUNK)]
-        self.queries.run(chunks, lambda _: self.finish({
+        self.run(chunks, lambda _: self.finish({
             "jobs": len(self.ids), "done": len(self.moved) + self.enqueued,
             "requeued_as": {k: v for k, v in list(self.moved.items())[:LOGGED_IDS]}}))
 
