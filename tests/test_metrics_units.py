@@ -1,9 +1,9 @@
-"""Metrics exposition and HTTP parsing, in process (no server)."""
+"""Metrics exposition, and the HTTP server's request interface, in process (no disque
+server; the HTTP server listens on a real socket)."""
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from disque.metrics import prom
-from disque.metrics.http import BadRequest, parse_head
 
 pytestmark = pytest.mark.unit
 
@@ -54,43 +54,6 @@ def test_dead_letter_counter_appears_when_a_worker_counts_it():
     assert 'disque_queue_dead_lettered_total{node="%s",queue="q1",worker="1"} 3.0' % ("a" * 40) in text
 
 
-@pytest.mark.parametrize("head, status", [
-    (b"GET / HTTP/1.1", None),
-    (b"GET /metrics?x=1 HTTP/1.0\r\nHost: a\r\nAuthorization: Basic eDp5", None),
-    (b"GET / HTTP/1.1\r\nContent-Length: 0", None),
-    (b"", 400),
-    (b"GET  / HTTP/1.1", 400),
-    (b"GET / HTTP/1.1 extra", 400),
-    (b"G\x00T / HTTP/1.1", 400),
-    (b"GET /\xff HTTP/1.1", 400),
-    (b"GET * HTTP/1.1", 400),
-    (b"GET / HTTP/3", 505),
-    (b"GET / FTP/1.1", 400),
-    (b"GET / HTTP/1.1\r\nNoColon", 400),
-    (b"GET / HTTP/1.1\r\n: empty", 400),
-    (b"GET / HTTP/1.1\r\nX: a\x01b", 400),
-    (b"GET / HTTP/1.1\r\nContent-Length: -1", 400),
-    (b"GET / HTTP/1.1\r\nContent-Length: 10", 413),
-    (b"GET / HTTP/1.1" + b"\r\nX: y" * 65, 431),
-])
-def test_request_head_parser(head, status):
-    if status is None:
-        req = parse_head(head)
-        assert req.method == "GET" and req.path.startswith("/")
-    else:
-        with pytest.raises(BadRequest) as e:
-            parse_head(head)
-        assert e.value.status == status
-
-
-def test_keep_alive_rules():
-    assert parse_head(b"GET / HTTP/1.1").keep_alive
-    assert not parse_head(b"GET / HTTP/1.1\r\nConnection: close").keep_alive
-    assert not parse_head(b"GET / HTTP/1.0").keep_alive
-    assert parse_head(b"GET / HTTP/1.0\r\nConnection: Keep-Alive").keep_alive
-    assert parse_head(b"GET /api/queues?limit=5&x HTTP/1.1").query == {"limit": "5", "x": ""}
-
-
 class FakeFrontend:
     """Records control_all calls; the test answers them (the real one is tested over TCP)."""
 
@@ -116,3 +79,70 @@ def test_concurrent_requests_share_one_round_per_argument():
     assert len(fe.calls) == 3
     fe.calls[1][2](["y"])
     assert got[-1] == ("c", ["y"])
+
+
+def test_http_request_interface_on_a_real_socket():
+    """What endpoint handlers see of a request (docs/metrics.md) and what they may answer:
+    url-decoded query (the last value wins), percent-decoded path, cookies, the body of a
+    POST, the client's address, keep-alive, repeated answer headers; respond() later."""
+    import asyncio
+    import http.client
+    import socket
+    import threading
+
+    import uvloop
+
+    from disque.metrics.http import HttpServer
+
+    loop = uvloop.new_event_loop()
+    seen = []
+
+    def handler(req, respond):
+        seen.append(req)
+        loop.call_later(0.01, respond, 200, "text/plain", b"ok\n",
+                        (("Set-Cookie", "a=1"), ("Set-Cookie", "b=2")))
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    srv = HttpServer(loop, handler)
+    loop.run_until_complete(srv.listen([sock]))
+    out = {}
+
+    def client():
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", sock.getsockname()[1], timeout=5)
+            c.request("GET", "/a%20b?x=1&x=%32&y=a+b&z", headers={"Cookie": "s=1; t=two"})
+            r = c.getresponse()
+            out["get"] = (r.status, r.msg.get_all("Set-Cookie"), r.read(), c.sock.getsockname())
+            c.request("POST", "/p", body=b"k=v&w", headers={"Content-Type": "text/plain"})
+            r = c.getresponse()
+            out["post"] = (r.status, r.read())
+            c.request("GET", "/after-the-body")         # the body was framed right
+            r = c.getresponse()
+            out["next"] = (r.status, r.read())
+            c.close()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+
+    t = threading.Thread(target=client)
+    t.start()
+    loop.run_forever()
+    t.join()
+    srv.close()
+    loop.run_until_complete(asyncio.sleep(0.01))
+    loop.close()
+    sock.close()
+    status, cookies, body, local = out["get"]
+    assert status == 200 and body == b"ok\n" and cookies == ["a=1", "b=2"]
+    get, post, after = seen
+    assert (get.method, get.path, get.body) == ("GET", "/a b", b"")
+    assert get.query == {"x": "2", "y": "a b", "z": ""}
+    assert get.cookies == {"s": "1", "t": "two"}
+    assert get.headers.get("cookie") == "s=1; t=two" and get.headers.get("COOKIE")
+    assert get.remote == "%s:%d" % local[:2] and get.keep_alive
+    assert out["post"] == (200, b"ok\n")
+    assert (post.method, post.path, post.body, post.cookies) == ("POST", "/p", b"k=v&w", {})
+    assert out["next"] == (200, b"ok\n") and after.path == "/after-the-body"
+    assert srv.stats["requests"] == 3 and srv.stats["bad_requests"] == 0
