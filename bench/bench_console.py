@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 
@@ -160,7 +161,7 @@ def main():
                  "/api/console/queues?limit=1000", "/api/console/queues?match=queue-0999",
                  "/api/console/queue?name=%s&count=50" % names[0].decode(),
                  "/api/console/queue?name=%s&count=50&start=50&newest=1" % names[0].decode(),
-                 "/api/console/job?id=" + some,
+                 "/api/console/job?id=" + quote(some, safe=""),
                  "/api/console/search?queue=%s&text=%s" % (names[0].decode(), needle)]
         log("\nAPI, asked of node 0 (%d calls each; CPU = the 3 front-ends' per call)" % args.rounds)
         log("%-62s %9s %9s %10s %8s" % ("path", "median ms", "max ms", "bytes", "CPU ms"))

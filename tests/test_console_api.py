@@ -4,6 +4,8 @@ off, no requirepass, not JSON) changes nothing, and every action is logged."""
 import base64
 import http.client
 import json
+import time
+from urllib.parse import quote
 
 import pytest
 
@@ -96,7 +98,7 @@ def test_views_answer_for_the_whole_cluster(console_cluster):
     mail = get(ma, "/api/console/queue?name=mail")["jobs"][0]
     assert mail["body_size"] == 5000 and len(mail["body"]) == 200
     # a job found from the node that does not hold it, routed by its ID's prefix
-    found = get(ma, "/api/console/job?id=" + on_b.decode())
+    found = get(ma, "/api/console/job?id=" + quote(on_b.decode(), safe=""))   # IDs hold + and /
     b_id = rb.execute_command("CLUSTER", "MYID").decode()
     assert found["found"] and found["node"] == b_id and found["routed_to"] == b_id
     assert found["job"]["body"] == '{"n": 1} <b>x</b>' and found["job"]["queue"] == "orders"
@@ -125,7 +127,7 @@ def test_refused_actions_change_nothing(console_cluster):
         act(ma, delete, cookie, s["token"], origin=None),                       # no origin at all
         act(ma, delete, cookie, s["token"], ctype="text/plain"),                # a form could send it
         act(ma, delete, cookie, s["token"], method="GET"),      # GET never acts (with a body: 400)
-        request(ma, "GET", "/api/console/action?action=delete&ids=" + jid),
+        request(ma, "GET", "/api/console/action?action=delete&ids=" + quote(jid, safe="")),
         act(ma, {"action": "pause", "queue": "keep", "mode": "all"}, cookie, s["token"],
             origin="http://evil.example"),
     ]
@@ -186,3 +188,42 @@ def test_page_assets_carry_a_strict_policy(metrics_node):
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
         assert "unsafe-inline" not in policy
         assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_retry_and_bulk_actions_on_a_dead_letter_queue(console_cluster):
+    (a, ma), (b, _) = console_cluster
+    ra, rb = a.client(password=PW), b.client(password=PW)
+    # one job dead-lettered: delivered once, not acknowledged, MAXDELIVERIES 1
+    jid = ra.execute_command("ADDJOB", "work", b"payload-1", 0, "REPLICATE", 2, "RETRY", 1,
+                             "MAXDELIVERIES", 1)
+    assert ra.execute_command("GETJOB", "FROM", "work")[0][1] == jid
+    wait_until(lambda: ra.execute_command("QLEN", "work:dead", "CLUSTER") == 1, timeout=15,
+               message="the job was not dead-lettered")
+    cookie, s = session(ma)
+    status, _, body = act(ma, {"action": "retry", "ids": [jid.decode()]}, cookie, s["token"])
+    assert status == 200, body
+    res = json.loads(body)
+    (result,) = [r for r in res["results"] if r["done"]]
+    new_id = result["requeued_as"][jid.decode()]
+    assert new_id != jid.decode()
+    got = rb.execute_command("GETJOB", "TIMEOUT", 5000, "FROM", "work")
+    assert got[0][2] == b"payload-1" and got[0][1].decode() == new_id
+    shown = ra.execute_command("SHOW", new_id)
+    assert shown[shown.index(b"max-deliveries") + 1] == 1          # its options came along
+    wait_until(lambda: ra.execute_command("QLEN", "work:dead", "CLUSTER") == 0, timeout=10,
+               message="the dead job was not acknowledged")
+    # bulk: 40 jobs queued directly in a dead-letter queue on both nodes, all deleted
+    for i in range(20):
+        ra.execute_command("ADDJOB", "bulk:dead", b"a%d" % i, 0, "REPLICATE", 2, "RETRY", 1)
+        rb.execute_command("ADDJOB", "bulk:dead", b"b%d" % i, 0, "REPLICATE", 2, "RETRY", 1)
+    assert ra.execute_command("QLEN", "bulk:dead", "CLUSTER") == 40
+    status, _, body = act(ma, {"action": "delete_all", "queue": "bulk:dead"}, cookie, s["token"])
+    assert status == 200, body
+    res = json.loads(body)
+    assert res["nodes_answered"] == 2 and sum(r["done"] for r in res["results"]) == 40
+    assert ra.execute_command("QLEN", "bulk:dead", "CLUSTER") == 0
+    # the copies were acknowledged too: past their RETRY nothing comes back
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        assert ra.execute_command("QLEN", "bulk:dead", "CLUSTER") == 0
+        time.sleep(0.1)

@@ -10,7 +10,9 @@ from redis-cli), and each is logged with who asked, what, which jobs and the res
   retry    [ids]           a dead-lettered job goes back to the queue it came from: ADDJOB
                            of its body and options there (a new ID, counters from zero),
                            then ACKJOB of the dead one; nothing is acknowledged unless the
-                           ADDJOB succeeded. A job not dead-lettered is ENQUEUEd.
+                           ADDJOB succeeded. Only a node where the job is queued in its
+                           dead-letter queue acts: asked of every node, the job is retried
+                           once, not once per copy.
   pause    [queue, mode]   PAUSE <queue> <none|in|out|all> BCAST (every node)
   retry_all / delete_all [queue]   retry / delete every job queued in the queue here
 """
@@ -116,27 +118,26 @@ class ConsoleAction:
 
     def retry(self, ids):
         self.moved = {}
-        self.enqueued = 0
         self.run([[b"show", i] for i in ids], lambda shows: self.readd(ids, shows))
 
     def readd(self, ids, shows):
-        adds, old, plain = [], [], []
+        adds, old = [], []
         for jid, show in zip(ids, shows):
             if show is None or isinstance(show, CommandError):
                 continue
             s = pairs(show)
             origin = s.get("dead-lettered-from")
+            if s.get("state") != b"queued":
+                continue        # a copy: the node where the job is queued retries it
             if origin:
                 adds.append(readd_command(origin, s))
                 old.append(jid)
             else:
-                plain.append(jid)
-        first = [[b"enqueue"] + plain] if plain else []
-        self.run(first + adds, lambda replies: self.readded(
-            old, replies[len(first):], replies[0] if first else 0))
+                self.errors.append("%s: not dead-lettered (requeue it instead)"
+                                   % jid.decode(errors="replace"))
+        self.run(adds, lambda replies: self.readded(old, replies))
 
-    def readded(self, old, replies, enqueued):
-        self.enqueued = self.count(enqueued)
+    def readded(self, old, replies):
         acks = []
         for jid, reply in zip(old, replies):
             if isinstance(reply, CommandError):
@@ -146,7 +147,7 @@ class ConsoleAction:
                 acks.append(jid)
         chunks = [[b"ackjob"] + acks[i:i + ID_CHUNK] for i in range(0, len(acks), ID_CHUNK)]
         self.run(chunks, lambda _: self.finish({
-            "jobs": len(self.ids), "done": len(self.moved) + self.enqueued,
+            "jobs": len(self.ids), "done": len(self.moved),
             "requeued_as": {k: v for k, v in list(self.moved.items())[:LOGGED_IDS]}}))
 
     def finish(self, result):

@@ -16,6 +16,7 @@ from disque._fast.jobid import queue_worker
 from disque.frontend.console_actions import ACTIONS, ConsoleAction
 from disque.frontend.internal_client import CommandError, InternalClient, QueryError, pairs
 from disque.metrics import views
+from disque.workers.queue_report import merge_row
 
 log = logging.getLogger("disque.console")
 
@@ -137,10 +138,7 @@ class NodeQueries:
                     if row is None:
                         rows[q["queue"]] = dict(q)
                     else:
-                        for k in ("len", "spilled", "jobs_in", "jobs_out", "blocked"):
-                            row[k] += q[k]
-                        row["oldest_ms"] = max(row["oldest_ms"], q["oldest_ms"])
-                        row["dead_letter"] = row["dead_letter"] or q["dead_letter"]
+                        merge_row(row, q)
             done(True, sorted(rows.values(), key=lambda q: (-q["len"], q["queue"]))[:limit])
         self.fe.control_all("queues", [limit, match or None], got)
 

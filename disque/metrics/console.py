@@ -21,6 +21,7 @@ import os
 
 from disque.metrics import views
 from disque.metrics.console_auth import ConsoleAuth
+from disque.workers.queue_report import merge_row
 
 log = logging.getLogger("disque.console")
 
@@ -40,6 +41,8 @@ IDS_MAX = 100000
 JOB_ACTIONS = ("enqueue", "nack", "delete", "retry")
 QUEUE_ACTIONS = ("retry_all", "delete_all")
 JSON_TYPE = "application/json"
+# which copy of a job the job view shows: the queued one, else an active one
+HOLDER_RANK = {b"queued": 0, b"active": 1, b"wait-repl": 2}
 
 
 def text(value):
@@ -149,10 +152,7 @@ class Console:
                     if row is None:
                         row = rows[q["queue"]] = dict(q, nodes=0, paused_on=[])
                     else:
-                        for k in ("len", "spilled", "jobs_in", "jobs_out", "blocked"):
-                            row[k] += q[k]
-                        row["oldest_ms"] = max(row["oldest_ms"], q["oldest_ms"])
-                        row["dead_letter"] = row["dead_letter"] or q["dead_letter"]
+                        merge_row(row, q)
                     row["nodes"] += 1
                     if q["paused"] != "none":
                         row["paused_on"].append([node_id, q["paused"]])
@@ -184,7 +184,8 @@ class Console:
         self.queries.ask_all("jobs", [name, 0, start + count, newest, LIST_BODY], done)
 
     def job(self, req, reply):
-        job_id = req.query.get("id", "").strip().encode()
+        # an ID pasted into a URL by hand has its + read as a space; IDs hold no spaces
+        job_id = req.query.get("id", "").strip().replace(" ", "+").encode()
         if not job_id:
             raise BadInput("id= is required")
         prefix = job_id[2:10].decode(errors="replace") if job_id[:2] == b"D-" else ""
@@ -197,16 +198,17 @@ class Console:
                    "job": dict(show, body=body[:SHOW_BODY], body_size=len(body))})
 
         def everywhere(answers, asked):
-            for node_id, (ok, show) in answers.items():
-                if ok and show is not None:
-                    found(node_id, show)
-                    return
-            reply(dict(self.asked(answers, asked), found=False, routed_to=owner))
+            held = [(HOLDER_RANK.get(show.get("state"), 9), node_id != owner, node_id, show)
+                    for node_id, (ok, show) in answers.items() if ok and show is not None]
+            if held:
+                found(*min(held, key=lambda h: h[:3])[2:])
+            else:
+                reply(dict(self.asked(answers, asked), found=False, routed_to=owner))
 
         def from_owner(ok, show):
-            if ok and show is not None:
+            if ok and show is not None and show.get("state") == b"queued":
                 found(owner, show)
-            else:       # the creator lost it or is down: another node may hold a copy
+            else:   # the creator lost it, is down, or holds a copy not queued: ask everyone
                 self.queries.ask_all("show", [job_id], everywhere)
 
         if owner is None and not prefix and self.fe.relay.cluster is None:
@@ -289,6 +291,9 @@ class Console:
             if (not isinstance(ids, list) or not ids or len(ids) > IDS_MAX
                     or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids)):
                 raise BadInput("ids must be a list of job IDs")
+            if node is None and act in ("enqueue", "nack"):
+                # every node holding a copy would queue it: one node must be named
+                raise BadInput("enqueue and nack need the node that holds the jobs (node)")
             return act, [[i.encode() for i in ids]], node
         queue = msg.get("queue")
         if not isinstance(queue, str) or not queue:
