@@ -19,7 +19,7 @@ from support.waits import wait_until  # noqa: F401
 from support.ports import BUS_OFFSET, PORT_LOCK_DIR, PORT_MAX, PORT_MIN, lease_port  # noqa: F401
 from support.slots import crc16, queues_on_distinct_workers  # noqa: F401
 from support.resp_client import Err, Incomplete, NULL_ARRAY, ProtocolViolation, RawConn, Status, encode_command, parse_resp  # noqa: F401
-from support.server import DESCENDANT_EXIT_TIMEOUT, DisqueServer, REPO_ROOT, START_TIMEOUT, STOP_TIMEOUT, ServerStartError  # noqa: F401
+from support.server import DESCENDANT_EXIT_TIMEOUT, DisqueServer, REPO_ROOT, START_TIMEOUT, STOP_TIMEOUT, ServerStartError, stop_servers  # noqa: F401
 from support.info import info_sections, parse_info  # noqa: F401
 from support.jobs import JOB_ID_RE, SHOW_FIELDS, addjob, queue_names, show  # noqa: F401
 from support.cluster import CLUSTER_NODE_TIMEOUT, DisqueCluster  # noqa: F401
@@ -123,14 +123,7 @@ def start_server(tmp_path):
         return srv
 
     yield factory
-    errors = []
-    for srv in started:
-        try:
-            srv.stop()
-        except AssertionError as exc:
-            errors.append(str(exc))
-    if errors:
-        pytest.fail("\n".join(errors), pytrace=False)
+    stop_servers(started)
 
 
 @pytest.fixture

@@ -7,14 +7,13 @@ import json
 import time
 import urllib.parse
 
-import pytest
 import redis
 
 from disque.harness import cluster as harness
 from support.browser import Browser, save
 from support.cluster import CLUSTER_NODE_TIMEOUT
 from support.ports import lease_port
-from support.server import DisqueServer
+from support.server import DisqueServer, stop_servers
 from support.waits import wait_until
 
 PW = "console-s3cret"
@@ -86,14 +85,7 @@ def start_console_cluster(tmp_path_factory, n=3):
 
 
 def stop_all(nodes):
-    errors = []
-    for node in nodes:
-        try:
-            node.stop()
-        except AssertionError as exc:
-            errors.append(str(exc))
-    if errors:
-        pytest.fail("\n".join(errors), pytrace=False)
+    stop_servers(nodes)
 
 
 def qlen_cluster(node, queue):

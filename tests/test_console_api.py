@@ -181,7 +181,8 @@ def test_actions_off_unless_asked_for_and_a_password_is_set(metrics_node):
 def test_page_assets_carry_a_strict_policy(metrics_node):
     _, port = metrics_node(workers=1)
     for path, ctype in (("/console", "text/html"), ("/console.js", "text/javascript"),
-                        ("/console.css", "text/css")):
+                        ("/console-lib.js", "text/javascript"), ("/console-views.js", "text/javascript"),
+                        ("/console-queue.js", "text/javascript"), ("/console.css", "text/css")):
         status, headers, _ = request(port, "GET", path, password=None)
         assert status == 200 and headers["content-type"].startswith(ctype)
         policy = headers["content-security-policy"]

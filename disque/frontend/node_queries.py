@@ -23,6 +23,23 @@ log = logging.getLogger("disque.console")
 PEEK_CLUSTER_MAX = 10000    # QPEEK ... CLUSTER: jobs per node at most
 
 
+NAMES_MAX = 100000          # queue names a node sends for the cluster's count of queues
+ROWS_MAX = 5000             # queue rows one query asks for
+
+
+def merged_rows(per_part):
+    """Queue rows of several workers (or nodes) summed by name, the longest first."""
+    rows = {}
+    for part in per_part:
+        for q in part:
+            row = rows.get(q["queue"])
+            if row is None:
+                rows[q["queue"]] = dict(q)
+            else:
+                merge_row(row, q)
+    return sorted(rows.values(), key=lambda q: (-q["len"], q["queue"]))
+
+
 class NodeQueries:
     """Needs from the node (`fe`): nworkers, new_reqid, pending, send_control, control_all,
     `fe.routing.queues_elsewhere`, the config (metrics-actions). Offers: answer(kind, args,
@@ -33,7 +50,8 @@ class NodeQueries:
         self.cfg = cfg
         self.kinds = {"qlen": self.qlen, "qstat": self.qstat, "qpeek": self.qpeek,
                       "node": self.node, "queues": self.queues, "jobs": self.jobs,
-                      "show": self.show, "search": self.search, "act": self.act}
+                      "show": self.show, "search": self.search, "act": self.act,
+                      "queue_rows": self.queue_rows}
 
     def answer(self, kind, args, done):
         """done(ok, result): result is the answer, or the error text when not ok."""
@@ -129,18 +147,25 @@ class NodeQueries:
         self.ask_workers(self.queue_workers(queue), "search", [queue, needle, limit, body_max], got)
 
     def queues(self, done, limit, match):
-        """The node's longest queues (name holding `match`), merged over its workers."""
-        def got(per_worker):
-            rows = {}
-            for qs in per_worker:
-                for q in qs:
-                    row = rows.get(q["queue"])
-                    if row is None:
-                        rows[q["queue"]] = dict(q)
-                    else:
-                        merge_row(row, q)
-            done(True, sorted(rows.values(), key=lambda q: (-q["len"], q["queue"]))[:limit])
-        self.fe.control_all("queues", [limit, match or None], got)
+        """The node's longest queues (name holding `match`), merged over its workers, and
+        the names of all those queues (None past NAMES_MAX): {rows, count, names}."""
+        def got_names(per_worker):
+            names = set()
+            for count, part in per_worker:
+                if part is None or names is None:
+                    names = None
+                else:
+                    names.update(part)
+            count = len(names) if names is not None else max(c for c, _ in per_worker)
+            self.fe.control_all("queues", [limit, match or None], lambda per: done(True, {
+                "rows": merged_rows(per)[:limit], "count": count,
+                "names": sorted(names) if names is not None and len(names) <= NAMES_MAX else None}))
+        self.fe.control_all("queue_names", [match or None, NAMES_MAX], got_names)
+
+    def queue_rows(self, done, names):
+        """The rows of these queues on this node (those it has)."""
+        self.fe.control_all("queue_rows", names[:ROWS_MAX],
+                            lambda per: done(True, merged_rows(per)))
 
     def node(self, done):
         self.fe.control_all("info", None, lambda workers: done(True, dict(

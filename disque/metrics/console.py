@@ -1,7 +1,8 @@
 """The operations console on the metrics port (docs/console.md): the page and its JSON,
 for the whole cluster from any node.
 
-  GET  /console                         the page (console.html, console.js, console.css)
+  GET  /console                         the page (console.html, .css, and console.js with the
+                                        modules it imports: console-lib, -views, -queue)
   GET  /api/console/session             {token, actions, node}; sets the session cookie
   GET  /api/console/cluster             every node: state and figures (each node answers)
   GET  /api/console/queues?match=&limit=      queues summed over the nodes
@@ -21,6 +22,7 @@ import os
 
 from disque.metrics import views
 from disque.metrics.console_auth import ConsoleAuth
+from disque.frontend.node_queries import merged_rows
 from disque.workers.queue_report import merge_row
 
 log = logging.getLogger("disque.console")
@@ -28,6 +30,9 @@ log = logging.getLogger("disque.console")
 HERE = os.path.dirname(__file__)
 ASSETS = {"/console": ("console.html", "text/html; charset=utf-8"),
           "/console.js": ("console.js", "text/javascript; charset=utf-8"),
+          "/console-lib.js": ("console-lib.js", "text/javascript; charset=utf-8"),
+          "/console-views.js": ("console-views.js", "text/javascript; charset=utf-8"),
+          "/console-queue.js": ("console-queue.js", "text/javascript; charset=utf-8"),
           "/console.css": ("console.css", "text/css; charset=utf-8")}
 # the page runs only its own script file: an injected <script> or handler never runs
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -141,28 +146,52 @@ class Console:
         self.queries.ask_all("node", [], done)
 
     def queues(self, req, reply):
+        """Two rounds: every node's longest queues name the candidates; then every node
+        gives its rows of those (and of their dead-letter queues), so each figure is the sum
+        over all the nodes that answered, not only over those where the queue was long."""
         limit = int_arg(req.query, "limit", 200, 1, QUEUES_MAX)
         match = req.query.get("match", "").encode()
 
-        def done(answers, asked):
-            rows = {}
+        def candidates(answers, asked):
+            tops, names, counts = [], set(), []
+            for ok, res in answers.values():
+                if ok:
+                    tops.append(res["rows"])
+                    counts.append(res["count"])
+                    if names is not None and res["names"] is not None:
+                        names.update(res["names"])
+                    else:
+                        names = None
+            chosen = [q["queue"] for q in merged_rows(tops)[:limit]]
+            total = len(names) if names is not None else max(counts, default=0)
+            wanted = chosen + [n + ":dead" for n in chosen if not n.endswith(":dead")]
+            self.queries.ask_all("queue_rows", [[n.encode() for n in wanted]],
+                                 lambda a, k: rows(a, k, chosen, total, names is not None))
+
+        def rows(answers, asked, chosen, total, exact):
+            by_name = {}
             for node_id, (ok, res) in answers.items():
                 for q in res if ok else ():
-                    row = rows.get(q["queue"])
+                    row = by_name.get(q["queue"])
                     if row is None:
-                        row = rows[q["queue"]] = dict(q, nodes=0, paused_on=[])
+                        row = by_name[q["queue"]] = dict(q, nodes=0, paused_on=[])
                     else:
                         merge_row(row, q)
                     row["nodes"] += 1
                     if q["paused"] != "none":
                         row["paused_on"].append([node_id, q["paused"]])
-            for row in rows.values():
-                dead = rows.get(row["queue"] + ":dead")
+            out = []
+            for name in chosen:
+                row = by_name.get(name)
+                if row is None:
+                    continue        # emptied and dropped between the two rounds
+                dead = by_name.get(name + ":dead")
                 row["dead_letters"] = dead["len"] if dead is not None else 0
-                row["paused"] = (row["paused_on"][0][1] if row["paused_on"] else "none")
-            out = sorted(rows.values(), key=lambda q: (-q["len"], q["queue"]))[:limit]
-            reply(dict(self.asked(answers, asked), queues=out, total=len(rows)))
-        self.queries.ask_all("queues", [limit, match], done)
+                row["paused"] = row["paused_on"][0][1] if row["paused_on"] else "none"
+                out.append(row)
+            out.sort(key=lambda q: (-q["len"], q["queue"]))
+            reply(dict(self.asked(answers, asked), queues=out, total=total, total_exact=exact))
+        self.queries.ask_all("queues", [limit, match], candidates)
 
     def queue(self, req, reply):
         name = req.query.get("name", "").encode()

@@ -23,7 +23,8 @@ from disque._fast.replcore import count_types
 from disque.contracts import worker_link as P
 from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
-from disque.workers.queue_report import job_page, queue_report, queued_ids, search
+from disque.workers.queue_report import (job_page, queue_names, queue_report, queue_rows,
+                                         queued_ids, search)
 from disque.workers.peer_links import peer_sockets
 from disque.workers.served_clients import ServedClients
 from disque.workers.shard import Shard
@@ -83,7 +84,11 @@ class Worker:
             return info
         if name == "queues":                # the dashboard's queue list (docs/metrics.md)
             return queue_report(shard, arg) if type(arg) is int else queue_report(shard, *arg)
-        if name == "jobs":                  # the console (docs/console.md)
+        if name == "queue_names":           # the console (docs/console.md)
+            return queue_names(shard, *arg)
+        if name == "queue_rows":
+            return queue_rows(shard, arg)
+        if name == "jobs":
             return job_page(shard, *arg)
         if name == "search":
             return search(shard, *arg)

@@ -49,6 +49,19 @@ def queue_report(shard, limit, match=None):
             for q in heapq.nlargest(limit, queues, key=lambda q: q.length())]
 
 
+def queue_names(shard, match, cap):
+    """How many queues hold `match` in their name, and their names (None past `cap`)."""
+    names = [name for name in shard.queues if not match or match in name]
+    return [len(names), names if len(names) <= cap else None]
+
+
+def queue_rows(shard, names):
+    """The rows of these queues (those this worker has)."""
+    now_ms = int(time.time() * 1000)
+    queues = shard.queues
+    return [queue_row(queues[n], now_ms) for n in names if n in queues]
+
+
 def job_summary(job, now_ms, body_max):
     """A job as the console lists it; the body cut to body_max bytes, its size given."""
     body = job.body or b""

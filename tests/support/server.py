@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import redis
 
 from disque.harness.node import (  # noqa: F401  (re-exported for the tests)
@@ -168,3 +169,15 @@ class DisqueServer(Node):
 
     def __repr__(self):
         return f"<DisqueServer port={self.port} workers={self.workers}>"
+
+
+def stop_servers(servers):
+    """Stop every server by PID; fail the test once, listing every one that left a process."""
+    errors = []
+    for srv in servers:
+        try:
+            srv.stop()
+        except AssertionError as exc:
+            errors.append(str(exc))
+    if errors:
+        pytest.fail("\n".join(errors), pytrace=False)
