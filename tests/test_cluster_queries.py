@@ -159,3 +159,46 @@ def test_a_partitioned_node_costs_the_deadline_not_the_answer(tmp_path):
         for n in nodes:
             n.stop()
         netns.cleanup()
+
+
+
+def test_a_member_asking_malformed_queries_gets_errors_and_breaks_nothing(start_server, tmp_path):
+    """A member of the cluster (a bus node run in this process, tests/test_bus_hostile_member.py)
+    sends QUERY messages with unknown kinds, arguments of the wrong shape, and actions while
+    they are off: each gets an ANSWER with ok false, the node and its workers live on, and a
+    well-formed question is still answered."""
+    from test_bus_hostile_member import Member, assert_unharmed, joined
+    from disque.contracts import bus_messages as M
+    srv = start_server(workers=2)
+    workers = srv.worker_pids()
+    srv.execute("ADDJOB", "mq", b"x", 0)
+    member = Member(tmp_path)
+    answers = {}
+    member.bus.on_query = lambda sender, msg: answers.update(
+        {msg.payload[0]: msg.payload[1:]} if msg.type == M.ANSWER else {})
+    try:
+        server_id = joined(srv, member)
+        node = member.bus.nodes[server_id]
+        bad = [["nope", []], ["qlen", []], ["qlen", ["mq"]], ["qlen", [b"mq", b"extra"]],
+               ["jobs", [b"mq", "0", 10, False, 100]], ["queue_rows", [[b"a", 7]]],
+               ["act", ["delete", [[b"D-x"]], "member"]],
+               ["act", ["pause", [], "member"]], ["act", ["rm", [b"x"], "member"]]]
+        for qid, (kind, args) in enumerate(bad, 1):
+            assert member.bus.send(node, M.QUERY, M.Query.encode(qid, kind, args))
+        clamped = len(bad) + 1         # numbers out of range are brought within bounds
+        assert member.bus.send(node, M.QUERY, M.Query.encode(
+            clamped, "search", [b"mq", b"x", -5, 2 ** 62]))
+        good = clamped + 1
+        assert member.bus.send(node, M.QUERY, M.Query.encode(good, "qlen", [b"mq"]))
+        member.until(lambda: good in answers, message="the well-formed query was not answered")
+        member.until(lambda: len(answers) == good, message="some queries got no answer")
+        for qid in range(1, clamped):
+            ok, why = answers[qid]
+            assert ok is False and isinstance(why, str), (bad[qid - 1], answers[qid])
+        assert answers[clamped] == [True, {"scanned": 1, "complete": True, "jobs": []}]
+        assert answers[good] == [True, 1]
+        assert "metrics-actions no" in answers[7][1]
+        assert_unharmed(srv, workers)
+        assert srv.execute("QLEN", "mq", "CLUSTER") == 1
+    finally:
+        member.close()

@@ -70,7 +70,7 @@ class ConsoleAction:
             self.target = "queue %s" % queue.decode(errors="replace")
             q = self.queries
             q.ask_workers(q.queue_workers(queue), "queued_ids", [queue, BULK_MAX],
-                          lambda parts: self.on_ids([i for p in parts for i in p]))
+                          self.got_ids, lambda parts: [i for p in parts for i in p])
         elif a == "pause":
             queue, mode = self.args
             if mode.lower() not in PAUSE_MODES:
@@ -82,6 +82,12 @@ class ConsoleAction:
             if not isinstance(ids, list) or not all(type(i) is bytes for i in ids):
                 raise QueryError("job IDs expected")
             self.on_ids(ids[:BULK_MAX])
+
+    def got_ids(self, ok, ids):
+        if ok:
+            self.on_ids(ids)
+        else:
+            self.done(False, ids)
 
     def run(self, argvs, done):
         self.queries.run(argvs, done, who=self.who)

@@ -25,6 +25,7 @@ PEEK_CLUSTER_MAX = 10000    # QPEEK ... CLUSTER: jobs per node at most
 
 NAMES_MAX = 100000          # queue names a node sends for the cluster's count of queues
 ROWS_MAX = 5000             # queue rows one query asks for
+SEARCH_MAX = 1000           # jobs one search answers with
 
 
 def merged_rows(per_part):
@@ -40,6 +41,34 @@ def merged_rows(per_part):
     return sorted(rows.values(), key=lambda q: (-q["len"], q["queue"]))
 
 
+BYTES_LIST = "list of bytes"
+
+
+def well_typed(args, types):
+    if type(args) is not list or len(args) != len(types):
+        return False
+    for a, t in zip(args, types):
+        if t is BYTES_LIST:
+            if type(a) is not list or not all(type(x) is bytes for x in a):
+                return False
+        elif type(a) is not t and not (t is int and type(a) is bool):
+            return False
+    return True
+
+
+def union_names(per_worker):
+    """[names or None past NAMES_MAX, count] of the workers' queue_names answers."""
+    names = set()
+    for _, part in per_worker:
+        if part is None or names is None:
+            names = None
+        else:
+            names.update(part)
+    if names is not None and len(names) <= NAMES_MAX:
+        return [sorted(names), len(names)]
+    return [None, len(names) if names is not None else max(c for c, _ in per_worker)]
+
+
 class NodeQueries:
     """Needs from the node (`fe`): nworkers, new_reqid, pending, send_control, control_all,
     `fe.routing.queues_elsewhere`, the config (metrics-actions). Offers: answer(kind, args,
@@ -48,28 +77,38 @@ class NodeQueries:
     def __init__(self, fe, cfg):
         self.fe = fe
         self.cfg = cfg
-        self.kinds = {"qlen": self.qlen, "qstat": self.qstat, "qpeek": self.qpeek,
-                      "node": self.node, "queues": self.queues, "jobs": self.jobs,
-                      "show": self.show, "search": self.search, "act": self.act,
-                      "queue_rows": self.queue_rows}
+        # kind -> (handler, the types of its arguments): a question from another node is
+        # checked here before any of it reaches a worker
+        self.kinds = {
+            "qlen": (self.qlen, (bytes,)), "qstat": (self.qstat, (bytes,)),
+            "qpeek": (self.qpeek, (bytes, int)), "node": (self.node, ()),
+            "queues": (self.queues, (int, bytes)), "queue_rows": (self.queue_rows, (BYTES_LIST,)),
+            "jobs": (self.jobs, (bytes, int, int, bool, int)), "show": (self.show, (bytes,)),
+            "search": (self.search, (bytes, bytes, int, int)), "act": (self.act, (str, list, str)),
+        }
 
     def answer(self, kind, args, done):
         """done(ok, result): result is the answer, or the error text when not ok."""
-        handler = self.kinds.get(kind)
-        if handler is None:
+        entry = self.kinds.get(kind)
+        if entry is None:
             done(False, "unknown query %r" % kind)
+            return
+        handler, types = entry
+        if not well_typed(args, types):
+            done(False, "bad arguments for query %r" % kind)
             return
         try:
             handler(done, *args)
-        except (QueryError, TypeError, ValueError) as e:
+        except (QueryError, TypeError, ValueError) as e:   # e.g. an action's arguments
             done(False, str(e))
 
     def run(self, argvs, done, who="internal"):
         """Commands in order through the node's own dispatch; done(replies)."""
         InternalClient(self.fe, who).run_all(argvs, done)
 
-    def ask_workers(self, workers, name, arg, done):
-        """A control to some workers; done(list of their answers)."""
+    def ask_workers(self, workers, name, arg, done, build):
+        """A control to some workers; done(True, build(their answers)), or done(False, why)
+        when a worker failed it (build never sees a worker's error)."""
         fe = self.fe
         results = []
         left = [len(workers)]
@@ -78,7 +117,17 @@ class NodeQueries:
             results.append(rep[1])
             left[0] -= 1
             if left[0] == 0:
-                done(results)
+                failed = [r["error"] for r in results if type(r) is dict and "error" in r]
+                if failed:
+                    done(False, "a worker failed: %s" % failed[0])
+                    return
+                try:
+                    value = build(results)
+                except Exception as e:      # noqa: BLE001 - answered, never raised into the loop
+                    log.exception("query %s: bad worker answers", name)
+                    done(False, "internal error: %s" % e)
+                    return
+                done(True, value)
 
         for w in workers:
             reqid = fe.new_reqid(w)
@@ -124,11 +173,11 @@ class NodeQueries:
     def page(self, done, queue, start, count, newest_first, body_max, full=False):
         workers = self.queue_workers(queue)
         if len(workers) == 1:
-            arg = [queue, start, count, bool(newest_first), body_max]
+            arg = [queue, start, count, newest_first, body_max]
         else:
-            arg = [queue, 0, start + count, bool(newest_first), body_max]
+            arg = [queue, 0, start + count, newest_first, body_max]
 
-        def got(parts):
+        def build(parts):
             total = sum(p["len"] for p in parts)
             if len(parts) == 1:
                 jobs = parts[0]["jobs"]
@@ -136,41 +185,44 @@ class NodeQueries:
                 key = (lambda j: (-j["ctime"], j["id"])) if newest_first else \
                     (lambda j: (j["ctime"], j["id"]))
                 jobs = list(heapq.merge(*[p["jobs"] for p in parts], key=key))[start:start + count]
-            done(True, jobs if full else {"len": total, "jobs": jobs})
-        self.ask_workers(workers, "jobs", arg, got)
+            return jobs if full else {"len": total, "jobs": jobs}
+        self.ask_workers(workers, "jobs", arg, done, build)
 
     def search(self, done, queue, needle, limit, body_max):
-        def got(parts):
+        limit = max(0, min(limit, SEARCH_MAX))
+        def build(parts):
             jobs = sorted((j for p in parts for j in p["jobs"]), key=lambda j: j["ctime"])
-            done(True, {"scanned": sum(p["scanned"] for p in parts),
-                        "complete": all(p["complete"] for p in parts), "jobs": jobs[:limit]})
-        self.ask_workers(self.queue_workers(queue), "search", [queue, needle, limit, body_max], got)
+            return {"scanned": sum(p["scanned"] for p in parts),
+                    "complete": all(p["complete"] for p in parts), "jobs": jobs[:limit]}
+        self.ask_workers(self.queue_workers(queue), "search", [queue, needle, limit, body_max],
+                         done, build)
+
+    def all_workers(self):
+        return list(range(self.fe.nworkers))
 
     def queues(self, done, limit, match):
         """The node's longest queues (name holding `match`), merged over its workers, and
         the names of all those queues (None past NAMES_MAX): {rows, count, names}."""
-        def got_names(per_worker):
-            names = set()
-            for count, part in per_worker:
-                if part is None or names is None:
-                    names = None
-                else:
-                    names.update(part)
-            count = len(names) if names is not None else max(c for c, _ in per_worker)
-            self.fe.control_all("queues", [limit, match or None], lambda per: done(True, {
-                "rows": merged_rows(per)[:limit], "count": count,
-                "names": sorted(names) if names is not None and len(names) <= NAMES_MAX else None}))
-        self.fe.control_all("queue_names", [match or None, NAMES_MAX], got_names)
+        limit = max(1, min(limit, ROWS_MAX))
+        def names_then_rows(ok, names_count):
+            if not ok:
+                done(False, names_count)
+                return
+            names, count = names_count
+            self.ask_workers(self.all_workers(), "queues", [limit, match or None], done,
+                             lambda per: {"rows": merged_rows(per)[:limit], "count": count,
+                                          "names": names})
+        self.ask_workers(self.all_workers(), "queue_names", [match or None, NAMES_MAX],
+                         names_then_rows, union_names)
 
     def queue_rows(self, done, names):
         """The rows of these queues on this node (those it has)."""
-        self.fe.control_all("queue_rows", names[:ROWS_MAX],
-                            lambda per: done(True, merged_rows(per)))
+        self.ask_workers(self.all_workers(), "queue_rows", names[:ROWS_MAX], done, merged_rows)
 
     def node(self, done):
-        self.fe.control_all("info", None, lambda workers: done(True, dict(
+        self.ask_workers(self.all_workers(), "info", None, done, lambda workers: dict(
             views.node_view(self.fe, workers), spilling=any(
-                (w.get("spill") or {}).get("spilled_jobs", 0) for w in workers))))
+                (w.get("spill") or {}).get("spilled_jobs", 0) for w in workers)))
 
     def show(self, done, job_id):
         def got(r):
