@@ -270,7 +270,7 @@ class Console:
 
     def action(self, req, respond):
         refused = self.auth.refuse_action(req)
-        who = "%s (console)" % req.remote
+        who = "%s (console of node %s)" % (req.remote, self.fe.node_id.decode()[:8])
         if refused is not None:
             status, why = refused
             log.warning("Console action refused for %s: %s", who, why)
