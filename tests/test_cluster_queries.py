@@ -97,6 +97,14 @@ def test_qstat_and_qpeek_cluster_combine_the_nodes(start_cluster):
     assert stat["name"] == b"pq" and stat["nodes-answered"] == 3
     assert qstat(c.nodes[0], "no-such-queue") is None
     assert r0.execute_command("QLEN", "no-such-queue", "CLUSTER") == 0
+    # deeper than a console page, and bodies whole however large
+    big = b"B" * (2 << 20)
+    p = r0.pipeline(transaction=False)
+    for i in range(700):
+        p.execute_command("ADDJOB", "deep", big if i == 0 else b"d%d" % i, 0, "REPLICATE", 1)
+    p.execute()
+    deep = c.nodes[1].client().execute_command("QPEEK", "deep", 700, "CLUSTER")
+    assert len(deep) == 700 and deep[0][2] == big and deep[699][2] == b"d699"
 
 
 def test_cluster_forms_check_their_words_like_the_original(start_cluster):

@@ -165,7 +165,7 @@ class NodeQueries:
         if not -PEEK_CLUSTER_MAX <= count <= PEEK_CLUSTER_MAX:
             raise QueryError("QPEEK CLUSTER takes a count between -%d and %d"
                              % (PEEK_CLUSTER_MAX, PEEK_CLUSTER_MAX))
-        self.page(done, queue, 0, abs(count), count < 0, 1 << 30, full=True)
+        self.page(done, queue, 0, abs(count), count < 0, -1, full=True)     # whole bodies
 
     def jobs(self, done, queue, start, count, newest_first, body_max):
         self.page(done, queue, start, count, newest_first, body_max)

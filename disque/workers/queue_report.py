@@ -63,14 +63,15 @@ def queue_rows(shard, names):
 
 
 def job_summary(job, now_ms, body_max):
-    """A job as the console lists it; the body cut to body_max bytes, its size given."""
+    """A job as the console lists it; the body cut to body_max bytes (whole when < 0, for
+    QPEEK ... CLUSTER), its size given."""
     body = job.body or b""
     ext = job.ext
     return {"id": job.id, "queue": job.queue, "state": STATE_NAMES[job.state].decode(),
             "ctime": job.ctime, "ctime_ms": ctime_ms(job), "age_ms": max(0, now_ms - ctime_ms(job)),
             "nacks": job.nacks, "deliveries": job.additional_deliveries,
             "retry": job.retry, "ttl": max(0, job.etime - now_ms // 1000),
-            "body": body[:body_max], "body_size": len(body),
+            "body": body if body_max < 0 else body[:body_max], "body_size": len(body),
             "dead_lettered_from": ext.origin if ext is not None else None}
 
 
@@ -81,11 +82,12 @@ def job_page(shard, queue, start, count, newest_first, body_max):
     if q is None:
         return {"len": 0, "jobs": []}
     start = max(0, min(start, PEEK_DEPTH_MAX))
-    count = max(0, min(count, PAGE_MAX))
+    # the front-end cuts its pages to PAGE_MAX; a merge over workers asks from the start
+    count = max(0, min(count, PEEK_DEPTH_MAX + PAGE_MAX))
     depth = start + count
     jobs = shard.queue_commands.peek(q, -depth if newest_first else depth)[start:]
     now_ms = int(time.time() * 1000)
-    body_max = max(0, min(body_max, BODY_MAX))
+    body_max = min(body_max, BODY_MAX)
     return {"len": q.length(), "jobs": [job_summary(j, now_ms, body_max) for j in jobs]}
 
 
