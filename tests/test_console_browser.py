@@ -320,3 +320,93 @@ def test_ten_thousand_queues_stay_fast_and_are_counted(nodes, console):
                    ".textContent")
     assert (count.startswith("(10,001 matching"), dead) == (True, "1"), \
         "the page says %r, and %r dead letters of many:09999" % (count, dead)
+
+
+class HostileSite:
+    """A page of another origin (its own HTTP server on another port) that tries to act on
+    the console the browser is logged in to."""
+
+    def __init__(self, html):
+        import http.server
+        import threading
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = html.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        self.url = "http://127.0.0.1:%d/" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_another_site_a_get_and_a_post_without_token_change_nothing(nodes, console):
+    """The browser holds the password (every request carries it, the worst case), a session
+    cookie and the page's token; another origin's page tries a JSON fetch (CORS preflight),
+    a no-cors fetch, and a form POST; then a GET with an action, and POSTs of the console's
+    own origin without the token or without the session. Nothing is deleted or paused, and
+    the node logs the refusals."""
+    a = nodes[0]
+    refused = lambda: open(a.srv.log_path).read().count("Console action refused")
+    before = refused()
+    job_id = addjob(a, "guarded", "keep me", "REPLICATE", 1)
+    page = console(a, "#/queues", "queues")
+    res = page.b.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(
+        "fetch('/api/console/session', {credentials: 'same-origin'}).then(r => r.json())"
+        ".then(s => s.token)"))
+    token = res["result"]["value"]
+    target = "http://127.0.0.1:%d/api/console/action" % a.mport
+    body = '{"action": "delete", "ids": ["%s"], "node": "%s"}' % (job_id, a.id)
+    evil = HostileSite("""<!DOCTYPE html><body>
+<form id="f" method="POST" action="%(target)s" enctype="text/plain">
+<input name='{"action": "pause", "queue": "guarded", "mode": "all", "x": "' value='"}'></form>
+<script>
+window.results = [];
+fetch("%(target)s", {method: "POST", credentials: "include", headers: {"Content-Type":
+  "application/json", "X-Console-Token": "%(token)s"}, body: '%(body)s'})
+  .then(r => results.push("cors:" + r.status), e => results.push("cors:blocked"));
+fetch("%(target)s", {method: "POST", mode: "no-cors", credentials: "include",
+  headers: {"Content-Type": "text/plain"}, body: '%(body)s'})
+  .then(r => results.push("no-cors:" + r.type), e => results.push("no-cors:error"));
+setTimeout(() => document.getElementById("f").submit(), 300);
+</script></body>""" % {"target": target, "token": token, "body": body})
+    try:
+        page.b.call("Page.navigate", url=evil.url)
+        # the preflighted JSON fetch never leaves the browser; the other two are refused
+        wait_until(lambda: refused() >= before + 2, timeout=15,
+                   message="the hostile requests never reached the node")
+    finally:
+        evil.close()
+    assert "cross-origin request refused" in open(a.srv.log_path).read()
+    # a GET with an action, as a link or an <img> would send it
+    page.b.call("Page.navigate", url=target + "?action=delete&ids=" + urllib.parse.quote(job_id))
+    wait_until(lambda: "actions take POST" in (page.js("document.body && document.body.innerText")
+                                               or ""), timeout=10,
+               message="the GET was not refused: %r" % page.js("document.documentElement.outerHTML"))
+    # from the console's own origin but without the token (a script that did not load the
+    # session), and with a token of no session: refused
+    res = page.b.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(
+        "Promise.all([fetch('/api/console/action', {method: 'POST', headers: {'Content-Type': "
+        "'application/json'}, body: %r}).then(r => r.status), "
+        "fetch('/api/console/action', {method: 'POST', credentials: 'omit', headers: "
+        "{'Content-Type': 'application/json', 'X-Console-Token': %r}, body: %r})"
+        ".then(r => r.status)])" % (body, token, body)))
+    assert res["result"]["value"] == [403, 403]
+    # (a wrong password is refused at the HTTP level in tests/test_console_api.py: in a
+    # browser the 401 makes it ask for the password again)
+    r = a.client()
+    assert r.execute_command("QLEN", "guarded") == 1
+    assert r.execute_command("PAUSE", "guarded", "state") == b"none"
+    assert r.execute_command("SHOW", job_id) is not None
