@@ -16,7 +16,7 @@ from disque._fast.jobid import queue_worker
 from disque.frontend.console_actions import ACTIONS, ConsoleAction
 from disque.frontend.internal_client import CommandError, InternalClient, QueryError, pairs
 from disque.metrics import views
-from disque.workers.queue_report import merge_row
+from disque.contracts.queue_rows import merged_rows
 
 log = logging.getLogger("disque.console")
 
@@ -26,19 +26,6 @@ PEEK_CLUSTER_MAX = 10000    # QPEEK ... CLUSTER: jobs per node at most
 NAMES_MAX = 100000          # queue names a node sends for the cluster's count of queues
 ROWS_MAX = 5000             # queue rows one query asks for
 SEARCH_MAX = 1000           # jobs one search answers with
-
-
-def merged_rows(per_part):
-    """Queue rows of several workers (or nodes) summed by name, the longest first."""
-    rows = {}
-    for part in per_part:
-        for q in part:
-            row = rows.get(q["queue"])
-            if row is None:
-                rows[q["queue"]] = dict(q)
-            else:
-                merge_row(row, q)
-    return sorted(rows.values(), key=lambda q: (-q["len"], q["queue"]))
 
 
 BYTES_LIST = "list of bytes"

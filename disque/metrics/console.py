@@ -22,8 +22,7 @@ import os
 
 from disque.metrics import views
 from disque.metrics.console_auth import ConsoleAuth
-from disque.frontend.node_queries import merged_rows
-from disque.workers.queue_report import merge_row
+from disque.contracts.queue_rows import merge_row, merged_rows
 
 log = logging.getLogger("disque.console")
 

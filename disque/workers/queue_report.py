@@ -31,14 +31,6 @@ def queue_row(q, now_ms):
             "dead_letter": ext is not None and ext.origin is not None}
 
 
-def merge_row(row, q):
-    """Add queue row q (another worker's or node's) to row, both of queue_row's shape."""
-    for k in ("len", "spilled", "jobs_in", "jobs_out", "blocked"):
-        row[k] += q[k]
-    row["oldest_ms"] = max(row["oldest_ms"], q["oldest_ms"])
-    row["dead_letter"] = row["dead_letter"] or q["dead_letter"]
-
-
 def queue_report(shard, limit, match=None):
     """The `limit` longest queues (whose name holds `match`, bytes, when given)."""
     now_ms = int(time.time() * 1000)
