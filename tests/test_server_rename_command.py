@@ -29,7 +29,7 @@ def test_rename_command_disables_and_renames(start_server):
     assert r.call("QLEN", "rq-a") == b"-ERR unknown command 'QLEN'\r\n"
     assert r.call("COMMAND", "COUNT") == b":32\r\n"          # DEBUG is gone (33 with ECHO)
     assert r.execute("COMMAND", "INFO", "debug", "ql") == [
-        None, [b"qlen", 2, [b"readonly", b"fast"], 0, 0, 0]]
+        None, [b"qlen", -2, [b"readonly", b"fast"], 0, 0, 0]]
     assert b"cmdstat_qlen:calls=4," in r.execute("INFO", "commandstats")
 
 

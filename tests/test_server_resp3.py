@@ -171,7 +171,7 @@ def test_resp3_maps_and_command_entries(server):
     assert r.call("CONFIG", "GET", "maxclients") == b"%1\r\n$10\r\nmaxclients\r\n$5\r\n10000\r\n"
     assert r.call("CONFIG", "GET", "nosuch*") == b"%0\r\n"
     assert r.call("COMMAND", "INFO", "qlen") == (
-        b"*1\r\n*7\r\n$4\r\nqlen\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n:0\r\n:0\r\n:0\r\n*0\r\n")
+        b"*1\r\n*7\r\n$4\r\nqlen\r\n:-2\r\n~2\r\n+readonly\r\n+fast\r\n:0\r\n:0\r\n:0\r\n*0\r\n")
     # INFO stays a bulk string, TIME an array
     assert r.call("INFO", "jobs").startswith(b"$")
     assert r.call("TIME").startswith(b"*2\r\n$")
