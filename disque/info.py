@@ -108,11 +108,13 @@ def _deadletter(fe, workers):
 
 def _cluster(fe, workers):
     """By name only (SPEC 14: no Cluster section in the default INFO): whether the bus is
-    secured (docs/security.md)."""
+    secured (docs/security.md), the job links, and the questions asked of and answered to
+    other nodes (docs/commands.md, "Cluster-wide queue figures")."""
     cluster = fe.relay.cluster
     if cluster is None:
         return [("cluster_bus_secured", 0)]
-    return cluster.bus_info_fields() + _job_links(cluster, workers)
+    return cluster.bus_info_fields() + _job_links(cluster, workers) + [
+        ("cluster_queries_" + k, v) for k, v in fe.cluster_queries.stats.items()]
 
 
 def _job_links(cluster, workers):

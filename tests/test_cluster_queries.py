@@ -163,6 +163,8 @@ def test_a_partitioned_node_costs_the_deadline_not_the_answer(tmp_path):
         netns.heal(3)
         wait_until(lambda: cli(0, "QLEN", "part", "CLUSTER") == "9", timeout=15,
                    message="the healed node was not asked again")
+        info = cli(0, "INFO", "cluster")
+        assert "cluster_queries_late:" in info and "cluster_queries_asked:" in info
     finally:
         for n in nodes:
             n.stop()

@@ -45,6 +45,8 @@ class ClusterQueries:
         self.cfg = cfg
         self.next_qid = 0
         self.waiting = {}           # qid -> (node id asked, Fanout)
+        # INFO cluster: questions sent to other nodes, their answers in time, answers that
+        # came too late (or from another node than asked), and questions of others answered
         self.stats = {"asked": 0, "answered": 0, "late": 0, "served": 0}
 
     # ---- asking -------------------------------------------------------------------------
