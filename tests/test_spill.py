@@ -40,10 +40,7 @@ def test_a_million_jobs_of_1kb_on_256mb_and_2_workers(start_server):
 
 
 def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluster):
-    # connection-affinity no: many producers pipelining replicated ADDJOBs to connections
-    # served by workers can stall (found here, also before spilling: README, "Not yet")
-    cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "64mb",
-                                                 "--connection-affinity", "no"])
+    cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "64mb"])
     clients = [S.client(node) for node in cl.nodes]
     n = 300_000         # with their copies, 200 MB of bodies per node
     ids, crc = S.fill_concurrently(cl.nodes, n, QUEUES, "REPLICATE", 2, "RETRY", 3600)

@@ -55,7 +55,13 @@ cdef class ServedCore(ServedLoop):
     cpdef run_input(self, ServedClient c):
         # commands() returns what came before a protocol error and raises on the next
         # call, so it is called until it has nothing more, as the front-end does
-        cdef list cmds
+        cdef list cmds, held
+        if c.held is not None and not c.blocked_on and c.back is None and self.by_id.get(c.id) is c:
+            # the commands held behind an answered wait run before any newer input: a read
+            # can come between the answer (repl_answered) and resume_unblocked, and must
+            # neither overtake them nor, blocking in turn, replace them in c.held
+            held, c.held = c.held, None
+            self.run_commands(c, held)
         while c.back is None and not c.blocked_on and self.by_id.get(c.id) is c:
             try:
                 cmds = c.parser.commands()
@@ -218,15 +224,11 @@ cdef class ServedCore(ServedLoop):
     cdef resume_unblocked(self):
         """Clients whose waiting command was answered run what they hold."""
         cdef ServedClient c
-        cdef list held
         unblocked, self.unblocked = self.unblocked, []
         for c in unblocked:
             if c.back is not None or c.blocked_on or self.by_id.get(c.id) is not c:
                 continue
-            held, c.held = c.held, None
-            if held:
-                self.run_commands(c, held)
-            self.run_input(c)
+            self.run_input(c)           # what it holds first, then what it has read since
 
     # ---- commands of the other workers (disque/workers/peer_links.py) ---------------------
 
