@@ -228,3 +228,17 @@ def test_retry_and_bulk_actions_on_a_dead_letter_queue(console_cluster):
     while time.monotonic() < deadline:
         assert ra.execute_command("QLEN", "bulk:dead", "CLUSTER") == 0
         time.sleep(0.1)
+
+
+def test_each_node_keeps_its_own_session_cookie(console_cluster):
+    """Cookies are per host, not per port: two nodes' consoles on one host must not share
+    (or overwrite) one session cookie."""
+    (a, ma), (b, mb) = console_cluster
+    cookie_a, sa = session(ma)
+    cookie_b, sb = session(mb)
+    assert cookie_a.split("=")[0] != cookie_b.split("=")[0]
+    jid = a.client(password=PW).execute_command("ADDJOB", "two", b"x", 0, "REPLICATE", 1).decode()
+    both = cookie_a + "; " + cookie_b          # what a browser sends to either port
+    status, _, body = act(ma, {"action": "delete", "ids": [jid]}, both, sa["token"])
+    assert status == 200, body
+    assert a.client(password=PW).execute_command("QLEN", "two") == 0

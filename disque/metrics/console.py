@@ -81,7 +81,7 @@ class BadInput(Exception):
 class Console:
     def __init__(self, fe):
         self.fe = fe
-        self.auth = ConsoleAuth(fe.cfg)
+        self.auth = ConsoleAuth(fe.cfg, fe.node_id.decode())
         self.assets = {}
         for path, (name, ctype) in ASSETS.items():
             with open(os.path.join(HERE, name), "rb") as f:

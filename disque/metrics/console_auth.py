@@ -8,7 +8,7 @@ Reading (every GET): HTTP basic auth with `requirepass` when it is set, unless
     client that sends no Sec-Fetch-Site, an `Origin` equal to the page's own;
   * JSON (`Content-Type: application/json`: an HTML form cannot send it cross-site);
   * the session's token in `X-Console-Token`: a session is a cookie (HttpOnly,
-    SameSite=Strict) given by GET /api/console/session with its token; the token is an
+    SameSite=Strict, named after the node) given by GET /api/console/session with its token; the token is an
     HMAC of the session under a key made at start, so no session is stored and a restart
     ends them all. Another origin can neither read the token nor send the cookie.
 """
@@ -19,7 +19,9 @@ import hmac
 import os
 import time
 
-SESSION_COOKIE = "disque_console"
+# cookies are kept per host, not per port: each node's console names its own, so the
+# consoles of several nodes reached on one host (tunnels to localhost) keep their sessions
+SESSION_COOKIE = "disque_console_%s"
 TOKEN_HEADER = "x-console-token"
 SESSION_TTL_S = 12 * 3600
 
@@ -43,9 +45,10 @@ def password_ok(req, requirepass):
 
 
 class ConsoleAuth:
-    def __init__(self, cfg):
+    def __init__(self, cfg, node_id):
         self.cfg = cfg
         self.key = os.urandom(32)
+        self.cookie = SESSION_COOKIE % node_id[:8]
 
     def may_read(self, req):
         cfg = self.cfg
@@ -64,13 +67,12 @@ class ConsoleAuth:
         session = "%d.%s" % (int(time.time()), os.urandom(16).hex())
         return session, self.token(session)
 
-    @staticmethod
-    def cookie_header(session):
+    def cookie_header(self, session):
         return ("Set-Cookie", "%s=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d"
-                % (SESSION_COOKIE, session, SESSION_TTL_S))
+                % (self.cookie, session, SESSION_TTL_S))
 
     def session_ok(self, req):
-        session = req.cookies.get(SESSION_COOKIE, "")
+        session = req.cookies.get(self.cookie, "")
         issued, _, _ = session.partition(".")
         if not issued.isdigit() or time.time() - int(issued) > SESSION_TTL_S:
             return False
