@@ -4,6 +4,9 @@ add up to one: {queue, len, spilled, jobs_in, jobs_out, paused, blocked, oldest_
 dead_letter}."""
 
 SUMMED = ("len", "spilled", "jobs_in", "jobs_out", "blocked")
+# a queue's PAUSE state by its bits (in = 1, out = 2), as QSTAT, PAUSE and the rows name it
+PAUSE_NAMES = (b"none", b"in", b"out", b"all")
+PAUSE_BITS = {name: bits for bits, name in enumerate(PAUSE_NAMES)}
 
 
 def merge_row(row, q):

@@ -13,12 +13,11 @@ import logging
 
 from disque._fast import resp
 from disque.contracts import bus_messages as M
+from disque.contracts.queue_rows import PAUSE_BITS, PAUSE_NAMES
 from disque.replies import NOT_INTEGER, arity_error
 
 log = logging.getLogger("disque.cluster")
 
-PAUSE_BITS = {b"none": 0, b"in": 1, b"out": 2, b"all": 3}
-PAUSE_NAMES = (b"none", b"in", b"out", b"all")
 NOT_ASKED = M.HANDSHAKE | M.PFAIL | M.FAIL_FLAG
 
 

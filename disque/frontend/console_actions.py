@@ -18,12 +18,12 @@ from redis-cli), and each is logged with who asked, what, which jobs and the res
 """
 import logging
 
+from disque.contracts.queue_rows import PAUSE_BITS
 from disque.frontend.internal_client import CommandError, QueryError, pairs
 
 log = logging.getLogger("disque.console")
 
 ACTIONS = ("enqueue", "nack", "delete", "retry", "pause", "retry_all", "delete_all")
-PAUSE_MODES = (b"none", b"in", b"out", b"all")
 BULK_MAX = 100000           # jobs one action handles on one node
 ID_CHUNK = 500              # IDs per ENQUEUE / NACK / ACKJOB command
 ADDJOB_TIMEOUT_MS = b"5000"  # a retried job waits this long for its copies
@@ -73,7 +73,7 @@ class ConsoleAction:
                           self.got_ids, lambda parts: [i for p in parts for i in p])
         elif a == "pause":
             queue, mode = self.args
-            if mode.lower() not in PAUSE_MODES:
+            if mode.lower() not in PAUSE_BITS:
                 raise QueryError("pause takes none, in, out or all")
             self.target = "queue %s" % queue.decode(errors="replace")
             self.run([[b"pause", queue, mode, b"bcast"]], self.paused)

@@ -22,7 +22,7 @@ import os
 
 from disque.metrics import views
 from disque.metrics.console_auth import ConsoleAuth
-from disque.contracts.queue_rows import merge_row, merged_rows
+from disque.contracts.queue_rows import PAUSE_BITS, merge_row, merged_rows
 
 log = logging.getLogger("disque.console")
 
@@ -239,8 +239,6 @@ class Console:
             else:   # the creator lost it, is down, or holds a copy not queued: ask everyone
                 self.queries.ask_all("show", [job_id], everywhere)
 
-        if owner is None and not prefix and self.fe.relay.cluster is None:
-            owner = self.fe.node_id.decode()
         if owner is not None:
             self.queries.ask_node(owner, "show", [job_id], from_owner)
         else:
@@ -330,7 +328,7 @@ class Console:
             return act, [queue.encode()], None
         if act == "pause":
             mode = msg.get("mode")
-            if mode not in ("none", "in", "out", "all"):
+            if not isinstance(mode, str) or mode.encode() not in PAUSE_BITS:
                 raise BadInput("mode must be none, in, out or all")
             return act, [queue.encode(), mode.encode()], None
         raise BadInput("unknown action")

@@ -6,7 +6,7 @@ import heapq
 import time
 
 from disque._fast.job import STATE_NAMES
-from disque.workers.queues import PAUSE_NAMES
+from disque.contracts.queue_rows import PAUSE_NAMES
 
 PAGE_MAX = 500              # jobs in one page
 PEEK_DEPTH_MAX = 10000      # how deep into a queue a page may start (from either end)

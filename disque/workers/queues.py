@@ -6,6 +6,7 @@ from disque import replies as R
 from disque._fast import resp
 from disque._fast.jobreply import encode_job
 from disque.contracts import bus_messages as M
+from disque.contracts.queue_rows import PAUSE_NAMES
 from disque._fast.shardcore import QueuePause
 
 parse_int = resp.parse_int
@@ -13,7 +14,6 @@ parse_int = resp.parse_int
 # a queue's PAUSE bits, defined once in shardcore.pxd (the Python parts import them from here)
 PAUSE_IN = int(QueuePause.PAUSE_IN)
 PAUSE_OUT = int(QueuePause.PAUSE_OUT)
-PAUSE_NAMES = (b"none", b"in", b"out", b"all")
 QUEUE_MAX_IDLE_BY_LEVEL = (300, 10, 2)    # seconds, by memory level (SPEC 8.2)
 QPEEK_MAX = 1 << 62
 
