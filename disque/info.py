@@ -209,7 +209,7 @@ def _workerstats(fe, workers):
     # schema-v2 stats records (disque/statslog.py), by name only: `disque-stats-collect` polls it
     cfg = fe.cfg
     now = time.time()
-    addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
+    addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.node_port)
     return [("worker%d" % w.get("index", 0),
              json.dumps(statslog.line(now, fe.node_id.decode(), addr, w),
                         separators=(",", ":"), sort_keys=True))

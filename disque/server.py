@@ -26,6 +26,7 @@ from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.frontend.persistence_phases import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.listen import bind_tcp
+from disque.tls_context import TlsConfigError, server_context, settings_of
 from disque.workers.link import front_end_links
 from disque.worker_restart import WorkerRestarts
 
@@ -70,11 +71,37 @@ def listen_sockets(cfg):
         raise StartupError(str(e))
 
 
+def tls_listen_sockets(cfg, client_socks):
+    """The `tls-port` sockets (none without it), after checking the TLS settings: a bad
+    certificate, key or CA stops the node here with a one-line reason."""
+    if not cfg.tls_port:
+        return []
+    try:
+        if cfg.worker_link != "unix":
+            raise StartupError("tls-port needs worker-link unix: the workers run the TLS "
+                               "connections")
+        if cfg.tls_port == cfg.port:
+            raise StartupError("tls-port %d is the plaintext port" % cfg.tls_port)
+        try:
+            server_context(settings_of(cfg))
+        except TlsConfigError as e:
+            raise StartupError(str(e))
+        try:
+            return bind_tcp(cfg.bind or ["127.0.0.1"], cfg.tls_port,
+                            getattr(cfg, "tcp_backlog", 511), "Server TLS listening socket")
+        except OSError as e:
+            raise StartupError(str(e))
+    except StartupError:
+        for s in client_socks:
+            s.close()
+        raise
+
+
 def metrics_listen(cfg, client_socks):
     """The metrics port's sockets (none when metrics-port is 0), bound before the workers start."""
     if not cfg.metrics_port:
         return []
-    if cfg.metrics_port == cfg.port:
+    if cfg.metrics_port in (cfg.port, cfg.tls_port):
         for s in client_socks:
             s.close()
         raise StartupError("metrics-port %d is the client port" % cfg.metrics_port)
@@ -174,7 +201,7 @@ class Node:
         return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "", **aof_worker_config(cfg)}
 
     def start_workers(self):
-        self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.port)
+        self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.node_port)
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
         self.job_listeners = job_link_listeners(self.cfg, self.cluster, self.nworkers)
         if self.job_listeners:
@@ -224,7 +251,7 @@ class Node:
     def start_cluster(self):
         """The bus on port + 10000 and the node identity from the cluster config file."""
         cfg = self.cfg
-        if not cfg.port:
+        if not cfg.node_port:
             self.node_id = os.urandom(20).hex().encode()
             return
         path = cfg.resolve_path(cfg.cluster_config_file)
@@ -236,13 +263,13 @@ class Node:
             log.warning("cluster-secret-file %s may be read by other users: chmod 600 it",
                         cfg.cluster_secret_file)
         try:
-            self.cluster = Cluster(cfg.port, cfg.bind or ["127.0.0.1"], cfg.cluster_node_timeout,
+            self.cluster = Cluster(cfg.node_port, cfg.bind or ["127.0.0.1"], cfg.cluster_node_timeout,
                                    path, keys=keys)
         except ConfigFileError as e:
             raise StartupError(str(e))
         except zmq.ZMQError as e:
             raise StartupError("Creating the cluster bus socket on port %d: %s"
-                               % (cfg.port + BUS_PORT_OFFSET, e))
+                               % (cfg.bus_port, e))
         except OSError as e:
             raise StartupError("Cluster config file %s: %s" % (path, e.strerror or e))
         self.node_id = self.cluster.myself.id.encode()
@@ -269,11 +296,12 @@ class Node:
         for sig in STOP_SIGNALS:
             signal.signal(sig, lambda signum, frame: early.append(signum))
         socks = listen_sockets(cfg)
-        metrics_socks = metrics_listen(cfg, socks)
+        tls_socks = tls_listen_sockets(cfg, socks)
+        metrics_socks = metrics_listen(cfg, socks + tls_socks)
         try:
             unix_sock = unix_listen_socket(cfg)
         except StartupError:
-            for s in socks + metrics_socks:
+            for s in socks + tls_socks + metrics_socks:
                 s.close()
             raise
         loop, loop_name = new_event_loop()
@@ -305,7 +333,7 @@ class Node:
                 log.info("Metrics and dashboard on http://%s:%d/", (cfg.bind or ["127.0.0.1"])[0],
                          cfg.metrics_port)
             servers = []
-            self.serve_cb = lambda: self.serve(loop, socks, unix_sock, servers)
+            self.serve_cb = lambda: self.serve(loop, socks, unix_sock, servers, tls_socks)
             if fe.persistence.loading:
                 fe.persistence.loading_done_cb = self.serve_cb
                 loop.call_later(LOADING_HOLD_S, self.serve_cb)
@@ -327,6 +355,7 @@ class Node:
             loop.run_forever()
             for srv in servers:
                 srv.close()
+            fe.tls_port.stop()
             if self.metrics is not None:
                 self.metrics.close()
         finally:
@@ -338,7 +367,7 @@ class Node:
         log.info("Disque is now ready to exit, bye bye...")
         return self.exit_code
 
-    def serve(self, loop, socks, unix_sock, servers):
+    def serve(self, loop, socks, unix_sock, servers, tls_socks=()):
         """Start serving clients (once: after the AOF load, or when it takes long)."""
         if self.serving or self.stopping:
             return
@@ -346,6 +375,7 @@ class Node:
         cfg = self.cfg
         fe = self.fe
         coros = [loop.create_server(fe.new_client, sock=s) for s in socks]
+        fe.tls_port.start(list(tls_socks))     # TLS: disque/frontend/tls_port.py
         if unix_sock is not None:
             fe.unix_addr = "%s:0" % cfg.unixsocket      # CLIENT LIST addr, as upstream
             coros.append(loop.create_unix_server(fe.new_client, sock=unix_sock))
@@ -359,9 +389,11 @@ class Node:
             log.info("The append only files are still loading: serving clients with -LOADING")
         if unix_sock is not None:
             log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
+        if tls_socks:
+            log.info("TLS on port %d (TLS runs in the workers)", cfg.tls_port)
         log.info("Disque %s node %s: port %d, %d worker(s) over %s, %s loop. "
                  "Ready to accept connections", "1.0-rc1", self.node_id[:8].decode(),
-                 cfg.port, self.nworkers, self.links.kind, self.fe.loop_name)
+                 cfg.node_port, self.nworkers, self.links.kind, self.fe.loop_name)
 
     def on_signal(self, sig):
         log.warning("Received %s scheduling shutdown...", signal.Signals(sig).name)

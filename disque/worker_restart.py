@@ -81,6 +81,7 @@ class WorkerRestarts:
         self.restarting.setdefault(w, now)     # a new process that died too: same outage
         node.links.hold(w)
         node.fe.handover.worker_lost(w)     # the connections it served died with it
+        node.fe.tls_port.worker_lost(w)     # and the TLS connections it ran
         self.fail_in_flight(w)
         node.spawn_worker(w)
 
@@ -114,6 +115,7 @@ class WorkerRestarts:
             self.control(w, "cluster", state, lambda value: None)
         if fe.affinity:
             self.control(w, "served_config", fe.handover.worker_config(), lambda value: None)
+        fe.tls_port.worker_ready(w)
         if fe.persistence.aof_enabled and fe.cfg.appendonly:
             self.load_aof(w)
         else:
@@ -139,7 +141,7 @@ class WorkerRestarts:
 
     def load_aof(self, w):
         cfg = self.node.fe.cfg
-        path = aof_path(cfg.dir, cfg.appendfilename, cfg.port, w)
+        path = aof_path(cfg.dir, cfg.appendfilename, cfg.node_port, w)
         files = [[w, path]] if os.path.exists(path) else []
         t0 = time.monotonic()
 

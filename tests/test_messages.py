@@ -97,7 +97,8 @@ def test_a_list_of_another_shape_is_no_message(boundary, mtype):
 def test_kinds_are_unique_per_boundary():
     for mapping in (P.REQUESTS, H.MESSAGES, PL.ENTRIES):
         assert all(t.KIND == k for k, t in mapping.items())
-    assert set(H.MESSAGES) == {H.HANDOFF, H.RECALL, H.KILL, H.HANDBACK, H.GONE, H.SLOWLOG, H.PEER}
+    assert set(H.MESSAGES) == {H.HANDOFF, H.RECALL, H.KILL, H.HANDBACK, H.GONE, H.SLOWLOG, H.PEER,
+                               H.TLS_ACCEPT, H.TLS_CONN}
 
 
 @pytest.mark.unit

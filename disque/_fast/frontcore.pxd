@@ -36,6 +36,7 @@ cdef class Client:
     # the worker serving it now (-1: this process)
     cdef public int affine, affine_run, affine_need, handed
     cdef public int detached          # aborted transports whose connection_lost is still due
+    cdef public object tls            # a TLS connection: its TlsOrigin (disque/frontend/tls_port.py), else None
     cpdef reply(self, bytes data)
     cpdef Slot slot(self)
     cpdef flush(self)

@@ -190,6 +190,7 @@ cdef class Client:
         self.affine_need = 1
         self.handed = -1
         self.detached = 0
+        self.tls = None
 
     # ---- asyncio protocol ----------------------------------------------------------
 

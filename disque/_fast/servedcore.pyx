@@ -244,8 +244,8 @@ cdef class ServedCore(ServedLoop):
         if c.fwd_w != w:
             c.fwd_w = w
             c.fwd_run = 0
-        if c.fwd_run + 1 >= FOLLOW_AFTER:
-            c.following = True
+        if c.fwd_run + 1 >= FOLLOW_AFTER and c.tls is None:
+            c.following = True          # (a TLS connection cannot move: its TLS state is here)
             return None
         slot = Forwarded()
         argv[0] = name                  # the real name (rename-command)

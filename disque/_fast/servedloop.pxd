@@ -28,6 +28,8 @@ cdef class ServedClient:
     cdef public int fwd_w           # the other worker its last commands were forwarded to
     cdef public int fwd_run         # how many in a row (a command run here resets it)
     cdef public bint following      # handed back to follow them there (BACK_FOLLOW)
+    cdef public object tls          # a TLS connection: sock._sslobj (OpenSSL's, read and written directly), else None
+    cdef public int pump            # and its pump id (disque/workers/tls_clients.py)
 
 cdef class ServedLoop:
     cdef public int index, nworkers, link_fd, timer_fd
@@ -61,6 +63,8 @@ cdef class ServedLoop:
     cdef bint poll(self, bint block) except -1
     cdef int serve(self) except -1
     cpdef read(self, ServedClient c)
+    cdef read_tls(self, ServedClient c)
+    cdef Py_ssize_t send_tls(self, ServedClient c, bytes data) except -2
     cpdef run_input(self, ServedClient c)
     cdef resume_unblocked(self)
     cdef int write_all(self) except -1

@@ -11,6 +11,7 @@ command was answered). The hand-over channel and the closing of connections are 
 half's (disque/workers/served_clients.py), reached through the hooks in servedloop.pxd.
 """
 import logging
+from ssl import SSLWantReadError, SSLWantWriteError
 
 from cpython.exc cimport PyErr_SetFromErrno, PyErr_CheckSignals
 from libc.errno cimport errno, EAGAIN, EINTR
@@ -48,6 +49,9 @@ log = logging.getLogger("disque.worker")
 DEF READ_SIZE = 65536
 DEF MAX_EVENTS = 256
 cdef char read_buf[READ_SIZE]          # one worker, one thread: every read lands here
+# a TLS connection's plaintext lands here (ssl.SSLSocket.recv_into takes a Python buffer)
+cdef bytearray tls_buf = bytearray(READ_SIZE)
+cdef object tls_view = memoryview(tls_buf)
 
 cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
 
@@ -143,6 +147,8 @@ cdef class ServedClient:
         self.fwd_w = -1
         self.fwd_run = 0
         self.following = False
+        self.tls = None
+        self.pump = -1
 
 
 cdef class ServedLoop:
@@ -279,6 +285,9 @@ cdef class ServedLoop:
     # ---- input ---------------------------------------------------------------------------
 
     cpdef read(self, ServedClient c):
+        if c.tls is not None:
+            self.read_tls(c)
+            return
         cdef ssize_t n = c_recv(c.fd, read_buf, READ_SIZE, 0)
         if n < 0:
             if errno == EAGAIN or errno == EINTR:
@@ -296,6 +305,46 @@ cdef class ServedLoop:
             self.drop_client(c)
             return
         self.run_input(c)
+
+    cdef read_tls(self, ServedClient c):
+        """A TLS connection's input (docs/design.md, "TLS on the client port"): what OpenSSL
+        decrypts, read until a record ends with nothing pending in it. OpenSSL reads a
+        record at a time (no read-ahead), so later records wait in the socket and the
+        level-triggered poll comes back for them."""
+        cdef Py_ssize_t n
+        cdef char *buf = tls_buf
+        obj = c.tls                             # _ssl._SSLSocket: no ssl.py frames per call
+        while True:
+            try:
+                n = obj.read(READ_SIZE, tls_view)
+            except (SSLWantReadError, SSLWantWriteError):
+                return
+            except (OSError, ValueError):       # SSLError, a reset, a closed socket
+                n = 0
+            if n == 0:
+                self.drop_client(c)
+                return
+            self.net_in += n
+            c.last_io = monotonic()
+            try:
+                c.parser.feed_raw(buf, n)
+            except QueryBufferOverflow:
+                log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
+                self.drop_client(c)
+                return
+            if n < READ_SIZE and not obj.pending():
+                break
+        self.run_input(c)
+
+    cdef Py_ssize_t send_tls(self, ServedClient c, bytes data) except -2:
+        """What OpenSSL took of `data`; 0: try the same bytes again later (as it
+        requires); -1: the connection is broken."""
+        try:
+            return c.tls.write(data)
+        except (SSLWantWriteError, SSLWantReadError):
+            return 0
+        except (OSError, ValueError):
+            return -1
 
     cpdef run_input(self, ServedClient c):
         """The commands c's input holds (ServedCore)."""
@@ -335,9 +384,12 @@ cdef class ServedLoop:
             if data is None:
                 continue
             size = len(data)
-            n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
+            if c.tls is None:
+                n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
+            else:
+                n = self.send_tls(c, data)
             if n < 0:
-                if errno == EAGAIN or errno == EINTR:
+                if c.tls is None and (errno == EAGAIN or errno == EINTR):
                     n = 0
                 else:
                     self.drop_client(c)

@@ -113,6 +113,21 @@ _TABLE: list[Directive] = [
     # how long QLEN/QSTAT/QPEEK ... CLUSTER and the console wait for the other nodes, in ms
     Directive("cluster-query-timeout", Integer("Invalid cluster-query-timeout (must be 1 or greater)", 1),
               1000, **_GSR),
+    # TLS on the client port, with Redis' names and meanings (docs/security.md, "TLS");
+    # CONFIG SET of a file directive reloads the certificates for new connections
+    Directive("tls-port", Integer("Invalid tls-port", 0, MAX_PORT), 0, **_GR),
+    Directive("tls-cert-file", String(), "", **_GSR),
+    Directive("tls-key-file", String(), "", **_GSR),
+    Directive("tls-key-file-pass", String(), "", **_GSR),
+    Directive("tls-ca-cert-file", String(), "", **_GSR),
+    Directive("tls-ca-cert-dir", String(), "", **_GSR),
+    Directive("tls-dh-params-file", String(), "", **_GSR),
+    Directive("tls-auth-clients", Enum("argument must be 'yes', 'no' or 'optional'",
+                                       ("yes", "no", "optional")), "yes", **_GSR),
+    Directive("tls-protocols", String(), "", **_GSR),
+    Directive("tls-ciphers", String(), "", **_GSR),
+    Directive("tls-prefer-server-ciphers", Bool(), False, **_GSR),
+    Directive("tls-session-caching", Bool(), True, **_GSR),
     # Never rewritten: kept as they are in the file.
     Directive("databases", Integer("Invalid number of databases", 1), 16, **_G),
     Directive("watchdog-period", Integer("Invalid watchdog-period value", 0), 0,

@@ -54,8 +54,14 @@ class Config:
         return self._values[name]
 
     @property
+    def node_port(self) -> int:
+        """The port that names this node (the bus is on it + 10000, HELLO and CLUSTER NODES
+        announce it, the AOF files carry it): `port`, or `tls-port` on a TLS-only node."""
+        return self.port or self.tls_port
+
+    @property
     def bus_port(self) -> int:
-        return self.port + BUS_PORT_OFFSET
+        return self.node_port + BUS_PORT_OFFSET
 
     def resolve_path(self, path: str) -> str:
         """Make a relative path (logfile, pidfile, appendfilename ...) relative to ``dir``."""

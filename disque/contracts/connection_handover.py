@@ -7,11 +7,15 @@ the kinds HANDOFF and HANDBACK carry one file descriptor each (SCM_RIGHTS, sent 
 frame's first byte), which the receiver matches to frames in order.
 
 front-end -> worker:
-  [HANDOFF, client_id, resp3, unparsed_input]   + the client's socket: serve it from now on
+  [HANDOFF, client_id, resp3, unparsed_input, pump]   + the client's socket: serve it from
+        now on; `pump` >= 0: the socket is the plaintext end of that worker's TLS
+        connection `pump` (TLS_CONN below), which it serves itself from now on
   [RECALL]                                      hand every served connection back
   [KILL, client_id]                             close that connection (CLIENT KILL, timeout)
   [PEER, worker]                                + a socket: the new link to that worker,
                                                 which was restarted (disque/workers/peer_links.py)
+  [TLS_ACCEPT, host, port]                      + a connection accepted on `tls-port`: the
+        worker runs its TLS (handshake and all), disque/workers/tls_clients.py
 worker -> front-end:
   [HANDBACK, client_id, unsent_output, unparsed_input, last_cmd, reason, totals] + the
         socket: the worker stops serving it; the front-end writes `unsent_output` first,
@@ -20,6 +24,9 @@ worker -> front-end:
   [GONE, client_id]                             the peer closed the connection
   [SLOWLOG, [[client_id, argv, duration_us], ...]]  slow commands it served (SLOWLOG),
                                                 sent before their replies are written
+  [TLS_CONN, pump, host, port]                  + the plaintext end of a socketpair: a TLS
+        connection (from `host`:`port`) whose handshake is done; the worker carries its
+        bytes between the two (its "pump") while the front-end serves the connection
 
 Each kind is a named type below (disque/contracts/typed.py: one encoder, one decoder).
 
@@ -48,7 +55,10 @@ HANDBACK = 3
 GONE = 4
 SLOWLOG = 5
 PEER = 6
-CARRIES_FD = (HANDOFF, HANDBACK, PEER)
+TLS_ACCEPT = 7
+TLS_CONN = 8
+CARRIES_FD = (HANDOFF, HANDBACK, PEER, TLS_ACCEPT, TLS_CONN)
+NO_PUMP = -1                    # Handoff.pump of a plaintext connection
 
 SERVED_REQID = -3
 
@@ -58,6 +68,7 @@ class Handoff(NamedTuple):
     client: int
     resp3: bool
     unparsed: bytes
+    pump: int                   # NO_PUMP, or the worker's TLS connection (TlsConn.pump)
 
 
 @message(RECALL)
@@ -73,6 +84,19 @@ class Kill(NamedTuple):
 @message(PEER)
 class Peer(NamedTuple):
     worker: int
+
+
+@message(TLS_ACCEPT)
+class TlsAccept(NamedTuple):
+    host: str
+    port: int
+
+
+@message(TLS_CONN)
+class TlsConn(NamedTuple):
+    pump: int
+    host: str
+    port: int
 
 
 @message(HANDBACK)
@@ -95,7 +119,7 @@ class Slowlog(NamedTuple):
     entries: list               # [client_id, argv, duration_us] each
 
 
-MESSAGES = by_kind(Handoff, Recall, Kill, Peer, Handback, Gone, Slowlog)
+MESSAGES = by_kind(Handoff, Recall, Kill, Peer, Handback, Gone, Slowlog, TlsAccept, TlsConn)
 
 
 @message(SERVED_REQID)

@@ -80,7 +80,9 @@ class Connections:
         client.id = fe.next_client_id
         peer = client.transport.get_extra_info("peername")
         sock = client.transport.get_extra_info("socket")
-        if isinstance(peer, tuple):
+        if client.tls is not None:
+            client.addr = client.tls.addr       # the TLS client's, not the worker's socketpair
+        elif isinstance(peer, tuple):
             host = peer[0]
             client.addr = ("[%s]:%s" if ":" in host else "%s:%s") % (host, peer[1])
         elif fe.unix_addr is not None and sock is not None and sock.family == AF_UNIX:

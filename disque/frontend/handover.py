@@ -94,6 +94,11 @@ class Handover:
             self.configuring += 1
             self.fe.control_all("served_config", self.worker_config(), self._configured)
 
+    def push(self, name, arg):
+        """A control every worker applies before CONFIG SET answers (when_configured)."""
+        self.configuring += 1
+        self.fe.control_all(name, arg, self._configured)
+
     def _configured(self, values):
         self.configuring -= 1
         if not self.configuring:
@@ -116,6 +121,9 @@ class Handover:
         """Core hook: `client` has no reply outstanding and its commands went to worker w."""
         fe = self.fe
         links = fe.links
+        tls = client.tls
+        if tls is not None:
+            w = tls.worker      # its TLS runs there: served there, the others' commands forwarded
         if (fe.nmonitors or fe.paused or fe.gate or fe.queues_spread or client.closed
                 or (fe.auth_required and not client.authenticated) or client.handed >= 0
                 or links.held[w] is not None or links.starting[w]):
@@ -135,7 +143,8 @@ class Handover:
         t.pause_reading()
         unparsed = parser.take_unparsed()      # a command parsed in part included
         try:
-            links.channel(w).send(H.Handoff.encode(client.id, client.resp3, unparsed), fd)
+            links.channel(w).send(H.Handoff.encode(client.id, client.resp3, unparsed,
+                                                   H.NO_PUMP if tls is None else tls.pump), fd)
         except OSError:
             if unparsed:
                 parser.feed(unparsed)
@@ -159,6 +168,8 @@ class Handover:
                 self.gone(w, H.Gone.decode(msg).client)
             elif kind == H.SLOWLOG:
                 self.slow_commands(H.Slowlog.decode(msg).entries)
+            elif kind == H.TLS_CONN and fd is not None:
+                self.fe.tls_port.connected(w, H.TlsConn.decode(msg), fd)
             elif fd is not None:
                 os.close(fd)
         if channel.closed:

@@ -39,6 +39,7 @@ from disque.frontend.persistence_phases import PersistencePhases
 from disque.frontend.routing import Routing
 from disque.frontend.scan import Scans
 from disque.frontend.stats import Stats
+from disque.frontend.tls_port import TlsPort
 from disque.info_snapshot import InfoSnapshot
 
 log = logging.getLogger("disque.frontend")
@@ -122,6 +123,7 @@ class Frontend(Core):
         self.persistence = PersistencePhases(self, cfg)
         self.node_commands = NodeCommands(self, cfg)
         self.local_dispatch = Dispatch(self)
+        self.tls_port = TlsPort(self, cfg)
         self.connections.on_gone += [self.monitoring.client_gone, self.client_stopped_waiting]
         for hook, handler in CORE_HOOKS.items():
             setattr(self, hook, C.resolve(self, handler))

@@ -61,6 +61,8 @@ class NodeCommands:
             logging.getLogger().setLevel(dlog.LEVELS.get(self.cfg.loglevel, logging.INFO))
         elif name in AOF_DIRECTIVES:
             return fe.persistence.config_changed(name)
+        elif name.startswith("tls-"):
+            return fe.tls_port.config_changed(name)
         return None
 
     def cmd_ping(self, client, argv):
@@ -80,7 +82,7 @@ class NodeCommands:
             return
         me = self.fe.node_id
         prio = HELLO_PRIORITY_BY_PRESSURE[self.fe.memory.pressure]
-        node = resp.bulk_array([me, self.my_ip(), str(self.cfg.port).encode(), prio])
+        node = resp.bulk_array([me, self.my_ip(), str(self.cfg.node_port).encode(), prio])
         client.reply(b"*3\r\n:1\r\n" + resp.bulk(me) + node)
 
     def cmd_echo(self, client, argv):

@@ -43,7 +43,9 @@ AOF_DIRECTIVES = frozenset(WORKER_DIRECTIVES + ("appendonly",))
 
 def worker_config(cfg):
     """The AOF part of the configuration a worker starts with."""
-    return {name: cfg.get(name) for name in WORKER_DIRECTIVES}
+    values = {name: cfg.get(name) for name in WORKER_DIRECTIVES}
+    values["port"] = cfg.node_port      # the files are named by it (a TLS-only node too)
+    return values
 
 
 class PersistencePhases:
@@ -117,7 +119,7 @@ class PersistencePhases:
 
     def files_now(self, old=False):
         cfg = self.cfg
-        return aof_files(cfg.dir, cfg.appendfilename, cfg.port, old)
+        return aof_files(cfg.dir, cfg.appendfilename, cfg.node_port, old)
 
     def set_aside(self):
         """Before the start-up rewrite: rename every worker file to
@@ -130,7 +132,7 @@ class PersistencePhases:
         stem = aof_stem(cfg.appendfilename)
         try:
             for k, path in self.files_now().items():
-                aside = "%s.%d.old%d.w%d.aof" % (stem, cfg.port, gen, k)
+                aside = "%s.%d.old%d.w%d.aof" % (stem, cfg.node_port, gen, k)
                 os.rename(path, os.path.join(cfg.dir, aside))
             fsync_dir(cfg.dir)
         except OSError as e:
@@ -171,7 +173,7 @@ class PersistencePhases:
         files.update({("old", g, k): path for (g, k), path in self.files_now(old=True).items()})
         if not files and not cfg.appendonly:
             return ("aof-enqueue-jobs-once is yes but there is no append only file to load: "
-                    "no %s.%d.w<k>.aof in %s" % (aof_stem(cfg.appendfilename), cfg.port, cfg.dir))
+                    "no %s.%d.w<k>.aof in %s" % (aof_stem(cfg.appendfilename), cfg.node_port, cfg.dir))
         self.loading = True
         self.loading_start_time = int(time.time())
         sizes = 0

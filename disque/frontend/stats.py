@@ -131,7 +131,7 @@ class Stats:
         self.log_last = now
         self.log_pending = True
         log_file = self.log
-        addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
+        addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.node_port)
 
         def write(workers):
             self.log_pending = False

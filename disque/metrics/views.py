@@ -14,7 +14,7 @@ _PROC = psutil.Process()
 
 def addr(fe):
     cfg = fe.cfg
-    return "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.port)
+    return "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.node_port)
 
 
 def node_figures(fe):

@@ -115,6 +115,10 @@ class Worker:
             return True
         if name == "ping":
             return True
+        if name == "tls_config":            # tls-port: see disque/workers/tls_clients.py
+            if self.served is None:
+                return {"error": "TLS needs worker-link unix"}
+            return self.served.tls.configure(arg)
         if name == "served_config":         # connection-affinity: see ServedClients.configure
             if self.served is not None:
                 self.served.configure(arg)

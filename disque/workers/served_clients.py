@@ -31,6 +31,7 @@ from disque._fast.servedloop import ServedClient, take_ready
 from disque.contracts import connection_handover as H
 from disque.contracts.getjob_options import parse_getjob, queue_owners
 from disque.workers.peer_links import peer_links
+from disque.workers.tls_clients import TlsClients
 
 log = logging.getLogger("disque.worker")
 
@@ -77,6 +78,7 @@ class ServedClients(ServedCore):
         # the other workers, for the commands of their queues and jobs (None: hand back)
         if peers is not None:
             self.peers = peer_links(index, peers, self.ep, self)
+        self.tls = TlsClients(self)     # the TLS connections this worker runs (tls-port)
 
     # ---- the hand-over channel ---------------------------------------------------------
 
@@ -86,7 +88,15 @@ class ServedClients(ServedCore):
             if kind == H.HANDOFF:
                 if fd is not None:
                     h = H.Handoff.decode(msg)
-                    self.adopt(h.client, fd, h.resp3, h.unparsed)
+                    if h.pump == H.NO_PUMP:
+                        sock = socket.socket(fileno=fd)
+                        sock.setblocking(False)
+                        self.adopt(h.client, sock, h.resp3, h.unparsed)
+                    else:
+                        self.tls.serve(h, fd)
+            elif kind == H.TLS_ACCEPT:
+                if fd is not None:
+                    self.tls.accept(H.TlsAccept.decode(msg), fd)
             elif kind == H.RECALL:
                 for c in list(self.clients.values()):
                     self.hand_back(c, H.BACK_RECALL)
@@ -101,13 +111,19 @@ class ServedClients(ServedCore):
                 else:
                     sock.close()
 
-    def adopt(self, cid, fd, resp3, unparsed):
-        sock = socket.socket(fileno=fd)
-        sock.setblocking(False)
+    def adopt(self, cid, sock, resp3, unparsed, tls=None, unsent=b""):
+        """Serve connection `cid` from now on; `tls`: its pump id, `sock` its SSLSocket, and
+        `unsent` the replies its pump had not written yet."""
         c = ServedClient(cid, sock, resp3)
+        if tls is not None:
+            c.tls = sock._sslobj     # the Cython loop calls OpenSSL's object directly
+            c.pump = tls
         self.clients[c.fd] = c
         self.by_id[cid] = c
         self.ep.register(c.fd, EPOLLIN)
+        if unsent:
+            c.out.append(unsent)
+            self.dirty.append(c)
         if unparsed:
             c.parser.feed(unparsed)
             self.run_input(c)
@@ -139,9 +155,16 @@ class ServedClients(ServedCore):
         if unsent:
             self.shard.persistence.aof_flush()   # no reply leaves before its AOF record
         pending += c.parser.take_unparsed()
+        msg = H.Handback.encode(c.id, unsent, pending, c.last_cmd, reason, self.totals())
+        if c.tls is not None:       # its TLS stays here: the front-end gets a pumped end
+            theirs = self.tls.pump_again(c)
+            try:
+                self.channel.send(msg, theirs.fileno())
+            finally:
+                theirs.close()
+            return
         try:
-            self.channel.send(H.Handback.encode(c.id, unsent, pending, c.last_cmd, reason,
-                                                self.totals()), c.fd)
+            self.channel.send(msg, c.fd)
         finally:
             c.sock.close()
 
@@ -249,6 +272,7 @@ class ServedClients(ServedCore):
                 if c.last_io < limit and not c.blocked_on:  # a waiting producer is not idle
                     log.log(15, "Closing idle client id=%d", c.id)
                     self.drop(c)
+        self.tls.cron()
         self.report()
 
     def send_slow(self):
@@ -288,4 +312,5 @@ class ServedClients(ServedCore):
                     pass
             self.forget(c)
             c.sock.close()
+        self.tls.close_all()
         self.ep.close()

@@ -1,0 +1,172 @@
+"""The TLS client port, front-end half (docs/design.md, "TLS on the client port";
+docs/security.md, "TLS on the client port").
+
+The front-end accepts on `tls-port` and gives each connection, before any byte of it is
+read, to a worker (round robin over the workers that have the TLS settings): that worker
+runs the connection's TLS for as long as it lives (disque/workers/tls_clients.py). After the
+handshake the worker sends back the plaintext end of a socketpair (TLS_CONN), which the
+front-end serves as it serves an accepted socket; handing the connection over names the
+worker's pump (Handoff.pump), so the worker serves it itself, with no process in between.
+"""
+import logging
+import socket
+
+from disque.contracts import connection_handover as H
+from disque.tls_context import TlsConfigError, server_context, settings_of, SETTINGS
+
+log = logging.getLogger("disque.frontend")
+
+ACCEPTS_PER_WAKE = 64
+
+
+class TlsOrigin:
+    """Client.tls of a TLS connection: the worker running its TLS and its pump there."""
+    __slots__ = ("worker", "pump", "addr")
+
+    def __init__(self, worker, pump, addr):
+        self.worker = worker
+        self.pump = pump
+        self.addr = addr
+
+
+def listen_addr(host, port):
+    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
+
+class TlsPort:
+    """Needs from the node (`fe`): cfg, loop, links (unix: channel(w), held, starting),
+    nworkers, control_all, send_control-style controls, new_client, handover (push).
+    Offers: start (the listening sockets), connected (TLS_CONN), worker_ready,
+    worker_lost, config_changed (CONFIG SET tls-*), info_fields."""
+
+    def __init__(self, fe, cfg):
+        self.fe = fe
+        self.cfg = cfg
+        self.settings = settings_of(cfg) if cfg.tls_port else None
+        self.ready = [False] * fe.nworkers      # w has the settings: it may take connections
+        self.next = 0
+        self.listeners = []
+        self.accepted = 0
+
+    @property
+    def enabled(self):
+        return self.settings is not None
+
+    def start(self, socks):
+        """Listen (the sockets were bound at start-up) once the workers have the settings."""
+        if not self.enabled:
+            return
+        self.listeners = socks
+        for w in range(self.fe.nworkers):
+            self.worker_ready(w)
+        for s in socks:
+            self.fe.loop.add_reader(s.fileno(), self.accept, s)
+
+    def stop(self):
+        for s in self.listeners:
+            try:
+                self.fe.loop.remove_reader(s.fileno())
+            except (ValueError, OSError):
+                pass
+            s.close()
+        self.listeners = []
+
+    def worker_ready(self, w):
+        """A worker (new or restarted) gets the settings, then connections."""
+        if not self.enabled:
+            return
+        self.ready[w] = False
+
+        def done(value):
+            if value is True:
+                self.ready[w] = True
+            else:
+                log.warning("Worker %d cannot run TLS connections: %s", w, value)
+        self.fe.restarts.control(w, "tls_config", self.settings, done)
+
+    def worker_lost(self, w):
+        if self.enabled:
+            self.ready[w] = False
+
+    def pick(self):
+        links = self.fe.links
+        n = self.fe.nworkers
+        for i in range(n):
+            w = (self.next + i) % n
+            if self.ready[w] and links.held[w] is None and not links.starting[w]:
+                self.next = w + 1
+                return w
+        return None
+
+    def accept(self, listener):
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                conn, peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("Accepting a TLS connection: %s", e.strerror or e)
+                return
+            try:
+                self.give(conn, peer)
+            finally:
+                conn.close()            # the worker holds its own copy
+
+    def give(self, conn, peer):
+        host, port = peer[0], peer[1]
+        w = self.pick()
+        if w is None:
+            log.warning("TLS connection from %s closed: no worker can take it now",
+                        listen_addr(host, port))
+            return
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.cfg.tcp_keepalive:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        try:
+            self.fe.links.channel(w).send(H.TlsAccept.encode(host, port), conn.fileno())
+            self.accepted += 1
+        except OSError:
+            pass
+
+    def connected(self, w, msg, fd):
+        """TLS_CONN: the handshake is done; serve the plaintext end like an accepted socket."""
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            return
+        fe = self.fe
+        origin = TlsOrigin(w, msg.pump, listen_addr(msg.host, msg.port))
+
+        def client():
+            c = fe.new_client()
+            c.tls = origin
+            return c
+        loop = fe.loop
+
+        async def adopt():
+            try:
+                await loop.connect_accepted_socket(client, sock)
+            except Exception:
+                log.exception("Cannot serve the TLS connection from %s", origin.addr)
+                sock.close()
+        loop.create_task(adopt())
+
+    def config_changed(self, name):
+        """CONFIG SET tls-*: a new context for the connections after the OK (an error keeps
+        the old settings, which the caller's values are put back to)."""
+        if not self.enabled or name not in SETTINGS:
+            return None
+        settings = settings_of(self.cfg)
+        try:
+            server_context(settings)
+        except TlsConfigError as e:
+            for key, value in self.settings.items():
+                setattr(self.cfg, key.replace("-", "_"), value)
+            return b"-ERR %s\r\n" % str(e).encode()
+        self.settings = settings
+        log.info("TLS settings changed (%s): new connections use them", name)
+        self.fe.handover.push("tls_config", settings)
+        return None
+
+    def info_fields(self):
+        return [("tls_port", self.cfg.tls_port), ("tls_connections_accepted", self.accepted)]
