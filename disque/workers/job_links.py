@@ -19,23 +19,33 @@ route_job_messages) and keeps what it owns.
 A message with no link up (still connecting, refused, the node has no ports, DEBUG BUS)
 goes on the bus through the front-end as before. The bus protocol already lives with lost
 and reordered messages (a producer adds nodes, copies are confirmed, acks are resent), so
-switching between the two paths needs no handshake. The links carry no CURVE: on a
-secured bus the front-end opens no ports and every job message stays on the bus.
+switching between the two paths needs no handshake.
+
+On a secured cluster (`cluster-secret`) every link is TLS 1.3, both ends presenting the
+certificate derived from the secret and requiring the peer's to be one derived from a secret
+this node accepts (disque/contracts/job_link_tls.py; the front-end hands the derived files
+over with `--job-links-tls DIR`, never the secret). The handshake runs non-blocking from the
+same epoll callbacks; then the same hello and frames, read with SSLSocket.recv_into and split
+by the same C splitter (feed_buffer), written with SSLSocket.send keeping what it did not
+take. A peer whose handshake fails (no secret, another one, plaintext) is closed before any
+byte of it is read as a frame, counted as refused and logged once per address.
 """
 import errno
 import logging
 import select
 import socket
+import ssl
 import time
 
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
 # the <u32 length><payload> frames, read (disque/_fast/frames.pyx) and written in C
-from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, frame, read_frames,
-                                 send_kept, send_or_keep)
+from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, feed_buffer, frame,
+                                 read_frames, send_kept, send_or_keep)
 from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello, read_hello
+from disque.contracts.job_link_tls import contexts as tls_contexts
 
 log = logging.getLogger("disque.worker")
 
@@ -43,6 +53,8 @@ MAX_PENDING = 64 << 20          # output a peer does not take: above this the li
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
 HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
+TLS_READ_SIZE = 262144          # one TLS read's buffer (a record is at most 16 KiB)
+MAX_WARNED = 4096               # addresses whose refused TLS handshake was logged
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
 packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
@@ -55,7 +67,7 @@ def monotonic_ms():
 
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
-    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at")
+    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking")
 
     def __init__(self, node, w, addr):
         self.node = node
@@ -67,27 +79,31 @@ class OutLink:
         self.out = bytearray()      # what the socket did not take yet
         self.box = []               # this loop turn's [type, flags, payload] for it
         self.failed_at = None       # ms of the last failure, None: never tried or up
+        self.shaking = False        # TLS handshake under way
 
 
 class InLink:
     """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted")
+    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr")
 
-    def __init__(self, sock):
+    def __init__(self, sock, addr, shaking=False):
         self.sock = sock
         self.fd = sock.fileno()
         self.buf = bytearray()
         self.sender = None          # its node id, once its hello came
         self.since = monotonic_ms()
         self.misrouted = 0          # messages it sent that this worker does not own
+        self.shaking = shaking      # TLS handshake under way
+        self.addr = addr
 
 
 class JobLinks:
     """Needs: the shard (its replication's on_bus and known nodes) and the served loop's
-    epoll set and fd table (ServedCore.ep / extra_fds). Offers: set_cluster, send (what
-    has no link up comes back, for the bus), flush (after the AOF write), cron, info."""
+    epoll set and fd table (ServedCore.ep / extra_fds); on a secured cluster the directory
+    of the TLS files. Offers: set_cluster, send (what has no link up comes back, for the
+    bus), flush (after the AOF write), cron, info."""
 
-    def __init__(self, index, nworkers, listener_fd, shard, ep, extra_fds):
+    def __init__(self, index, nworkers, listener_fd, shard, ep, extra_fds, tls_dir=None):
         self.index = index
         self.nworkers = nworkers
         self.shard = shard
@@ -110,6 +126,14 @@ class JobLinks:
         self.relayed_msgs = 0       # messages that went to the bus for want of a link
         self.refused = 0            # inbound connections closed for bad input
         self.misrouted = 0          # well-formed messages another worker owns: dropped
+        self.server_tls = self.client_tls = None
+        self.warned = set()         # addresses whose failed TLS handshake was logged
+        if tls_dir is not None:
+            self.server_tls, self.client_tls = tls_contexts(tls_dir)
+            self.rbuf = bytearray(TLS_READ_SIZE)
+            # the TLS halves in place of the plaintext ones (which stay as they were)
+            self.write = self.write_tls
+            self.drain = self.drain_tls
 
     # ---- membership ------------------------------------------------------------------
 
@@ -199,28 +223,48 @@ class JobLinks:
 
     def on_out_event(self, link, ev):
         if not link.up:
+            if link.shaking:
+                self.handshake_out(link)
+                return
             if link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self.fail(link)
                 return
-            link.up = True
-            link.failed_at = None
             link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.ep.modify(link.fd, EPOLLIN)
-            slots = self.boxes.get(link.node)
-            if slots is not None and link.w < len(slots):
-                slots[link.w] = link.box
-            self.write(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
+            if self.client_tls is not None:
+                # the same fd, now a TLS socket (wrap_socket detaches the plain one)
+                link.sock = self.client_tls.wrap_socket(link.sock, do_handshake_on_connect=False)
+                link.shaking = True
+                self.handshake_out(link)
+                return
+            self.link_up(link)
             return
         if ev & EPOLLOUT and link.out:
-            left = send_kept(link.fd, link.out)
-            if left < 0:
-                self.fail(link)
+            if not self.drain(link):
                 return
-            if not left:
-                self.ep.modify(link.fd, EPOLLIN)
         if ev & ~EPOLLOUT:
+            if self.client_tls is not None and self.read_out_tls(link):
+                return
             # the peer never writes on this connection: readable means closed or broken
             self.fail(link)
+
+    def link_up(self, link):
+        link.up = True
+        link.failed_at = None
+        self.ep.modify(link.fd, EPOLLIN)
+        slots = self.boxes.get(link.node)
+        if slots is not None and link.w < len(slots):
+            slots[link.w] = link.box
+        self.write(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
+
+    def drain(self, link):
+        """EPOLLOUT: send what the socket did not take; False when the link failed."""
+        left = send_kept(link.fd, link.out)
+        if left < 0:
+            self.fail(link)
+            return False
+        if not left:
+            self.ep.modify(link.fd, EPOLLIN)
+        return True
 
     def unwatch(self, fd):
         """Out of the worker's poll: before its socket closes."""
@@ -266,7 +310,7 @@ class JobLinks:
     def on_accept(self, ev):
         for _ in range(64):
             try:
-                sock, _addr = self.listener.accept()
+                sock, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
@@ -276,10 +320,17 @@ class JobLinks:
                 sock.close()
                 continue
             sock.setblocking(False)
-            link = InLink(sock)
+            if self.server_tls is None:
+                link = InLink(sock, addr)
+                on_event = self.on_in_event
+            else:
+                sock = self.server_tls.wrap_socket(sock, server_side=True,
+                                                   do_handshake_on_connect=False)
+                link = InLink(sock, addr, shaking=True)
+                on_event = self.on_in_event_tls
             self.inbound[link.fd] = link
             self.ep.register(link.fd, EPOLLIN)
-            self.extra_fds[link.fd] = lambda ev, link=link: self.on_in_event(link)
+            self.extra_fds[link.fd] = lambda ev, link=link, on_event=on_event: on_event(link)
 
     def on_in_event(self, link):
         frames = []
@@ -345,6 +396,131 @@ class JobLinks:
         log.warning("Job link from %s closed: %s", peer_name(link.sock), what)
         self.close_in(link)
 
+    # ---- TLS (a secured cluster) -----------------------------------------------------
+
+    def handshake_out(self, link):
+        try:
+            link.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.ep.modify(link.fd, EPOLLIN)
+            return
+        except ssl.SSLWantWriteError:
+            self.ep.modify(link.fd, EPOLLOUT)
+            return
+        except OSError as e:            # ssl.SSLError included
+            self.tls_refused("to", link.addr, e)
+            self.fail(link)
+            return
+        link.shaking = False
+        self.link_up(link)
+
+    def read_out_tls(self, link):
+        """The connecting end reads nothing but a refusal (the peer did not accept our
+        certificate: TLS 1.3 tells after our side finished) or the close. True: still up."""
+        try:
+            if link.sock.recv(4096):
+                return True             # nothing is meant to come; a TLS peer's own business
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return True
+        except ssl.SSLError as e:
+            self.tls_refused("to", link.addr, e)
+        except OSError:
+            pass
+        return False
+
+    def write_tls(self, link, data):
+        out = link.out
+        if out:                         # EPOLLOUT is armed: behind what waits
+            out += data
+            if len(out) > MAX_PENDING:
+                log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
+                            link.node[:8].decode(), link.w, len(out))
+                self.fail(link)
+            return
+        try:
+            n = link.sock.send(data)
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            n = 0                       # OpenSSL wants these same bytes again (drain_tls)
+        except OSError:
+            self.fail(link)
+            return
+        if n < len(data):
+            out += memoryview(data)[n:]
+            self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
+
+    def drain_tls(self, link):
+        out = link.out
+        while out:
+            try:
+                n = link.sock.send(out)
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return True
+            except OSError:
+                self.fail(link)
+                return False
+            del out[:n]
+        self.ep.modify(link.fd, EPOLLIN)
+        return True
+
+    def on_in_event_tls(self, link):
+        sock = link.sock
+        if link.shaking:
+            try:
+                sock.do_handshake()
+            except ssl.SSLWantReadError:
+                return
+            except ssl.SSLWantWriteError:
+                self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
+                return
+            except OSError as e:
+                self.refused += 1
+                self.tls_refused("from", link.addr, e)
+                self.close_in(link)
+                return
+            link.shaking = False
+            self.ep.modify(link.fd, EPOLLIN)
+        buf = self.rbuf
+        while True:
+            # one record per read (no read-ahead): the kernel keeps the rest, and epoll
+            # (level-triggered) calls again; what OpenSSL decrypted but did not hand over
+            # (pending) is read before leaving, since epoll cannot see it
+            try:
+                n = sock.recv_into(buf)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except OSError:
+                self.close_in(link)
+                return
+            if not n:
+                self.close_in(link)
+                return
+            frames = []
+            got = feed_buffer(link.buf, buf, n, MAX_HELLO if link.sender is None else MAX_FRAME,
+                              MAX_FRAME, frames)
+            for data in frames:
+                if not self.on_frame(link, data):
+                    return
+            if got == TOO_LONG:
+                self.refuse(link, "a frame too long" if link.sender
+                            else "a first frame that is no hello")
+                return
+            if not sock.pending():
+                return
+
+    def tls_refused(self, direction, addr, error):
+        """A failed TLS handshake: a warning once per address, then debug lines."""
+        ip = addr[0]
+        reason = getattr(error, "reason", None) or str(error)
+        line = ("Job link %s %s:%d refused: TLS handshake failed (%s): the peer has no "
+                "cluster secret or another one" % (direction, ip, addr[1], reason))
+        if ip in self.warned:
+            log.debug(line)
+            return
+        if len(self.warned) >= MAX_WARNED:
+            self.warned.clear()
+        self.warned.add(ip)
+        log.warning(line)
+
     def close_in(self, link):
         self.inbound.pop(link.fd, None)
         self.unwatch(link.fd)
@@ -362,7 +538,7 @@ class JobLinks:
                 "sent_msgs": self.sent_msgs, "sent_frames": self.sent_frames,
                 "received_msgs": self.received_msgs, "received_frames": self.received_frames,
                 "relayed_msgs": self.relayed_msgs, "refused": self.refused,
-                "misrouted": self.misrouted}
+                "misrouted": self.misrouted, "tls": self.server_tls is not None}
 
 
 def peer_name(sock):
