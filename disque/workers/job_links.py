@@ -24,11 +24,15 @@ switching between the two paths needs no handshake.
 On a secured cluster (`cluster-secret`) every link is TLS 1.3, both ends presenting the
 certificate derived from the secret and requiring the peer's to be one derived from a secret
 this node accepts (disque/contracts/job_link_tls.py; the front-end hands the derived files
-over with `--job-links-tls DIR`, never the secret). The handshake runs non-blocking from the
-same epoll callbacks; then the same hello and frames, read with SSLSocket.recv_into and split
-by the same C splitter (feed_buffer), written with SSLSocket.send keeping what it did not
-take. A peer whose handshake fails (no secret, another one, plaintext) is closed before any
-byte of it is read as a frame, counted as refused and logged once per address.
+over with `--job-links-tls DIR`, never the secret). Each TLS end is an ssl.SSLObject between
+two memory BIOs: the socket stays a plain non-blocking one, read with one recv per epoll
+event into the BIO (an SSLSocket reads a record's header and body with two recvs, and may
+keep decrypted bytes epoll cannot see), decrypted until the BIO is empty and split by the
+same C splitter (feed_buffer); what is encrypted leaves by the same C write path as plaintext
+(send_or_keep / send_kept, the unsent tail kept). The handshake runs from the same epoll
+callbacks, then the same hello and frames. A peer whose handshake fails (no secret, another
+one, plaintext) is closed before any byte of it is read as a frame, counted as refused and
+logged once per address.
 """
 import errno
 import logging
@@ -67,7 +71,8 @@ def monotonic_ms():
 
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
-    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking")
+    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
+                 "tls", "inc", "outb")
 
     def __init__(self, node, w, addr):
         self.node = node
@@ -80,11 +85,13 @@ class OutLink:
         self.box = []               # this loop turn's [type, flags, payload] for it
         self.failed_at = None       # ms of the last failure, None: never tried or up
         self.shaking = False        # TLS handshake under way
+        self.tls = self.inc = self.outb = None  # SSLObject and its BIOs (in, out) on TLS
 
 
 class InLink:
     """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr")
+    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr",
+                 "tls", "inc", "outb")
 
     def __init__(self, sock, addr, shaking=False):
         self.sock = sock
@@ -95,6 +102,7 @@ class InLink:
         self.misrouted = 0          # messages it sent that this worker does not own
         self.shaking = shaking      # TLS handshake under way
         self.addr = addr
+        self.tls = self.inc = self.outb = None  # SSLObject and its BIOs (in, out) on TLS
 
 
 class JobLinks:
@@ -131,9 +139,7 @@ class JobLinks:
         if tls_dir is not None:
             self.server_tls, self.client_tls = tls_contexts(tls_dir)
             self.rbuf = bytearray(TLS_READ_SIZE)
-            # the TLS halves in place of the plaintext ones (which stay as they were)
-            self.write = self.write_tls
-            self.drain = self.drain_tls
+            self.write = self.write_tls     # encrypt, then write_raw
 
     # ---- membership ------------------------------------------------------------------
 
@@ -195,6 +201,10 @@ class JobLinks:
                 self.write(link, data)
 
     def write(self, link, data):
+        """Plaintext links (a TLS node's JobLinks.write is write_tls)."""
+        self.write_raw(link, data)
+
+    def write_raw(self, link, data):
         status = send_or_keep(link.fd, data, link.out)
         if status == KEPT:
             self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
@@ -222,19 +232,18 @@ class JobLinks:
         self.extra_fds[link.fd] = lambda ev, link=link: self.on_out_event(link, ev)
 
     def on_out_event(self, link, ev):
-        if not link.up:
-            if link.shaking:
-                self.handshake_out(link)
-                return
+        if not link.up and not link.shaking:
             if link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self.fail(link)
                 return
             link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.client_tls is not None:
-                # the same fd, now a TLS socket (wrap_socket detaches the plain one)
-                link.sock = self.client_tls.wrap_socket(link.sock, do_handshake_on_connect=False)
+                link.inc, link.outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+                link.tls = self.client_tls.wrap_bio(link.inc, link.outb)
                 link.shaking = True
-                self.handshake_out(link)
+                self.ep.modify(link.fd, EPOLLIN)
+                if not self.handshake_out(link):
+                    self.fail(link)
                 return
             self.link_up(link)
             return
@@ -250,7 +259,8 @@ class JobLinks:
     def link_up(self, link):
         link.up = True
         link.failed_at = None
-        self.ep.modify(link.fd, EPOLLIN)
+        # a TLS handshake's last bytes may still wait to be sent (EPOLLOUT kept)
+        self.ep.modify(link.fd, EPOLLIN | EPOLLOUT if link.out else EPOLLIN)
         slots = self.boxes.get(link.node)
         if slots is not None and link.w < len(slots):
             slots[link.w] = link.box
@@ -280,7 +290,8 @@ class JobLinks:
             link.sock.close()
             link.sock = None
             link.fd = -1
-        link.up = False
+        link.up = link.shaking = False
+        link.tls = link.inc = link.outb = None
         link.out = bytearray()
         del link.box[:]
         slots = self.boxes.get(link.node)
@@ -324,9 +335,9 @@ class JobLinks:
                 link = InLink(sock, addr)
                 on_event = self.on_in_event
             else:
-                sock = self.server_tls.wrap_socket(sock, server_side=True,
-                                                   do_handshake_on_connect=False)
                 link = InLink(sock, addr, shaking=True)
+                link.inc, link.outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+                link.tls = self.server_tls.wrap_bio(link.inc, link.outb, server_side=True)
                 on_event = self.on_in_event_tls
             self.inbound[link.fd] = link
             self.ep.register(link.fd, EPOLLIN)
@@ -399,103 +410,102 @@ class JobLinks:
     # ---- TLS (a secured cluster) -----------------------------------------------------
 
     def handshake_out(self, link):
+        """A step of the connecting end's handshake; False: it failed (the caller fails
+        the link)."""
         try:
-            link.sock.do_handshake()
+            link.tls.do_handshake()
+            done = True
         except ssl.SSLWantReadError:
-            self.ep.modify(link.fd, EPOLLIN)
-            return
-        except ssl.SSLWantWriteError:
-            self.ep.modify(link.fd, EPOLLOUT)
-            return
-        except OSError as e:            # ssl.SSLError included
+            done = False
+        except ssl.SSLError as e:
             self.tls_refused("to", link.addr, e)
-            self.fail(link)
-            return
-        link.shaking = False
-        self.link_up(link)
+            return False
+        data = link.outb.read()
+        if data:
+            self.write_raw(link, data)
+            if link.sock is None:       # write_raw failed it
+                return True
+        if done:
+            link.shaking = False
+            self.link_up(link)
+        return True
 
     def read_out_tls(self, link):
-        """The connecting end reads nothing but a refusal (the peer did not accept our
-        certificate: TLS 1.3 tells after our side finished) or the close. True: still up."""
+        """Readable on the connecting end: the handshake's answers, then nothing but a
+        refusal (TLS 1.3 tells a client that its certificate was refused after its own
+        handshake is over) or the close. True: the link stays."""
         try:
-            if link.sock.recv(4096):
-                return True             # nothing is meant to come; a TLS peer's own business
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            n = link.sock.recv_into(self.rbuf)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        if not n:
+            return False
+        link.inc.write(memoryview(self.rbuf)[:n])
+        if link.shaking:
+            return self.handshake_out(link)
+        try:
+            while link.tls.read(TLS_READ_SIZE, self.rbuf):
+                pass                    # nothing is meant to come; dropped
+        except ssl.SSLWantReadError:
             return True
         except ssl.SSLError as e:
             self.tls_refused("to", link.addr, e)
-        except OSError:
-            pass
         return False
 
     def write_tls(self, link, data):
-        out = link.out
-        if out:                         # EPOLLOUT is armed: behind what waits
-            out += data
-            if len(out) > MAX_PENDING:
-                log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
-                            link.node[:8].decode(), link.w, len(out))
-                self.fail(link)
-            return
-        try:
-            n = link.sock.send(data)
-        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            n = 0                       # OpenSSL wants these same bytes again (drain_tls)
-        except OSError:
-            self.fail(link)
-            return
-        if n < len(data):
-            out += memoryview(data)[n:]
-            self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
-
-    def drain_tls(self, link):
-        out = link.out
-        while out:
-            try:
-                n = link.sock.send(out)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                return True
-            except OSError:
-                self.fail(link)
-                return False
-            del out[:n]
-        self.ep.modify(link.fd, EPOLLIN)
-        return True
+        link.tls.write(data)            # into the memory BIO: always whole
+        self.write_raw(link, link.outb.read())
 
     def on_in_event_tls(self, link):
-        sock = link.sock
+        buf = self.rbuf
+        try:
+            n = link.sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close_in(link)
+            return
+        if not n:
+            self.close_in(link)
+            return
+        inc, tls = link.inc, link.tls
+        inc.write(memoryview(buf)[:n])
         if link.shaking:
             try:
-                sock.do_handshake()
+                tls.do_handshake()
+                done = True
             except ssl.SSLWantReadError:
-                return
-            except ssl.SSLWantWriteError:
-                self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
-                return
-            except OSError as e:
+                done = False
+            except ssl.SSLError as e:
                 self.refused += 1
                 self.tls_refused("from", link.addr, e)
+                self.answer_handshake(link)     # the alert, if the socket takes it
                 self.close_in(link)
+                return
+            if not self.answer_handshake(link):
+                self.refuse(link, "a TLS handshake whose answer it does not read")
+                return
+            if not done:
                 return
             link.shaking = False
-            self.ep.modify(link.fd, EPOLLIN)
-        buf = self.rbuf
-        while True:
-            # one record per read (no read-ahead): the kernel keeps the rest, and epoll
-            # (level-triggered) calls again; what OpenSSL decrypted but did not hand over
-            # (pending) is read before leaving, since epoll cannot see it
+        # decrypt what the BIO holds (every record, so nothing waits where epoll cannot
+        # see it); each read's frames are handled before the next read, so the hello's
+        # length limit applies to the hello alone
+        while inc.pending or tls.pending():
             try:
-                n = sock.recv_into(buf)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                m = tls.read(TLS_READ_SIZE, buf)
+            except ssl.SSLWantReadError:
+                return                  # a partial record: the rest comes with a later recv
+            except ssl.SSLError as e:
+                self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
                 return
-            except OSError:
-                self.close_in(link)
-                return
-            if not n:
-                self.close_in(link)
+            if not m:
+                self.close_in(link)     # close_notify
                 return
             frames = []
-            got = feed_buffer(link.buf, buf, n, MAX_HELLO if link.sender is None else MAX_FRAME,
+            got = feed_buffer(link.buf, buf, m, MAX_HELLO if link.sender is None else MAX_FRAME,
                               MAX_FRAME, frames)
             for data in frames:
                 if not self.on_frame(link, data):
@@ -504,8 +514,17 @@ class JobLinks:
                 self.refuse(link, "a frame too long" if link.sender
                             else "a first frame that is no hello")
                 return
-            if not sock.pending():
-                return
+
+    def answer_handshake(self, link):
+        """The accepting end's handshake flight: a few KB a fresh socket takes at once.
+        False when it did not."""
+        data = link.outb.read()
+        if not data:
+            return True
+        try:
+            return link.sock.send(data) == len(data)
+        except OSError:
+            return False
 
     def tls_refused(self, direction, addr, error):
         """A failed TLS handshake: a warning once per address, then debug lines."""
