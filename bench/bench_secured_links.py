@@ -28,11 +28,13 @@ from bench_bus_secret import SECRET, cluster_cpu
 from common.cluster import BODY, log, redis_benchmark, start_cluster
 
 SETUPS = (("open", []), ("secured", ["--cluster-secret", SECRET]))
-COUNTERS = ("cluster_job_messages_direct_sent", "cluster_job_messages_by_bus", "cluster_job_frames_direct_sent")
+COUNTERS = ("cluster_job_messages_direct_sent", "cluster_job_messages_by_bus",
+            "cluster_job_frames_direct_sent")
 
 
 def link_counters(clients):
-    """Job messages sent over the direct links and by the bus, summed over the nodes."""
+    """Job messages sent over the direct links and by the bus, and frames sent over the
+    links, summed over the nodes."""
     total = dict.fromkeys(COUNTERS, 0)
     for c in clients:
         fields = c.info("cluster")
@@ -80,7 +82,7 @@ def main():
                 log("round %d %-8s %8.0f jobs/s  p50 %.3f ms  p99 %.3f ms  %.0f us CPU/job  "
                     "job messages: %d over links, %d by the bus, %d frames"
                     % (r + 1, name, res["rps"], res["p50_ms"], res["p99_ms"],
-                       res["cpu_us_per_job"], res[COUNTERS[0]], res[COUNTERS[1]], res[COUNTERS[2]]))
+                       res["cpu_us_per_job"], *(res[k] for k in COUNTERS)))
                 runs[name].append(res)
     finally:
         for p in procs:

@@ -8,6 +8,7 @@ Real nodes on loopback; the outsider is this test process, speaking TCP and TLS 
 import os
 import ssl
 import socket
+import struct
 import time
 
 import pytest
@@ -24,7 +25,7 @@ from disque.bus.link_keys import identity
 from disque.bus.secret import derive_keypair, link_seed, stretch, KDF_SALT
 from disque.contracts import bus_messages as M
 from disque.contracts.job_codec import serialize
-from disque.contracts.job_link import HELLO, VERSION
+from disque.contracts.job_link import HELLO, MAX_FRAME, VERSION
 
 SECRET = "links-secret-A-0123456789abcdef"
 OTHER = "links-secret-B-0123456789abcdef"
@@ -181,4 +182,8 @@ def test_outsiders_can_neither_link_nor_inject(start_cluster, tmp_path):
             with RawConn(c[0].port) as r:
                 return show(r, kept) is None and show(r, forged_id) is not None
         wait_until(taken, timeout=10, message="the forged frames with the right certificate")
+    # the frame limits hold inside TLS as on plaintext links: closed on the header alone
+    send_tls(ctx, port, hello + struct.pack("<I", MAX_FRAME + 1) + b"x" * 100)
+    wait_until(lambda: "closed: a frame too long" in c[0].log_text(), timeout=10)
     assert c[0].all_alive() and c[1].all_alive()
+    wait_links_up(c, per_node=1)        # the members' own links never went down
