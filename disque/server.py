@@ -180,7 +180,12 @@ class Node:
             self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
             keys = self.cluster.transport.keys
             if keys is not None:        # the derived key and certificates, not the secret
-                self.job_link_tls = write_link_files(self.ipc_dir, keys.link_seeds)
+                try:
+                    self.job_link_tls = write_link_files(self.ipc_dir, keys.link_seeds)
+                except ImportError:
+                    raise StartupError("direct job links on a secured cluster need the "
+                                       "`cryptography` package (pip install cryptography), "
+                                       "or set cluster-job-links bus") from None
             log.info("Direct job links on ports %s%s", ",".join(map(str, self.cluster.job_ports)),
                      " (TLS, certificates derived from the cluster secret)"
                      if self.job_link_tls else "")

@@ -52,6 +52,7 @@ def test_the_derived_identity_is_a_function_of_the_secret_alone():
 
 # ---- a secured cluster keeps its links ----------------------------------------------------
 
+@pytest.mark.cluster
 def test_a_secured_cluster_replicates_over_tls_job_links(start_cluster):
     c = start_cluster(3, workers=2, extra_args=SECURED)
     wait_links_up(c, per_node=2 * 2 * 2)
@@ -78,6 +79,7 @@ def test_a_secured_cluster_replicates_over_tls_job_links(start_cluster):
                 assert os.stat(os.path.join(tls_dir, name)).st_mode & 0o077 == 0, name
 
 
+@pytest.mark.cluster
 def test_nodes_mid_rotation_still_link(start_cluster, start_server):
     """Pass 2 of a rotation (docs/security.md): nodes serving A (previous B) and nodes
     serving B (previous A) accept each other's certificates."""
@@ -136,6 +138,7 @@ def send_tls(ctx, port, data):
     sock.close()
 
 
+@pytest.mark.cluster
 def test_outsiders_can_neither_link_nor_inject(start_cluster, tmp_path):
     c = start_cluster(2, workers=1, extra_args=SECURED)
     wait_links_up(c, per_node=1)

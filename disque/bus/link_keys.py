@@ -27,7 +27,7 @@ NOT_AFTER = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone
 def identity(seed):
     """(key PEM, certificate PEM) of the 32-byte `seed`: the same bytes on every node."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization  # noqa: F401
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.x509.oid import NameOID
 

@@ -136,10 +136,11 @@ class JobLinks:
         self.misrouted = 0          # well-formed messages another worker owns: dropped
         self.server_tls = self.client_tls = None
         self.warned = set()         # addresses whose failed TLS handshake was logged
+        self.write = self.write_raw     # a frame to a link: as it is, or encrypted first
         if tls_dir is not None:
             self.server_tls, self.client_tls = tls_contexts(tls_dir)
             self.rbuf = bytearray(TLS_READ_SIZE)
-            self.write = self.write_tls     # encrypt, then write_raw
+            self.write = self.write_tls
 
     # ---- membership ------------------------------------------------------------------
 
@@ -199,10 +200,6 @@ class JobLinks:
                 self.sent_frames += 1
                 del box[:]              # the same list stays in self.boxes
                 self.write(link, data)
-
-    def write(self, link, data):
-        """Plaintext links (a TLS node's JobLinks.write is write_tls)."""
-        self.write_raw(link, data)
 
     def write_raw(self, link, data):
         status = send_or_keep(link.fd, data, link.out)
