@@ -119,12 +119,16 @@ def _cluster(fe, workers):
 
 def _job_links(cluster, workers):
     """Direct job links (docs/design.md): this node's ports, links up from its workers,
-    job messages sent and received on them, those that went by the bus instead, and those
-    that reached a worker that does not own them (dropped)."""
+    job messages sent and received on them, those that went by the bus instead, connections
+    refused (bad input, failed TLS handshakes), and messages that reached a worker that does
+    not own them (dropped)."""
     links = [w["job_links"] for w in workers if "job_links" in w]
     total = lambda key: sum(link[key] for link in links)     # noqa: E731
     return [("cluster_job_links", "direct" if cluster.job_ports else "bus"),
             ("cluster_job_link_ports", ",".join(map(str, cluster.job_ports or ()))),
+            # TLS with certificates derived from the cluster secret (a secured bus)
+            ("cluster_job_links_tls",
+             int(bool(cluster.job_ports) and cluster.transport.keys is not None)),
             ("cluster_job_links_up", total("out_up")),
             ("cluster_job_links_in", total("in")),
             ("cluster_job_messages_direct_sent", total("sent_msgs")),

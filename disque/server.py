@@ -21,6 +21,7 @@ from disque import config as config_mod
 from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
 from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
+from disque.bus.link_keys import write_link_files
 from disque.bus.nodes import ConfigFileError
 from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.frontend.persistence_phases import worker_config as aof_worker_config
@@ -140,13 +141,10 @@ def unix_listen_socket(cfg):
 def job_link_listeners(cfg, cluster, nworkers):
     """One listening TCP socket per worker for direct job links (docs/design.md, "Direct
     job links"), on the bus' address, or [] when job messages stay on the bus: with
-    `cluster-job-links bus`, on a secured bus (the links carry no CURVE; the secret's
-    protection stays whole), with `worker-link zmq`, or with no single address to bind.
+    `cluster-job-links bus`, with `worker-link zmq`, or with no single address to bind.
+    On a secured bus the links are TLS (Node.start_workers writes the workers' files).
     The front-end keeps them, so a restarted worker takes links on the same ports."""
     if cluster is None or cfg.cluster_job_links != "direct" or cfg.worker_link != "unix":
-        return []
-    if cluster.transport.keys is not None:
-        log.info("Direct job links are off: the cluster bus is secured, job messages stay on it")
         return []
     addrs = cfg.bind or ["127.0.0.1"]
     if len(addrs) != 1:
@@ -195,6 +193,7 @@ class Node:
         self.fe = None
         self.restarts = WorkerRestarts(self)
         self.job_listeners = []         # per worker: direct job links (job_link_listeners)
+        self.job_link_tls = None        # their TLS files' directory on a secured bus
 
     def worker_config(self):
         cfg = self.cfg
@@ -206,7 +205,17 @@ class Node:
         self.job_listeners = job_link_listeners(self.cfg, self.cluster, self.nworkers)
         if self.job_listeners:
             self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
-            log.info("Direct job links on ports %s", ",".join(map(str, self.cluster.job_ports)))
+            keys = self.cluster.transport.keys
+            if keys is not None:        # the derived key and certificates, not the secret
+                try:
+                    self.job_link_tls = write_link_files(self.ipc_dir, keys.link_seeds)
+                except ImportError:
+                    raise StartupError("direct job links on a secured cluster need the "
+                                       "`cryptography` package (pip install cryptography), "
+                                       "or set cluster-job-links bus") from None
+            log.info("Direct job links on ports %s%s", ",".join(map(str, self.cluster.job_ports)),
+                     " (TLS, certificates derived from the cluster secret)"
+                     if self.job_link_tls else "")
         elif self.cluster is not None:
             self.cluster.job_ports = []
         for k in range(self.nworkers):
@@ -232,6 +241,8 @@ class Node:
         if self.job_listeners:
             listener = self.job_listeners[k].fileno()
             cmd += ["--job-links", str(listener)]
+            if self.job_link_tls is not None:
+                cmd += ["--job-links-tls", self.job_link_tls]
             fds = tuple(fds) + (listener,)
         self.procs[k] = subprocess.Popen(cmd, close_fds=True, pass_fds=fds)
         self.links.after_spawn(k)

@@ -242,15 +242,6 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     assert srv.execute("PING") == b"PONG"
 
 
-def test_a_secured_bus_opens_no_job_link_ports(start_cluster):
-    c = start_cluster(2, workers=1,
-                      extra_args=["--cluster-secret", "a-cluster-secret-of-length", *DIRECT])
-    info = links_info(c[0])
-    assert info["cluster_job_links"] == "bus" and info["cluster_job_link_ports"] == ""
-    replicate_and_ack(c, 0, "secret-q", n=5)
-    assert counter(c[1], "cluster_job_messages_direct_received") == 0
-
-
 def test_cluster_job_links_setting_is_checked(start_server):
     srv = start_server(workers=1, extra_args=DIRECT)
     assert srv.execute("CONFIG", "GET", "cluster-job-links") == [b"cluster-job-links", b"direct"]

@@ -97,6 +97,16 @@ def feed(bytearray pending, bytes data, Py_ssize_t limit, list frames):
     return split_more(pending, PyBytes_AS_STRING(data), len(data), limit, limit, frames)
 
 
+def feed_buffer(bytearray pending, bytearray buf, Py_ssize_t n, Py_ssize_t first_limit,
+                Py_ssize_t limit, list frames):
+    """split_more for bytes a Python caller read into `buf` (buf[:n]; a TLS socket's
+    recv_into, disque/workers/job_links.py): the whole frames to `frames`, a partial one kept
+    in `pending`. Returns TOO_LONG or 0."""
+    if n < 0 or n > PyByteArray_GET_SIZE(buf):
+        raise ValueError("n out of the buffer")
+    return split_more(pending, PyByteArray_AS_STRING(buf), n, first_limit, limit, frames)
+
+
 def frame(bytes payload):
     """sysio.framed: <u32 length, little endian><payload>."""
     return sysio.framed(payload)

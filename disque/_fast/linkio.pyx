@@ -1,13 +1,13 @@
 # cython: language_level=3
 """The C calls the Python side of the direct job links (disque/workers/job_links.py) reads
-and writes its frames with: read_frames and frame from disque/_fast/frames.pyx (the one
-frame reader, with its length limits), send_or_keep and send_kept from
+and writes its frames with: read_frames, feed_buffer (for what a TLS socket decrypted) and
+frame from disque/_fast/frames.pyx (the one frame reader, with its length limits), send_or_keep and send_kept from
 disque/_fast/sysio.pxd (the write path the peer links use too), so both kinds of link frame
 and write the same way.
 """
 from disque._fast cimport sysio
 
-from disque._fast.frames import AGAIN, TOO_LONG, frame, read_frames  # noqa: F401
+from disque._fast.frames import AGAIN, TOO_LONG, feed_buffer, frame, read_frames  # noqa: F401
 
 BROKEN = sysio.OUT_BROKEN
 SENT = sysio.OUT_SENT

@@ -7,6 +7,11 @@ its bus with keypair K(S), connects with K(S) as its client key and K(S).public 
 server key it expects, and accepts clients whose key is K(S).public. A node given a second
 secret (`cluster-secret-previous`) also accepts K(previous) clients and, when a peer refuses
 K(S), reaches it with K(previous): that is what lets a rotation run node by node.
+
+The same secret also gives the TLS identity of the workers' direct job links
+(disque/bus/link_keys.py): another 32-byte seed, stretched the same way with another salt
+(LINK_KDF_SALT), so neither key tells anything about the other. Every secret stretched in
+this project is stretched here, by `stretch`.
 """
 import hashlib
 import os
@@ -17,6 +22,7 @@ from zmq.utils import z85
 from disque.config import MAX_PASSWORD_LENGTH as MAX_SECRET_LENGTH, MIN_SECRET_LENGTH
 
 KDF_SALT = b"disque cluster bus curve25519 key v1"
+LINK_KDF_SALT = b"disque direct job links ed25519 tls identity v1"
 KDF_N, KDF_R, KDF_P = 2 ** 14, 8, 1        # ~16 MB, tens of ms: once per secret at startup
 
 
@@ -33,22 +39,32 @@ class Keypair:
         self.public_raw = z85.decode(public)    # 32 bytes, as ZAP requests carry them
 
 
+def stretch(secret, salt):
+    """32 bytes from `secret` (str) for one use, named by `salt` (scrypt: slow on purpose)."""
+    return hashlib.scrypt(secret.encode("utf-8", "surrogateescape"), salt=salt,
+                          n=KDF_N, r=KDF_R, p=KDF_P, dklen=32)
+
+
 def derive_keypair(secret):
     """The CURVE keypair every node knowing `secret` (str) derives."""
-    raw = hashlib.scrypt(secret.encode("utf-8", "surrogateescape"), salt=KDF_SALT,
-                         n=KDF_N, r=KDF_R, p=KDF_P, dklen=32)
-    secret_z85 = z85.encode(raw)
+    secret_z85 = z85.encode(stretch(secret, KDF_SALT))
     return Keypair(zmq.curve_public(secret_z85), secret_z85)
+
+
+def link_seed(secret):
+    """The seed of the job links' Ed25519 key and certificate (disque/bus/link_keys.py)."""
+    return stretch(secret, LINK_KDF_SALT)
 
 
 class BusKeys:
     """The keypairs of a secured bus: `serving` first (the ROUTER's and the first tried),
-    then the previous secret's, if any."""
+    then the previous secret's, if any; and the seeds of the direct job links' TLS identities
+    in the same order (the secrets themselves are not kept)."""
 
     def __init__(self, secret, previous=None):
-        self.pairs = [derive_keypair(secret)]
-        if previous is not None:
-            self.pairs.append(derive_keypair(previous))
+        secrets = [secret] + ([previous] if previous is not None else [])
+        self.pairs = [derive_keypair(s) for s in secrets]
+        self.link_seeds = [link_seed(s) for s in secrets]
         self.accepted = frozenset(p.public_raw for p in self.pairs)
 
     @property

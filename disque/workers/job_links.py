@@ -19,23 +19,37 @@ route_job_messages) and keeps what it owns.
 A message with no link up (still connecting, refused, the node has no ports, DEBUG BUS)
 goes on the bus through the front-end as before. The bus protocol already lives with lost
 and reordered messages (a producer adds nodes, copies are confirmed, acks are resent), so
-switching between the two paths needs no handshake. The links carry no CURVE: on a
-secured bus the front-end opens no ports and every job message stays on the bus.
+switching between the two paths needs no handshake.
+
+On a secured cluster (`cluster-secret`) every link is TLS 1.3, both ends presenting the
+certificate derived from the secret and requiring the peer's to be one derived from a secret
+this node accepts (disque/contracts/job_link_tls.py; the front-end hands the derived files
+over with `--job-links-tls DIR`, never the secret). Each TLS end is an ssl.SSLObject between
+two memory BIOs: the socket stays a plain non-blocking one, read with one recv per epoll
+event into the BIO (an SSLSocket reads a record's header and body with two recvs, and may
+keep decrypted bytes epoll cannot see), decrypted until the BIO is empty and split by the
+same C splitter (feed_buffer); what is encrypted leaves by the same C write path as plaintext
+(send_or_keep / send_kept, the unsent tail kept). The handshake runs from the same epoll
+callbacks, then the same hello and frames. A peer whose handshake fails (no secret, another
+one, plaintext) is closed before any byte of it is read as a frame, counted as refused and
+logged once per address.
 """
 import errno
 import logging
 import select
 import socket
+import ssl
 import time
 
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
 # the <u32 length><payload> frames, read (disque/_fast/frames.pyx) and written in C
-from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, frame, read_frames,
-                                 send_kept, send_or_keep)
+from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, feed_buffer, frame,
+                                 read_frames, send_kept, send_or_keep)
 from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello, read_hello
+from disque.contracts.job_link_tls import contexts as tls_contexts
 
 log = logging.getLogger("disque.worker")
 
@@ -43,6 +57,8 @@ MAX_PENDING = 64 << 20          # output a peer does not take: above this the li
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
 HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
+TLS_READ_SIZE = 262144          # one TLS read's buffer (a record is at most 16 KiB)
+MAX_WARNED = 4096               # addresses whose refused TLS handshake was logged
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
 packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
@@ -55,7 +71,8 @@ def monotonic_ms():
 
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
-    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at")
+    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
+                 "tls", "inc", "outb")
 
     def __init__(self, node, w, addr):
         self.node = node
@@ -67,27 +84,34 @@ class OutLink:
         self.out = bytearray()      # what the socket did not take yet
         self.box = []               # this loop turn's [type, flags, payload] for it
         self.failed_at = None       # ms of the last failure, None: never tried or up
+        self.shaking = False        # TLS handshake under way
+        self.tls = self.inc = self.outb = None  # SSLObject and its BIOs (in, out) on TLS
 
 
 class InLink:
     """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted")
+    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr",
+                 "tls", "inc", "outb")
 
-    def __init__(self, sock):
+    def __init__(self, sock, addr, shaking=False):
         self.sock = sock
         self.fd = sock.fileno()
         self.buf = bytearray()
         self.sender = None          # its node id, once its hello came
         self.since = monotonic_ms()
         self.misrouted = 0          # messages it sent that this worker does not own
+        self.shaking = shaking      # TLS handshake under way
+        self.addr = addr
+        self.tls = self.inc = self.outb = None  # SSLObject and its BIOs (in, out) on TLS
 
 
 class JobLinks:
     """Needs: the shard (its replication's on_bus and known nodes) and the served loop's
-    epoll set and fd table (ServedCore.ep / extra_fds). Offers: set_cluster, send (what
-    has no link up comes back, for the bus), flush (after the AOF write), cron, info."""
+    epoll set and fd table (ServedCore.ep / extra_fds); on a secured cluster the directory
+    of the TLS files. Offers: set_cluster, send (what has no link up comes back, for the
+    bus), flush (after the AOF write), cron, info."""
 
-    def __init__(self, index, nworkers, listener_fd, shard, ep, extra_fds):
+    def __init__(self, index, nworkers, listener_fd, shard, ep, extra_fds, tls_dir=None):
         self.index = index
         self.nworkers = nworkers
         self.shard = shard
@@ -110,6 +134,13 @@ class JobLinks:
         self.relayed_msgs = 0       # messages that went to the bus for want of a link
         self.refused = 0            # inbound connections closed for bad input
         self.misrouted = 0          # well-formed messages another worker owns: dropped
+        self.server_tls = self.client_tls = None
+        self.warned = set()         # addresses whose failed TLS handshake was logged
+        self.write = self.write_raw     # a frame to a link: as it is, or encrypted first
+        if tls_dir is not None:
+            self.server_tls, self.client_tls = tls_contexts(tls_dir)
+            self.rbuf = bytearray(TLS_READ_SIZE)
+            self.write = self.write_tls
 
     # ---- membership ------------------------------------------------------------------
 
@@ -170,7 +201,7 @@ class JobLinks:
                 del box[:]              # the same list stays in self.boxes
                 self.write(link, data)
 
-    def write(self, link, data):
+    def write_raw(self, link, data):
         status = send_or_keep(link.fd, data, link.out)
         if status == KEPT:
             self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
@@ -198,29 +229,49 @@ class JobLinks:
         self.extra_fds[link.fd] = lambda ev, link=link: self.on_out_event(link, ev)
 
     def on_out_event(self, link, ev):
-        if not link.up:
+        if not link.up and not link.shaking:
             if link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self.fail(link)
                 return
-            link.up = True
-            link.failed_at = None
             link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.ep.modify(link.fd, EPOLLIN)
-            slots = self.boxes.get(link.node)
-            if slots is not None and link.w < len(slots):
-                slots[link.w] = link.box
-            self.write(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
+            if self.client_tls is not None:
+                link.inc, link.outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+                link.tls = self.client_tls.wrap_bio(link.inc, link.outb)
+                link.shaking = True
+                self.ep.modify(link.fd, EPOLLIN)
+                if not self.handshake_out(link):
+                    self.fail(link)
+                return
+            self.link_up(link)
             return
         if ev & EPOLLOUT and link.out:
-            left = send_kept(link.fd, link.out)
-            if left < 0:
-                self.fail(link)
+            if not self.drain(link):
                 return
-            if not left:
-                self.ep.modify(link.fd, EPOLLIN)
         if ev & ~EPOLLOUT:
+            if self.client_tls is not None and self.read_out_tls(link):
+                return
             # the peer never writes on this connection: readable means closed or broken
             self.fail(link)
+
+    def link_up(self, link):
+        link.up = True
+        link.failed_at = None
+        # a TLS handshake's last bytes may still wait to be sent (EPOLLOUT kept)
+        self.ep.modify(link.fd, EPOLLIN | EPOLLOUT if link.out else EPOLLIN)
+        slots = self.boxes.get(link.node)
+        if slots is not None and link.w < len(slots):
+            slots[link.w] = link.box
+        self.write(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
+
+    def drain(self, link):
+        """EPOLLOUT: send what the socket did not take; False when the link failed."""
+        left = send_kept(link.fd, link.out)
+        if left < 0:
+            self.fail(link)
+            return False
+        if not left:
+            self.ep.modify(link.fd, EPOLLIN)
+        return True
 
     def unwatch(self, fd):
         """Out of the worker's poll: before its socket closes."""
@@ -236,7 +287,8 @@ class JobLinks:
             link.sock.close()
             link.sock = None
             link.fd = -1
-        link.up = False
+        link.up = link.shaking = False
+        link.tls = link.inc = link.outb = None
         link.out = bytearray()
         del link.box[:]
         slots = self.boxes.get(link.node)
@@ -266,7 +318,7 @@ class JobLinks:
     def on_accept(self, ev):
         for _ in range(64):
             try:
-                sock, _addr = self.listener.accept()
+                sock, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
@@ -276,10 +328,17 @@ class JobLinks:
                 sock.close()
                 continue
             sock.setblocking(False)
-            link = InLink(sock)
+            if self.server_tls is None:
+                link = InLink(sock, addr)
+                on_event = self.on_in_event
+            else:
+                link = InLink(sock, addr, shaking=True)
+                link.inc, link.outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+                link.tls = self.server_tls.wrap_bio(link.inc, link.outb, server_side=True)
+                on_event = self.on_in_event_tls
             self.inbound[link.fd] = link
             self.ep.register(link.fd, EPOLLIN)
-            self.extra_fds[link.fd] = lambda ev, link=link: self.on_in_event(link)
+            self.extra_fds[link.fd] = lambda ev, link=link, on_event=on_event: on_event(link)
 
     def on_in_event(self, link):
         frames = []
@@ -345,6 +404,139 @@ class JobLinks:
         log.warning("Job link from %s closed: %s", peer_name(link.sock), what)
         self.close_in(link)
 
+    # ---- TLS (a secured cluster) -----------------------------------------------------
+
+    def handshake_out(self, link):
+        """A step of the connecting end's handshake; False: it failed (the caller fails
+        the link)."""
+        try:
+            link.tls.do_handshake()
+            done = True
+        except ssl.SSLWantReadError:
+            done = False
+        except ssl.SSLError as e:
+            self.tls_refused("to", link.addr, e)
+            return False
+        data = link.outb.read()
+        if data:
+            self.write_raw(link, data)
+            if link.sock is None:       # write_raw failed it
+                return True
+        if done:
+            link.shaking = False
+            self.link_up(link)
+        return True
+
+    def read_out_tls(self, link):
+        """Readable on the connecting end: the handshake's answers, then nothing but a
+        refusal (TLS 1.3 tells a client that its certificate was refused after its own
+        handshake is over) or the close. True: the link stays."""
+        try:
+            n = link.sock.recv_into(self.rbuf)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        if not n:
+            return False
+        link.inc.write(memoryview(self.rbuf)[:n])
+        if link.shaking:
+            return self.handshake_out(link)
+        try:
+            while link.tls.read(TLS_READ_SIZE, self.rbuf):
+                pass                    # nothing is meant to come; dropped
+        except ssl.SSLWantReadError:
+            return True
+        except ssl.SSLError as e:
+            self.tls_refused("to", link.addr, e)
+        return False
+
+    def write_tls(self, link, data):
+        link.tls.write(data)            # into the memory BIO: always whole
+        self.write_raw(link, link.outb.read())
+
+    def on_in_event_tls(self, link):
+        buf = self.rbuf
+        try:
+            n = link.sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close_in(link)
+            return
+        if not n:
+            self.close_in(link)
+            return
+        inc, tls = link.inc, link.tls
+        inc.write(memoryview(buf)[:n])
+        if link.shaking:
+            try:
+                tls.do_handshake()
+                done = True
+            except ssl.SSLWantReadError:
+                done = False
+            except ssl.SSLError as e:
+                self.refused += 1
+                self.tls_refused("from", link.addr, e)
+                self.answer_handshake(link)     # the alert, if the socket takes it
+                self.close_in(link)
+                return
+            if not self.answer_handshake(link):
+                self.refuse(link, "a TLS handshake whose answer it does not read")
+                return
+            if not done:
+                return
+            link.shaking = False
+        # decrypt what the BIO holds (every record, so nothing waits where epoll cannot
+        # see it); each read's frames are handled before the next read, so the hello's
+        # length limit applies to the hello alone
+        while inc.pending or tls.pending():
+            try:
+                m = tls.read(TLS_READ_SIZE, buf)
+            except ssl.SSLWantReadError:
+                return                  # a partial record: the rest comes with a later recv
+            except ssl.SSLError as e:
+                self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
+                return
+            if not m:
+                self.close_in(link)     # close_notify
+                return
+            frames = []
+            got = feed_buffer(link.buf, buf, m, MAX_HELLO if link.sender is None else MAX_FRAME,
+                              MAX_FRAME, frames)
+            for data in frames:
+                if not self.on_frame(link, data):
+                    return
+            if got == TOO_LONG:
+                self.refuse(link, "a frame too long" if link.sender
+                            else "a first frame that is no hello")
+                return
+
+    def answer_handshake(self, link):
+        """The accepting end's handshake flight: a few KB a fresh socket takes at once.
+        False when it did not."""
+        data = link.outb.read()
+        if not data:
+            return True
+        try:
+            return link.sock.send(data) == len(data)
+        except OSError:
+            return False
+
+    def tls_refused(self, direction, addr, error):
+        """A failed TLS handshake: a warning once per address, then debug lines."""
+        ip = addr[0]
+        reason = getattr(error, "reason", None) or str(error)
+        line = ("Job link %s %s:%d refused: TLS handshake failed (%s): the peer has no "
+                "cluster secret or another one" % (direction, ip, addr[1], reason))
+        if ip in self.warned:
+            log.debug(line)
+            return
+        if len(self.warned) >= MAX_WARNED:
+            self.warned.clear()
+        self.warned.add(ip)
+        log.warning(line)
+
     def close_in(self, link):
         self.inbound.pop(link.fd, None)
         self.unwatch(link.fd)
@@ -362,7 +554,7 @@ class JobLinks:
                 "sent_msgs": self.sent_msgs, "sent_frames": self.sent_frames,
                 "received_msgs": self.received_msgs, "received_frames": self.received_frames,
                 "relayed_msgs": self.relayed_msgs, "refused": self.refused,
-                "misrouted": self.misrouted}
+                "misrouted": self.misrouted, "tls": self.server_tls is not None}
 
 
 def peer_name(sock):

@@ -51,7 +51,7 @@ def die_with_parent():
 
 class Worker:
     def __init__(self, index, nworkers, link_spec, node_id, config, peers=None,
-                 job_links_fd=None):
+                 job_links_fd=None, job_links_tls=None):
         self.index = index
         self.parent = os.getppid()
         self.shard = Shard(index, nworkers, node_id, config)
@@ -63,6 +63,7 @@ class Worker:
         self.served = None          # ServedClients when the front-end hands connections over
         self.peers = peers          # sockets to the other workers (disque/workers/peer_links.py)
         self.job_links_fd = job_links_fd    # listening socket for other nodes' workers
+        self.job_links_tls = job_links_tls  # their TLS files on a secured cluster (a directory)
         self.work = 0               # requests and job messages from the front-end (not control)
         self.timer = None
         self.job_links = None       # JobLinks (disque/workers/job_links.py)
@@ -175,7 +176,7 @@ class Worker:
             turn = served.turn
             if self.job_links_fd is not None:
                 self.job_links = JobLinks(self.index, shard.nworkers, self.job_links_fd, shard,
-                                          served.ep, served.extra_fds)
+                                          served.ep, served.extra_fds, self.job_links_tls)
                 # job messages in and out within the C turn: a copy's GOTJOB, a producer's
                 # REPLJOBs, without a pass through this loop for each frame
                 served.job_links_out = self.job_messages_out
@@ -350,6 +351,9 @@ def main(argv=None):
     ap.add_argument("--peers", default="", help="<worker>:<fd>,... links to the other workers")
     ap.add_argument("--job-links", type=int, default=None,
                     help="fd of the socket where other nodes' workers connect (job_links.py)")
+    ap.add_argument("--job-links-tls", default=None,
+                    help="directory of the job links' TLS files on a secured cluster "
+                         "(disque/contracts/job_link_tls.py)")
     args = ap.parse_args(argv)
     die_with_parent()
     config = json.loads(args.config)
@@ -360,7 +364,7 @@ def main(argv=None):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # file size limit: a failed AOF write, not death
     peers = peer_sockets(args.peers) if args.link.startswith("unix:") else None
     worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config, peers,
-                    args.job_links)
+                    args.job_links, args.job_links_tls)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
     try:
         worker.run()
