@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+import msgpack
 import pytest
 
 from support.waits import wait_until
@@ -21,13 +22,17 @@ from support.waits import wait_until
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from disque.bus.announce import announce  # noqa: E402
+from disque.bus.nodes import Node as BusNode, NodesFile, node_address  # noqa: E402
+from disque.config import ConfigError, parse_command_line  # noqa: E402
+from disque.contracts import bus_messages as M  # noqa: E402
 from disque.harness import node as harness  # noqa: E402
 from faults.netns import Net  # noqa: E402
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.skipif(
+needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("iptables")
     or not shutil.which("redis-cli"),
-    reason="network namespaces need root, iproute2, iptables (and redis-cli for the clients)")]
+    reason="network namespaces need root, iproute2, iptables (and redis-cli for the clients)")
 
 N = 3
 WORKERS = 2
@@ -117,6 +122,9 @@ def links(i):
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
 
 
+@needs_root
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_announced_addresses_form_a_cluster_through_nat(tmp_path):
     nodes = []
     try:
@@ -162,6 +170,9 @@ def test_announced_addresses_form_a_cluster_through_nat(tmp_path):
         stop_nodes(nodes)
 
 
+@needs_root
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_without_announcing_the_same_nat_keeps_the_nodes_apart(tmp_path):
     nodes = []
     try:
@@ -185,3 +196,81 @@ def test_without_announcing_the_same_nat_keeps_the_nodes_apart(tmp_path):
             assert reply.startswith("NOREPL"), (i, reply)
     finally:
         stop_nodes(nodes)
+
+
+# ---- the parts, without namespaces ------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_what_a_node_tells_defaults_to_what_it_binds():
+    assert announce(7711, ["10.0.0.5"]) == (("10.0.0.5", 7711, 17711, 0))
+    assert announce(7711, ["0.0.0.0"]).ip == ""          # the receiver takes the peer address
+    told = announce(7711, ["0.0.0.0"], "203.0.113.7", 8711, 19711, 8800)
+    assert (told.ip, told.port, told.bus_port, told.cport) == ("203.0.113.7", 8711, 19711, 19711)
+    assert announce(7711, ["10.0.0.5"], announce_port=8711, announce_bus_port=18711).cport == 0
+    assert told.job_link_ports([40001, 40002]) == [8800, 8801]
+    assert announce(7711, ["10.0.0.5"]).job_link_ports([40001, 40002]) == [40001, 40002]
+    assert told.job_link_ports([]) == []
+
+
+@pytest.mark.unit
+def test_bad_announce_values_are_refused_with_one_line():
+    for args, word in ((["--cluster-announce-ip", "node-a.example"], "cluster-announce-ip"),
+                       (["--cluster-announce-port", "65536"], "cluster-announce-port"),
+                       (["--cluster-announce-bus-port", "-1"], "cluster-announce-bus-port"),
+                       (["--cluster-job-link-port", "x"], "cluster-job-link-port"),
+                       (["--cluster-announce-job-link-port", "70000"],
+                        "cluster-announce-job-link-port")):
+        with pytest.raises(ConfigError) as info:
+            parse_command_line(args)
+        assert word in info.value.one_line and "\n" not in info.value.one_line
+    cfg = parse_command_line(["--cluster-announce-ip", "2001:db8::7", "--cluster-announce-port", "1"])
+    assert (cfg.cluster_announce_ip, cfg.cluster_announce_port) == ("2001:db8::7", 1)
+    assert parse_command_line(["--cluster-announce-ip", ""]).cluster_announce_ip is None
+
+
+@pytest.mark.unit
+def test_a_bus_port_travels_only_when_it_is_not_port_plus_10000():
+    sender = "a" * 40
+    plain = M.decode(M.encode(M.PING, sender, "10.0.0.5", 7711, 0, 0, []))
+    assert plain.cport == 0 and len(msgpack.unpackb(M.encode(M.PING, sender, "", 7711, 0, 0, []))) == 7
+    told = M.decode(M.encode(M.PING, sender, "10.0.0.5", 8711, 0, 0, [], 19711))
+    assert (told.port, told.cport) == (8711, 19711)
+    assert M.decode(M.encode(M.PING, sender, "10.0.0.5", 8711, 0, 0, [], 70000)) is None
+    entry = ["b" * 40, 0, 0, "10.0.0.6", 8712, 0]
+    assert M.decode(M.encode(M.PONG, sender, "", 8711, 0, 0, [entry, entry + [19712]])) is not None
+    assert M.decode(M.encode(M.PONG, sender, "", 8711, 0, 0, [entry + [0]])) is None
+    assert node_address("10.0.0.6", 8712, 18712) == ("10.0.0.6", 8712, 0)    # the implicit one
+    assert node_address("10.0.0.6", 60000) is None            # no bus port 70000
+    assert node_address("10.0.0.6", 60000, 19000) == ("10.0.0.6", 60000, 19000)
+
+
+@pytest.mark.unit
+def test_nodes_conf_writes_and_reads_the_bus_port_as_redis_does(tmp_path):
+    f = NodesFile(str(tmp_path / "nodes.conf"))
+    me = BusNode("a" * 40, "203.0.113.7", 8711, M.MYSELF, 19711)
+    other = BusNode("b" * 40, "10.0.0.6", 7712)
+    f.save(me, [me, other])
+    text = (tmp_path / "nodes.conf").read_text()
+    assert "203.0.113.7:8711@19711 myself" in text and "10.0.0.6:7712 noflags" in text
+    mine, others = f.load()
+    assert (mine.address, mine.bus_port) == (("203.0.113.7", 8711, 19711), 19711)
+    assert (others[0].address, others[0].bus_port) == (("10.0.0.6", 7712, 0), 17712)
+
+
+@pytest.mark.server
+def test_job_link_ports_past_65535_stop_the_start(start_server):
+    srv = start_server(workers=2, extra_args=["--cluster-job-link-port", "65535"], wait=False)
+    assert srv.wait_exit(15) not in (None, 0), srv.log_tail()
+    out = srv.log_text()
+    assert "Traceback" not in out and "cluster-job-link-port 65535 + 2 workers" in out, out
+
+
+@pytest.mark.server
+def test_cluster_meet_takes_a_bus_port(start_server):
+    srv = start_server(workers=1)
+    r = srv.client()
+    assert r.execute_command("CLUSTER", "MEET", "127.0.0.1", 1, 19711) in (b"OK", "OK", True)
+    assert "127.0.0.1:1@19711" in r.execute_command("CLUSTER", "NODES").decode()
+    with pytest.raises(Exception, match="Invalid TCP bus port"):
+        r.execute_command("CLUSTER", "MEET", "127.0.0.1", 1, 0)
