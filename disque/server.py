@@ -20,6 +20,7 @@ from disque import commands as commands_mod
 from disque import config as config_mod
 from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
+from disque.bus import announce as announce_mod
 from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
 from disque.bus.link_keys import write_link_files
 from disque.bus.nodes import ConfigFileError
@@ -143,7 +144,8 @@ def job_link_listeners(cfg, cluster, nworkers):
     job links"), on the bus' address, or [] when job messages stay on the bus: with
     `cluster-job-links bus`, with `worker-link zmq`, or with no single address to bind.
     On a secured bus the links are TLS (Node.start_workers writes the workers' files).
-    The front-end keeps them, so a restarted worker takes links on the same ports."""
+    Worker w listens on `cluster-job-link-port` + w, or on a port the kernel picks when it
+    is 0. The front-end keeps them, so a restarted worker takes links on the same ports."""
     if cluster is None or cfg.cluster_job_links != "direct" or cfg.worker_link != "unix":
         return []
     addrs = cfg.bind or ["127.0.0.1"]
@@ -152,12 +154,19 @@ def job_link_listeners(cfg, cluster, nworkers):
         return []
     host = "0.0.0.0" if addrs[0] == "*" else addrs[0]
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    base = cfg.cluster_job_link_port
+    for name, first in (("cluster-job-link-port", base),
+                        ("cluster-announce-job-link-port", cfg.cluster_announce_job_link_port)):
+        if first and first + nworkers - 1 > 65535:
+            raise StartupError("%s %d + %d workers goes past port 65535" % (name, first, nworkers))
     socks = []
     try:
-        for _ in range(nworkers):
+        for w in range(nworkers):
             s = socket.socket(family, socket.SOCK_STREAM)
             socks.append(s)
-            s.bind((host, 0))
+            if base:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, base + w if base else 0))
             s.listen(128)
     except OSError as e:
         for s in socks:
@@ -204,7 +213,8 @@ class Node:
         self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
         self.job_listeners = job_link_listeners(self.cfg, self.cluster, self.nworkers)
         if self.job_listeners:
-            self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
+            ports = self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
+            told = self.cluster.announce.job_link_ports(ports)
             keys = self.cluster.transport.keys
             if keys is not None:        # the derived key and certificates, not the secret
                 try:
@@ -213,7 +223,8 @@ class Node:
                     raise StartupError("direct job links on a secured cluster need the "
                                        "`cryptography` package (pip install cryptography), "
                                        "or set cluster-job-links bus") from None
-            log.info("Direct job links on ports %s%s", ",".join(map(str, self.cluster.job_ports)),
+            log.info("Direct job links on ports %s%s%s", ",".join(map(str, ports)),
+                     "" if told == ports else " (announced as %s)" % ",".join(map(str, told)),
                      " (TLS, certificates derived from the cluster secret)"
                      if self.job_link_tls else "")
         elif self.cluster is not None:
@@ -275,7 +286,7 @@ class Node:
                         cfg.cluster_secret_file)
         try:
             self.cluster = Cluster(cfg.node_port, cfg.bind or ["127.0.0.1"], cfg.cluster_node_timeout,
-                                   path, keys=keys)
+                                   path, keys=keys, announce=announce_mod.from_config(cfg))
         except ConfigFileError as e:
             raise StartupError(str(e))
         except zmq.ZMQError as e:
@@ -284,6 +295,10 @@ class Node:
         except OSError as e:
             raise StartupError("Cluster config file %s: %s" % (path, e.strerror or e))
         self.node_id = self.cluster.myself.id.encode()
+        told = self.cluster.announce
+        if (cfg.cluster_announce_ip or cfg.cluster_announce_port or cfg.cluster_announce_bus_port):
+            log.info("Announcing this node as %s:%d, bus port %d", told.ip or "(address seen by "
+                     "the other nodes)", told.port, told.bus_port)
 
     def cleanup(self):
         self.stop_workers()

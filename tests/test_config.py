@@ -706,6 +706,10 @@ def test_config_get_star_lists_spec_parameters_and_ours():
     assert len(names) == len(set(names))
     assert set(names) == SPEC_GET_PARAMETERS | {"workers", "worker-link", "connection-affinity",
                                                   "cluster-job-links",
+                                                  "cluster-announce-ip", "cluster-announce-port",
+                                                  "cluster-announce-bus-port",
+                                                  "cluster-job-link-port",
+                                                  "cluster-announce-job-link-port",
                                                   "stats-log-file",
                                                   "stats-log-interval", "cluster-secret",
                                                   "cluster-secret-previous", "cluster-secret-file",
@@ -1055,5 +1059,6 @@ def test_sample_config_mentions_every_directive():
     active = {line.split()[0] for line in text.splitlines() if line and not line.startswith("#")}
     commented_on_purpose = {"include", "rename-command", "unixsocket", "unixsocketperm",
                             "requirepass", "workers", "watchdog-period", "cluster-secret",
-                            "cluster-secret-previous", "cluster-secret-file"}
+                            "cluster-secret-previous", "cluster-secret-file",
+                            "cluster-announce-ip"}
     assert active == {name for name in DIRECTIVES if name not in commented_on_purpose}

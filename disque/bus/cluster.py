@@ -11,6 +11,7 @@ import random
 import zmq
 
 from disque.contracts import bus_messages as M
+from disque.bus.announce import BUS_PORT_OFFSET, announce as default_announce
 from disque.bus.nodes import Node, NodesFile, node_address, now_ms, random_id
 from disque.bus.transport import Transport
 
@@ -19,7 +20,6 @@ HEADER_FLAGS = M.LEAVING | M.PRESSURE     # node flags a sender tells about itse
 log = logging.getLogger("disque.bus")
 
 CRON_MS = 100
-BUS_PORT_OFFSET = 10000
 FORGET_BLACKLIST_MS = 60000
 PING_EVERY_CRONS = 10          # one random ping per second
 RECV_LIMIT = 10000
@@ -27,7 +27,7 @@ RECV_LIMIT = 10000
 
 class Cluster:
     def __init__(self, port, bind_addrs, node_timeout_ms, config_path, ctx=None,
-                 on_job_messages=None, on_change=None, keys=None):
+                 on_job_messages=None, on_change=None, keys=None, announce=None):
         self.node_timeout = node_timeout_ms
         self.file = NodesFile(config_path)
         self.file.lock()
@@ -38,10 +38,13 @@ class Cluster:
         else:
             log.info("Node configuration loaded, I'm %s", myself.id)
         self.myself = myself
-        myself.port = port
-        specific = [a for a in bind_addrs if a not in ("0.0.0.0", "::", "*")]
-        if specific:
-            myself.ip = specific[0]
+        # what this node tells the others (disque/bus/announce.py): myself holds it, so the
+        # bus headers, CLUSTER NODES, HELLO and nodes.conf all say the same
+        self.announce = announce or default_announce(port, bind_addrs)
+        if self.announce.ip:
+            myself.ip = self.announce.ip
+        myself.port = self.announce.port
+        myself.cport = self.announce.cport
         self.nodes = {myself.id: myself}
         for n in others:
             n.flags &= ~(M.PFAIL | M.MYSELF)
@@ -66,7 +69,8 @@ class Cluster:
         self.drop_in = False        # DEBUG hooks: cut this node off the bus, still running
         self.drop_out = False
         # the TCP ports where this node's workers take direct job links (docs/design.md,
-        # "Direct job links"), told to every node after each PING and PONG; None: not sent
+        # "Direct job links"), told to every node (as announced) after each PING and PONG;
+        # None: not sent
         self.job_ports = None
         self.save()
 
@@ -74,7 +78,7 @@ class Cluster:
 
     def link(self, node):
         if node.ip and node.port:
-            self.transport.connect(node.id, node.ip, node.port + BUS_PORT_OFFSET)
+            self.transport.connect(node.id, node.ip, node.bus_port)
 
     def others(self):
         return [n for n in self.nodes.values() if n is not self.myself]
@@ -101,7 +105,8 @@ class Cluster:
         if self.drop_out:
             return False
         me = self.myself
-        data = M.encode(mtype, me.id, me.ip, me.port, me.flags & HEADER_FLAGS, mflags, payload)
+        data = M.encode(mtype, me.id, me.ip, me.port, me.flags & HEADER_FLAGS, mflags, payload,
+                        me.cport)
         if self.transport.send(node.id, data):
             self.stats_sent += 1
             return True
@@ -122,16 +127,17 @@ class Cluster:
         random.shuffle(rest)
         chosen = (failing + rest)[:wanted]
         return [[n.id, n.ping_sent, n.pong_received, n.ip, n.port, n.flags & ~M.MYSELF]
-                for n in chosen]
+                + ([n.cport] if n.cport else []) for n in chosen]
 
     # ---- commands ---------------------------------------------------------------------
 
-    def meet(self, ip, port):
-        """CLUSTER MEET: start a handshake (ignored when one to that address is running)."""
+    def meet(self, ip, port, cport=0):
+        """CLUSTER MEET: start a handshake (ignored when one to that address is running);
+        `cport`: its bus port when not port + 10000."""
         for n in self.nodes.values():
             if n.has(M.HANDSHAKE) and n.ip == ip and n.port == port:
                 return
-        node = Node(random_id(), ip, port, M.HANDSHAKE | M.MEET_FLAG)
+        node = Node(random_id(), ip, port, M.HANDSHAKE | M.MEET_FLAG, cport)
         self.nodes[node.id] = node
         self.link(node)
         self.send(node, M.MEET, self.gossip())
@@ -249,10 +255,10 @@ class Cluster:
             return
         if sender is None:
             if msg.type == M.MEET and not self.blacklisted(msg.sender):
-                sender = Node(msg.sender, msg.ip or msg.peer_ip, msg.port)
+                sender = Node(msg.sender, msg.ip or msg.peer_ip, msg.port, cport=msg.cport)
                 self.nodes[sender.id] = sender
                 self.link(sender)
-                log.info("Node %s (%s:%d) met us", sender.id[:8], sender.ip, sender.port)
+                log.info("Node %s (%s) met us", sender.id[:8], sender.addr_text())
                 self.changed()
             elif msg.type == M.PONG:
                 sender = self.complete_handshake(msg)
@@ -264,10 +270,10 @@ class Cluster:
         if (msg.node_flags & HEADER_FLAGS) != (sender.flags & HEADER_FLAGS):
             sender.flags ^= (msg.node_flags ^ sender.flags) & HEADER_FLAGS
             self.changed()
-        address = node_address(msg.ip or msg.peer_ip, msg.port)
-        if (address is not None and (sender.ip, sender.port) != address
+        address = node_address(msg.ip or msg.peer_ip, msg.port, msg.cport)
+        if (address is not None and sender.address != address
                 and not sender.has(M.HANDSHAKE)):
-            sender.ip, sender.port = address
+            sender.ip, sender.port, sender.cport = address
             self.link(sender)
             self.changed()
         if msg.type in (M.PING, M.MEET):
@@ -314,7 +320,7 @@ class Cluster:
                 n.id = msg.sender
                 n.flags &= ~(M.HANDSHAKE | M.MEET_FLAG)
                 self.nodes[n.id] = n
-                log.info("Handshake with node %s (%s:%d) completed", n.id[:8], n.ip, n.port)
+                log.info("Handshake with node %s (%s) completed", n.id[:8], n.addr_text())
                 self.changed()
                 return n
         return None
@@ -326,7 +332,7 @@ class Cluster:
                 del self.nodes[n.id]
                 self.transport.disconnect(n.id)
 
-    def known_address(self, ip, port):
+    def known_address(self, ip, port, cport=0):
         return any(n.ip == ip and n.port == port for n in self.nodes.values())
 
     def blacklisted(self, node_id):
@@ -340,7 +346,8 @@ class Cluster:
 
     def process_gossip(self, sender, entries):
         now = now_ms()
-        for node_id, _ping, _pong, ip, port, flags in entries:
+        for entry in entries:
+            node_id, _ping, _pong, ip, port, flags = entry[:6]
             if node_id == self.myself.id:
                 continue
             node = self.nodes.get(node_id)
@@ -350,7 +357,7 @@ class Cluster:
                 else:
                     node.fail_reports.pop(sender.id, None)
             elif not flags & M.NOADDR and not self.blacklisted(node_id):
-                address = node_address(ip, port)
+                address = node_address(ip, port, entry[6] if len(entry) > 6 else 0)
                 if address is not None and not self.known_address(*address):
                     self.meet(*address)
 
@@ -367,8 +374,10 @@ class Cluster:
                 if now - n.created > handshake_timeout:
                     del self.nodes[n.id]
                     self.transport.disconnect(n.id)
-                    log.warning("Handshake with %s:%d timed out: the node is down, or does not "
-                                "share this node's cluster secret (%s)", n.ip, n.port,
+                    log.warning("Handshake with %s timed out: the node is down, unreachable at "
+                                "that address (behind NAT: docs/cluster.md, \"Announced "
+                                "addresses\"), or does not share this node's cluster secret (%s)",
+                                n.addr_text(),
                                 "this bus is secured" if self.transport.keys else "this bus is open")
                 else:
                     self.send(n, M.MEET, self.gossip())
@@ -407,7 +416,7 @@ class Cluster:
         """LINKS after each PING and PONG: a node learns our workers' ports within a
         second of meeting us, and again after we restart with new ones."""
         if self.job_ports is not None and not node.has(M.HANDSHAKE):
-            self.send(node, M.LINKS, self.job_ports)
+            self.send(node, M.LINKS, self.announce.job_link_ports(self.job_ports))
 
     def check_fail(self, node, now):
         valid = 2 * self.node_timeout

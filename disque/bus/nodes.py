@@ -1,8 +1,9 @@
 """Known nodes and the cluster config file (SPEC 10.1, 10.6).
 
 nodes.conf holds one line per node (handshake nodes excluded):
-    <id> <ip>:<port> <flags> <ping_sent_ms> <pong_received_ms> <connected|disconnected>
-with exactly one `myself`. It is rewritten atomically (temp file + rename) whenever
+    <id> <ip>:<port>[@<bus port>] <flags> <ping_sent_ms> <pong_received_ms> <connected|disconnected>
+with exactly one `myself` (the bus port only when it is not port + 10000, as Redis Cluster
+writes it: docs/cluster.md, "Announced addresses"). It is rewritten atomically (temp file + rename) whenever
 membership, addresses or FAIL/LEAVING change; because a rename replaces the inode, the
 lock that stops two nodes from sharing it is held on a sidecar `<file>.lock`.
 """
@@ -11,6 +12,7 @@ import ipaddress
 import os
 import time
 
+from disque.config.constants import BUS_PORT_OFFSET
 from disque.contracts import bus_messages as M
 
 FLAG_ORDER = ((M.MYSELF, "myself"), (M.PFAIL, "fail?"), (M.FAIL_FLAG, "fail"),
@@ -19,22 +21,26 @@ FILE_FLAGS = {"myself": M.MYSELF, "fail?": M.PFAIL, "fail": M.FAIL_FLAG, "noaddr
               "leaving": M.LEAVING, "noflags": 0}
 
 
-MAX_NODE_PORT = 65535 - 10000      # its bus listens on port + 10000 (SPEC 10)
+MAX_NODE_PORT = 65535 - BUS_PORT_OFFSET     # its bus listens on port + 10000 (SPEC 10)
 
 
 def now_ms():
     return int(time.time() * 1000)
 
 
-def node_address(ip, port):
-    """The address a node can be met at, in its canonical form ("127.0.0.1", 7711), or None:
-    an IP literal and a port whose bus port exists. CLUSTER MEET, gossip and a peer's own
-    claim about its address all go through here, so what nodes.conf and the links get is
-    always an address."""
-    if type(port) is not int or not 0 < port <= MAX_NODE_PORT or not isinstance(ip, str):
+def node_address(ip, port, cport=0):
+    """The address a node can be met at, in its canonical form ("127.0.0.1", 7711, 0), or
+    None: an IP literal, a port and a bus port that exist (`cport`, 0: port + 10000).
+    CLUSTER MEET, gossip and a peer's own claim about its address all go through here, so
+    what nodes.conf and the links get is always an address."""
+    if type(port) is not int or not isinstance(ip, str) or type(cport) is not int:
         return None
+    if not 0 < port < 65536 or not 0 <= cport < 65536 or (not cport and port > MAX_NODE_PORT):
+        return None
+    if cport == port + BUS_PORT_OFFSET:
+        cport = 0
     try:
-        return str(ipaddress.ip_address(ip)), port
+        return str(ipaddress.ip_address(ip)), port, cport
     except ValueError:
         return None
 
@@ -45,12 +51,13 @@ def random_id():
 
 class Node:
     __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "created",
-                 "fail_reports", "last_seen", "linked", "ping_tx", "job_ports")
+                 "fail_reports", "last_seen", "linked", "ping_tx", "job_ports", "cport")
 
-    def __init__(self, node_id, ip="", port=0, flags=0):
+    def __init__(self, node_id, ip="", port=0, flags=0, cport=0):
         self.id = node_id
         self.ip = ip
         self.port = port
+        self.cport = cport          # its bus port when not port + 10000 (announced), else 0
         self.flags = flags
         self.ping_sent = 0          # ms when the pending PING was sent, 0 = none pending
         self.pong_received = 0
@@ -60,6 +67,19 @@ class Node:
         self.linked = False
         self.ping_tx = 0            # ms of the last PING actually sent (resends included)
         self.job_ports = ()         # its workers' direct job link ports (LINKS), if any
+
+    @property
+    def bus_port(self):
+        return self.cport or self.port + BUS_PORT_OFFSET
+
+    @property
+    def address(self):
+        return self.ip, self.port, self.cport
+
+    def addr_text(self):
+        """ip:port, and @bus port when it is not port + 10000 (Redis Cluster's form)."""
+        text = "%s:%d" % (self.ip, self.port)
+        return text + "@%d" % self.cport if self.cport else text
 
     def has(self, flag):
         return bool(self.flags & flag)
@@ -74,11 +94,11 @@ class Node:
 
     def line(self, myself):
         connected = "connected" if (self is myself or self.linked) else "disconnected"
-        return "%s %s:%d %s %d %d %s" % (self.id, self.ip, self.port, self.flag_names(),
-                                         self.ping_sent, self.pong_received, connected)
+        return "%s %s %s %d %d %s" % (self.id, self.addr_text(), self.flag_names(),
+                                      self.ping_sent, self.pong_received, connected)
 
     def __repr__(self):
-        return "<Node %s %s:%d %s>" % (self.id[:8], self.ip, self.port, self.flag_names())
+        return "<Node %s %s %s>" % (self.id[:8], self.addr_text(), self.flag_names())
 
 
 class ConfigFileError(Exception):
@@ -128,8 +148,10 @@ class NodesFile:
                                       "%s at line %d: %r" % (self.path, lineno, raw))
             node_id, addr, flags_text, ping_sent, pong_received, _link = parts
             ip, _, port = addr.rpartition(":")
+            port, _, cport = port.partition("@")
             try:
                 port = int(port)
+                cport = int(cport) if cport else 0
                 flags = 0
                 for name in flags_text.split(","):
                     flags |= FILE_FLAGS[name]
@@ -139,7 +161,7 @@ class NodesFile:
             if len(node_id) != 40:
                 raise ConfigFileError("Unrecoverable error: bad node id in %s at line %d"
                                       % (self.path, lineno))
-            node = Node(node_id, ip, port, flags)
+            node = Node(node_id, ip, port, flags, cport)
             stamp = now_ms()
             node.ping_sent = stamp if ping_sent != "0" else 0
             node.pong_received = stamp if pong_received != "0" else 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from disque.config.constants import MAX_HZ, MAX_PASSWORD_LENGTH, MAX_PORT, MIN_HZ
-from disque.config.kinds import _check_bare_filename, AddressList, Bool, ClientOutputBufferLimit, CommandRenames, Directory, Enum, Include, Integer, KeepaliveInteger, Kind, Memory, Octal, OutputBufferLimits, Secret, String
+from disque.config.kinds import _check_bare_filename, _check_ip_literal, AddressList, Bool, ClientOutputBufferLimit, CommandRenames, Directory, Enum, Include, Integer, KeepaliveInteger, Kind, Memory, Octal, OutputBufferLimits, Secret, String
 
 
 
@@ -102,6 +102,17 @@ _TABLE: list[Directive] = [
     # job messages between nodes go worker to worker, not through the front-ends (docs/design.md)
     Directive("cluster-job-links", Enum("argument must be 'direct' or 'bus'", ("direct", "bus")),
               "direct", **_GR),
+    # where this node tells the others it is, behind NAT or in containers (docs/cluster.md,
+    # "Announced addresses"); unset (empty / 0): the bind address, port, port + 10000 and the
+    # job links' own ports, as before. Redis Cluster's names and meanings.
+    Directive("cluster-announce-ip", String(empty_is_none=True, check=_check_ip_literal), None, **_GR),
+    Directive("cluster-announce-port", Integer("Invalid cluster-announce-port", 0, 65535), 0, **_GR),
+    Directive("cluster-announce-bus-port", Integer("Invalid cluster-announce-bus-port", 0, 65535), 0, **_GR),
+    # the direct job links' ports: worker w listens on base + w (0: chosen by the kernel), and
+    # the ports the other nodes are told (0: the ports listened on)
+    Directive("cluster-job-link-port", Integer("Invalid cluster-job-link-port", 0, 65535), 0, **_GR),
+    Directive("cluster-announce-job-link-port",
+              Integer("Invalid cluster-announce-job-link-port", 0, 65535), 0, **_GR),
     Directive("stats-log-file", String(), "", **_GSR),
     Directive("stats-log-interval", Integer("Invalid stats-log-interval (must be 1 or greater)", 1),
               10, **_GSR),

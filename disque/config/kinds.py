@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import re
 from typing import Any, Callable, Iterable, NamedTuple
@@ -359,3 +360,12 @@ def _check_bare_filename(text: str) -> None:
         raise _Invalid("appendfilename can't be a path, just a filename")
 
 
+def _check_ip_literal(text: str) -> None:
+    """cluster-announce-ip: an IPv4 or IPv6 literal (the other nodes connect to it as given),
+    or empty: not set."""
+    if not text:
+        return
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise _Invalid("Invalid cluster-announce-ip (must be an IP address): %s" % text) from None

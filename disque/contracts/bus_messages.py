@@ -4,7 +4,10 @@ Every bus message is one ZeroMQ frame holding the msgpack list (Envelope)
     [type, sender_id, sender_ip, sender_port, sender_flags, message_flags, payload]
 The sender's client port (not the bus port), its node flags (only LEAVING is trusted by
 receivers) and the message flags (NOREPLY, INCR_NACKS, INCR_DELIV) mirror the upstream
-header; `payload` depends on the type (see PAYLOADS).
+header; `payload` depends on the type (see PAYLOADS). A sender whose bus port is not its
+port + 10000 (`cluster-announce-bus-port`, disque/bus/announce.py) appends it as an eighth
+field, and a gossip entry about such a node carries it as a seventh: a node that announces
+nothing sends what it always sent.
 
 A job message travels in three more shapes on its way between two workers, each a named
 type below (disque/contracts/typed.py: one encoder, one decoder):
@@ -73,7 +76,8 @@ SPILL_FULL = 1024
 PRESSURE = SPILLING | SPILL_FULL
 
 PAYLOADS = {
-    PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags]",
+    PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags] "
+          "(+ bus port when not port + 10000)",
     FAIL: "failing node id",
     REPLJOB: "serialized job (message form, disque/contracts/job_codec.py)",
     YOURJOBS: "list of serialized jobs",
@@ -140,15 +144,22 @@ class Answer(NamedTuple):
     result: object
 
 
-def encode(mtype, sender_id, ip, port, node_flags, mflags, payload):
-    return msgpack.packb(Envelope.encode(mtype, sender_id, ip, port, node_flags, mflags, payload),
-                         use_bin_type=True)
+def encode(mtype, sender_id, ip, port, node_flags, mflags, payload, cport=0):
+    fields = Envelope.encode(mtype, sender_id, ip, port, node_flags, mflags, payload)
+    if cport:
+        fields.append(cport)
+    return msgpack.packb(fields, use_bin_type=True)
+
+
+def valid_port(port):
+    return type(port) is int and 0 < port < 65536
 
 
 class Message:
-    __slots__ = ("type", "sender", "ip", "port", "node_flags", "flags", "payload", "peer_ip")
+    __slots__ = ("type", "sender", "ip", "port", "node_flags", "flags", "payload", "peer_ip",
+                 "cport")
 
-    def __init__(self, mtype, sender, ip, port, node_flags, flags, payload, peer_ip=""):
+    def __init__(self, mtype, sender, ip, port, node_flags, flags, payload, peer_ip="", cport=0):
         self.type = mtype
         self.sender = sender
         self.ip = ip
@@ -157,6 +168,7 @@ class Message:
         self.flags = flags
         self.payload = payload
         self.peer_ip = peer_ip
+        self.cport = cport          # the sender's bus port when not port + 10000, else 0
 
     @property
     def name(self):
@@ -169,6 +181,11 @@ def decode(data, peer_ip=""):
         fields = msgpack.unpackb(data, raw=False, use_list=True)
     except Exception:
         return None
+    cport = 0
+    if type(fields) is list and len(fields) == 8:
+        cport = fields.pop()
+        if not valid_port(cport):
+            return None
     try:
         mtype, sender, ip, port, node_flags, mflags, payload = Envelope.decode(fields)
     except ValueError:
@@ -208,10 +225,16 @@ def decode(data, peer_ip=""):
         # entry costs that entry, not the whole frame
         if not isinstance(payload, list):
             return None
-    return Message(mtype, sender, ip, port, node_flags, mflags, payload, peer_ip)
+    return Message(mtype, sender, ip, port, node_flags, mflags, payload, peer_ip, cport)
 
 
 def valid_gossip(entry):
+    """[id, ping_sent, pong_received, ip, port, flags] and, for a node whose bus port is not
+    port + 10000, that bus port."""
+    if isinstance(entry, list) and len(entry) == 7:
+        if not valid_port(entry[6]):
+            return False
+        entry = entry[:6]
     return (isinstance(entry, list) and len(entry) == 6 and isinstance(entry[0], str)
             and len(entry[0]) == 40 and isinstance(entry[3], str) and isinstance(entry[4], int)
             and isinstance(entry[5], int) and isinstance(entry[1], int)

@@ -174,8 +174,8 @@ class ClusterRelay:
         c = self.cluster
         sub = argv[1].lower()
         n = len(argv)
-        if sub == b"meet" and n == 4:
-            self.meet(client, argv[2], argv[3])
+        if sub == b"meet" and n in (4, 5):
+            self.meet(client, argv[2], argv[3], argv[4] if n == 5 else None)
         elif sub == b"nodes" and n == 2:
             client.reply(resp.bulk(c.nodes_text().encode()))
         elif sub == b"myid" and n == 2:
@@ -211,12 +211,20 @@ class ClusterRelay:
         else:
             client.reply(WRONG_CLUSTER)
 
-    def meet(self, client, ip_arg, port_arg):
+    def meet(self, client, ip_arg, port_arg, bus_port_arg=None):
+        """CLUSTER MEET ip port [bus-port] (the bus port as Redis 7 takes it: for a node
+        whose bus is not on port + 10000, docs/cluster.md "Announced addresses")."""
         port = resp.parse_int(port_arg)
         if port is None:
             client.reply(b"-ERR Invalid TCP port specified: %s\r\n" % one_line(port_arg))
             return
-        address = node_address(ip_arg.decode(errors="replace"), port)
+        cport = 0
+        if bus_port_arg is not None:
+            cport = resp.parse_int(bus_port_arg)
+            if cport is None or not 0 < cport < 65536:
+                client.reply(b"-ERR Invalid TCP bus port specified: %s\r\n" % one_line(bus_port_arg))
+                return
+        address = node_address(ip_arg.decode(errors="replace"), port, cport)
         if address is None:
             client.reply(b"-ERR Invalid node address specified: %s:%s\r\n"
                          % (one_line(ip_arg), one_line(port_arg)))

@@ -12,6 +12,7 @@ from disque import log as dlog
 from disque import replies as R
 from disque._fast import resp
 from disque._fast.dispatch import ping_reply
+from disque.bus import announce
 from disque.frontend.persistence_phases import AOF_DIRECTIVES
 from disque.replies import one_line
 
@@ -68,12 +69,6 @@ class NodeCommands:
     def cmd_ping(self, client, argv):
         client.reply(ping_reply(argv))
 
-    def my_ip(self):
-        binds = getattr(self.cfg, "bind", None) or []
-        for b in binds:
-            if b not in ("0.0.0.0", "::", "*"):
-                return b.encode()
-        return b""
 
     def cmd_hello(self, client, argv):
         relay = self.fe.relay
@@ -82,7 +77,8 @@ class NodeCommands:
             return
         me = self.fe.node_id
         prio = HELLO_PRIORITY_BY_PRESSURE[self.fe.memory.pressure]
-        node = resp.bulk_array([me, self.my_ip(), str(self.cfg.node_port).encode(), prio])
+        told = announce.from_config(self.cfg)         # HELLO tells the announced address
+        node = resp.bulk_array([me, told.ip.encode(), str(told.port).encode(), prio])
         client.reply(b"*3\r\n:1\r\n" + resp.bulk(me) + node)
 
     def cmd_echo(self, client, argv):
