@@ -21,7 +21,7 @@ from disque import config as config_mod
 from disque import log as dlog
 from disque._fast.clock import PeriodicTimer
 from disque.bus import announce as announce_mod
-from disque.bus.cluster import BUS_PORT_OFFSET, Cluster
+from disque.bus.cluster import Cluster
 from disque.bus.link_keys import write_link_files
 from disque.bus.nodes import ConfigFileError
 from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private

@@ -30,6 +30,7 @@ cdef class ServedClient:
     cdef public bint following      # handed back to follow them there (BACK_FOLLOW)
     cdef public object tls          # a TLS connection: sock._sslobj (OpenSSL's, read and written directly), else None
     cdef public int pump            # and its pump id (disque/workers/tls_clients.py)
+    cdef public Py_ssize_t tls_retry    # bytes of the write OpenSSL could not finish (0: none)
 
 cdef class ServedLoop:
     cdef public int index, nworkers, link_fd, timer_fd

@@ -19,6 +19,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import QueryBufferOverflow
 from disque.contracts import connection_handover as H
+from disque.tls_context import WRITE_CHUNK
 from disque._fast.shardcore cimport ShardCore
 from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
 
@@ -54,6 +55,7 @@ cdef bytearray tls_buf = bytearray(READ_SIZE)
 cdef object tls_view = memoryview(tls_buf)
 
 cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
+cdef Py_ssize_t TLS_CHUNK = WRITE_CHUNK
 
 
 cpdef double monotonic():
@@ -149,6 +151,7 @@ cdef class ServedClient:
         self.following = False
         self.tls = None
         self.pump = -1
+        self.tls_retry = 0
 
 
 cdef class ServedLoop:
@@ -337,14 +340,25 @@ cdef class ServedLoop:
         self.run_input(c)
 
     cdef Py_ssize_t send_tls(self, ServedClient c, bytes data) except -2:
-        """What OpenSSL took of `data`; 0: try the same bytes again later (as it
-        requires); -1: the connection is broken."""
-        try:
-            return c.tls.write(data)
-        except (SSLWantWriteError, SSLWantReadError):
-            return 0
-        except (OSError, ValueError):
-            return -1
+        """What OpenSSL took of `data`, in chunks of TLS_CHUNK; the chunk it could not finish
+        is retried later with the same first bytes (c.tls_retry says how many, for its pump
+        if the connection goes back meanwhile); -1: the connection is broken."""
+        cdef Py_ssize_t size = len(data), done = 0, end
+        obj = c.tls
+        while done < size:
+            end = done + TLS_CHUNK
+            if end > size:
+                end = size
+            try:
+                obj.write(data if done == 0 and end == size else data[done:end])
+            except (SSLWantWriteError, SSLWantReadError):
+                c.tls_retry = end - done
+                return done
+            except (OSError, ValueError):
+                return -1
+            done = end
+        c.tls_retry = 0
+        return done
 
     cpdef run_input(self, ServedClient c):
         """The commands c's input holds (ServedCore)."""

@@ -66,6 +66,31 @@ class NodeCommands:
             return fe.tls_port.config_changed(name)
         return None
 
+    def config_set_pairs(self, pairs):
+        """CONFIG SET name value [name value ...] (as Redis 7): every value is checked and
+        stored first (one refused: those stored are put back, nothing else happens), then
+        each directive's side effect runs once, so a certificate and its key change together.
+        Returns an error reply or None."""
+        cfg = self.cfg
+        stored = []
+        try:
+            for name, value in pairs:
+                try:
+                    before = cfg.get(name)
+                except KeyError:
+                    before = None
+                cfg.config_set(name, value)
+                stored.append((name, before))
+        except Exception:
+            for name, before in reversed(stored):
+                setattr(cfg, name.lower().replace("-", "_"), before)
+            raise
+        for name in dict.fromkeys(name.lower() for name, _ in pairs):
+            err = self.config_changed(name)     # front-end side effects
+            if err:
+                return err
+        return None
+
     def cmd_ping(self, client, argv):
         client.reply(ping_reply(argv))
 
@@ -129,10 +154,10 @@ class NodeCommands:
             if sub == b"get" and len(argv) == 3:
                 pairs = cfg.config_get(argv[2].decode(errors="replace"))
                 client.reply(config_reply_pairs(client, pairs))   # a map for RESP3
-            elif sub == b"set" and len(argv) == 4:
-                name = argv[2].decode(errors="replace")
-                cfg.config_set(name, argv[3].decode(errors="replace"))
-                err = self.config_changed(name.lower())     # front-end side effects
+            elif sub == b"set" and len(argv) >= 4 and len(argv) % 2 == 0:
+                err = self.config_set_pairs([(argv[i].decode(errors="replace"),
+                                              argv[i + 1].decode(errors="replace"))
+                                             for i in range(2, len(argv), 2)])
                 if err:
                     client.reply(err)
                 else:                   # OK once the workers serving connections have it too

@@ -46,6 +46,7 @@ class TlsPort:
         self.ready = [False] * fe.nworkers      # w has the settings: it may take connections
         self.next = 0
         self.listeners = []
+        self.listening = False
         self.accepted = 0
 
     @property
@@ -59,17 +60,21 @@ class TlsPort:
         self.listeners = socks
         for w in range(self.fe.nworkers):
             self.worker_ready(w)
-        for s in socks:
-            self.fe.loop.add_reader(s.fileno(), self.accept, s)
+
+    def listen(self):
+        """Accept once a worker can take connections (they wait in the backlog until then)."""
+        if not self.listening and self.listeners:
+            self.listening = True
+            for s in self.listeners:
+                self.fe.loop.add_reader(s.fileno(), self.accept, s)
 
     def stop(self):
         for s in self.listeners:
-            try:
+            if self.listening:
                 self.fe.loop.remove_reader(s.fileno())
-            except (ValueError, OSError):
-                pass
             s.close()
         self.listeners = []
+        self.listening = False
 
     def worker_ready(self, w):
         """A worker (new or restarted) gets the settings, then connections."""
@@ -80,6 +85,7 @@ class TlsPort:
         def done(value):
             if value is True:
                 self.ready[w] = True
+                self.listen()
             else:
                 log.warning("Worker %d cannot run TLS connections: %s", w, value)
         self.fe.restarts.control(w, "tls_config", self.settings, done)

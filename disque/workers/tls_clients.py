@@ -22,12 +22,13 @@ import ssl
 import time
 
 from disque.contracts import connection_handover as H
-from disque.tls_context import HANDSHAKE_TIMEOUT, TlsConfigError, reason, server_context
+from disque.tls_context import (HANDSHAKE_TIMEOUT, WRITE_CHUNK, TlsConfigError, reason,
+                                server_context)
 
 log = logging.getLogger("disque.worker")
 
 EPOLLIN, EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
-CHUNK = 64 * 1024
+CHUNK = 64 * 1024               # bytes per read
 LIMIT = 1 << 20                 # bytes held one way before that way stops reading
 CLOSE_TIMEOUT = 10.0            # a closing connection's last replies get this long to leave
 LOG_BURST = 20                  # handshake failures logged per LOG_WINDOW, the rest counted
@@ -54,7 +55,8 @@ def drain(sock):
 
 class Pump:
     """One TLS connection of this worker (handshaking, pumped or served)."""
-    __slots__ = ("id", "tls", "fd", "addr", "plain", "to_tls", "to_plain", "since", "closing")
+    __slots__ = ("id", "tls", "fd", "addr", "plain", "to_tls", "to_plain", "since", "closing",
+                 "retry")
 
     def __init__(self, pid, tls, addr):
         self.id = pid
@@ -66,6 +68,7 @@ class Pump:
         self.to_plain = bytearray()     # the client's plaintext, not yet taken by the front-end
         self.since = time.monotonic()   # accepted (handshake deadline) or closing since
         self.closing = False            # the front-end closed: the last replies, then close
+        self.retry = 0                  # bytes of the write OpenSSL could not finish
 
 
 class TlsClients:
@@ -227,7 +230,7 @@ class TlsClients:
         if ev & EPOLLOUT:
             self.flush_plain(p)
         if ev & ~EPOLLOUT and p.plain is not None:
-            while len(p.to_tls) < LIMIT:
+            while len(p.to_tls) < max(LIMIT, p.retry):
                 try:
                     data = p.plain.recv(CHUNK)
                 except (BlockingIOError, InterruptedError):
@@ -244,15 +247,18 @@ class TlsClients:
             self.flush_tls(p)
 
     def flush_tls(self, p):
-        while p.to_tls:
-            chunk = bytes(p.to_tls[:CHUNK])     # a retry starts with the same bytes (OpenSSL)
+        # a retry needs the bytes of the write that did not finish (tls_context.WRITE_CHUNK)
+        while p.to_tls and len(p.to_tls) >= p.retry:
+            chunk = bytes(p.to_tls[:WRITE_CHUNK])
             try:
                 n = p.tls.send(chunk)
             except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                p.retry = len(chunk)
                 break
             except (OSError, ValueError):
                 self.close(p)
                 return
+            p.retry = 0
             del p.to_tls[:n]
         if p.closing and not p.to_tls:
             self.close(p)
@@ -263,8 +269,8 @@ class TlsClients:
         if p.plain is None:
             return
         tls_mask = (EPOLLIN if len(p.to_plain) < LIMIT and not p.closing else 0) | \
-            (EPOLLOUT if p.to_tls else 0)
-        plain_mask = (EPOLLIN if len(p.to_tls) < LIMIT and not p.closing else 0) | \
+            (EPOLLOUT if p.to_tls and len(p.to_tls) >= p.retry else 0)
+        plain_mask = (EPOLLIN if len(p.to_tls) < max(LIMIT, p.retry) and not p.closing else 0) | \
             (EPOLLOUT if p.to_plain else 0)
         self.watch(p.fd, tls_mask, self.extra_fds[p.fd])
         self.watch(p.plain.fileno(), plain_mask, self.extra_fds[p.plain.fileno()])
@@ -307,6 +313,7 @@ class TlsClients:
         """A served TLS connection goes back to the front-end: the socket it gets (the
         caller sends it with the HANDBACK and closes it)."""
         p = Pump(c.pump, c.sock, self.addr_of(c.sock))
+        p.retry = c.tls_retry
         plain, theirs = socket.socketpair()
         plain.setblocking(False)
         p.plain = plain
