@@ -164,6 +164,12 @@ class TlsServer(DisqueServer):
         self._clients.append(c)
         return c
 
+    def call(self, *args):
+        """One command over TLS (the cluster harness joins TLS-only nodes with it)."""
+        if self._client is None:
+            self._client = self.tls_client()
+        return self._client.execute_command(*args)
+
     def stop(self, *a, **kw):
         try:
             return super().stop(*a, **kw)
