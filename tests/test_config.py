@@ -690,6 +690,8 @@ def test_command_line_help_word_as_a_value_is_a_value():
 # CONFIG GET
 
 
+from disque.tls_context import SETTINGS as TLS_SETTINGS  # noqa: E402
+
 SPEC_GET_PARAMETERS = {
     "requirepass", "unixsocket", "logfile", "pidfile", "maxmemory", "maxmemory-samples", "timeout",
     "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size", "slowlog-log-slower-than",
@@ -715,7 +717,8 @@ def test_config_get_star_lists_spec_parameters_and_ours():
                                                   "cluster-secret-previous", "cluster-secret-file",
                                                   "metrics-port", "metrics-auth",
                                                   "spill", "spill-threshold", "spill-keep",
-                                                  "metrics-actions", "cluster-query-timeout"}
+                                                  "metrics-actions", "cluster-query-timeout",
+                                                  "tls-port", *TLS_SETTINGS}
 
 
 def test_config_get_default_values():

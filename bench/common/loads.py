@@ -19,16 +19,19 @@ from common.servers import Server, kill_child, run_child
 # (a) redis-benchmark
 # --------------------------------------------------------------------------
 
-def run_redis_benchmark(args, srv: Server, n: int, pipeline: int, keyspace: int = 0) -> dict:
+def run_redis_benchmark(args, srv: Server, n: int, pipeline: int, keyspace: int = 0,
+                        tls=None) -> dict:
     """redis-benchmark ADDJOB (LPUSH for Redis) on queue q, or with keyspace > 0 spread over
-    that many queues q:<n> (redis-benchmark's -r and __rand_int__)."""
+    that many queues q:<n> (redis-benchmark's -r and __rand_int__). `tls`: (port, flags) of
+    the server's TLS port (bench/bench_tls.py), instead of its plaintext port."""
     body = make_body(args.body_size).decode()
     queue = "q:__rand_int__" if keyspace else "q"
     if srv.kind == "redis":
         cmd = ["LPUSH", queue, body]
     else:
         cmd = ["ADDJOB", queue, body, "0"]
-    argv = [args.redis_benchmark, "-h", "127.0.0.1", "-p", str(srv.port),
+    port, flags = tls or (srv.port, [])
+    argv = [args.redis_benchmark, "-h", "127.0.0.1", "-p", str(port), *flags,
             "-c", str(args.clients), "-n", str(n), "--csv"]
     if pipeline > 1:
         argv += ["-P", str(pipeline)]
