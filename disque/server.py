@@ -28,7 +28,7 @@ from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.frontend.persistence_phases import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.listen import bind_tcp
-from disque.tls_context import TlsConfigError, server_context, settings_of
+from disque.tls_context import TlsConfigError, https_context, server_context, settings_of
 from disque.workers.link import front_end_links
 from disque.worker_restart import WorkerRestarts
 
@@ -99,6 +99,16 @@ def tls_listen_sockets(cfg, client_socks):
         raise
 
 
+def metrics_tls_context(cfg):
+    """The metrics port's TLS context with `metrics-tls yes`, else None."""
+    if not cfg.metrics_tls:
+        return None
+    try:
+        return https_context(settings_of(cfg))
+    except TlsConfigError as e:
+        raise StartupError(str(e))
+
+
 def metrics_listen(cfg, client_socks):
     """The metrics port's sockets (none when metrics-port is 0), bound before the workers start."""
     if not cfg.metrics_port:
@@ -109,6 +119,7 @@ def metrics_listen(cfg, client_socks):
         raise StartupError("metrics-port %d is the client port" % cfg.metrics_port)
     from disque.metrics.endpoint import listen_sockets as metrics_sockets  # only when enabled
     try:
+        metrics_tls_context(cfg)            # a certificate that does not load: stop here
         return metrics_sockets(cfg)
     except OSError as e:
         for s in client_socks:
@@ -355,9 +366,10 @@ class Node:
             if metrics_socks:
                 from disque.metrics.endpoint import MetricsEndpoint
                 self.metrics = MetricsEndpoint(fe)
-                self.metrics.start(metrics_socks)
-                log.info("Metrics and dashboard on http://%s:%d/", (cfg.bind or ["127.0.0.1"])[0],
-                         cfg.metrics_port)
+                https = fe.tls_port.https = metrics_tls_context(cfg)
+                self.metrics.start(metrics_socks, https)
+                log.info("Metrics and dashboard on %s://%s:%d/", "https" if https else "http",
+                         (cfg.bind or ["127.0.0.1"])[0], cfg.metrics_port)
             servers = []
             self.serve_cb = lambda: self.serve(loop, socks, unix_sock, servers, tls_socks)
             if fe.persistence.loading:

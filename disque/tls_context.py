@@ -47,11 +47,34 @@ def protocol_range(text):
     return versions[0], versions[-1]
 
 
-def server_context(settings):
+def server_context(settings, needs="tls-port"):
     """An ssl.SSLContext for the client port; TlsConfigError names what is wrong."""
+    ctx = certificate_context(settings, needs)
+    s = settings
+    ctx.verify_mode = VERIFY[s["tls-auth-clients"]]
+    if s["tls-ca-cert-file"] or s["tls-ca-cert-dir"]:
+        try:
+            ctx.load_verify_locations(cafile=s["tls-ca-cert-file"] or None,
+                                      capath=s["tls-ca-cert-dir"] or None)
+        except (ssl.SSLError, OSError) as e:
+            raise TlsConfigError("tls-ca-cert-file / tls-ca-cert-dir: %s" % reason(e))
+    elif ctx.verify_mode != ssl.CERT_NONE:
+        raise TlsConfigError("tls-auth-clients %s needs tls-ca-cert-file or tls-ca-cert-dir "
+                             "(or tls-auth-clients no)" % s["tls-auth-clients"])
+    return ctx
+
+
+def https_context(settings):
+    """The metrics port's (`metrics-tls yes`): the same certificate, protocols and ciphers,
+    no client certificate asked (the console has its password)."""
+    return certificate_context(settings, "metrics-tls")
+
+
+def certificate_context(settings, needs):
+    """A server context with the certificate and the protocol, cipher and session options."""
     s = settings
     if not s["tls-cert-file"] or not s["tls-key-file"]:
-        raise TlsConfigError("tls-port needs tls-cert-file and tls-key-file")
+        raise TlsConfigError("%s needs tls-cert-file and tls-key-file" % needs)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version, ctx.maximum_version = protocol_range(s["tls-protocols"])
     # renegotiation would let a client make this worker write while it reads
@@ -70,16 +93,6 @@ def server_context(settings):
                              % (s["tls-cert-file"], s["tls-key-file"], reason(e)))
     except OSError as e:
         raise TlsConfigError("tls-cert-file / tls-key-file: %s" % (e.strerror or e))
-    ctx.verify_mode = VERIFY[s["tls-auth-clients"]]
-    if s["tls-ca-cert-file"] or s["tls-ca-cert-dir"]:
-        try:
-            ctx.load_verify_locations(cafile=s["tls-ca-cert-file"] or None,
-                                      capath=s["tls-ca-cert-dir"] or None)
-        except (ssl.SSLError, OSError) as e:
-            raise TlsConfigError("tls-ca-cert-file / tls-ca-cert-dir: %s" % reason(e))
-    elif ctx.verify_mode != ssl.CERT_NONE:
-        raise TlsConfigError("tls-auth-clients %s needs tls-ca-cert-file or tls-ca-cert-dir "
-                             "(or tls-auth-clients no)" % s["tls-auth-clients"])
     if s["tls-dh-params-file"]:
         try:
             ctx.load_dh_params(s["tls-dh-params-file"])

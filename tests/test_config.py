@@ -718,7 +718,7 @@ def test_config_get_star_lists_spec_parameters_and_ours():
                                                   "metrics-port", "metrics-auth",
                                                   "spill", "spill-threshold", "spill-keep",
                                                   "metrics-actions", "cluster-query-timeout",
-                                                  "tls-port", *TLS_SETTINGS}
+                                                  "tls-port", "metrics-tls", *TLS_SETTINGS}
 
 
 def test_config_get_default_values():

@@ -288,3 +288,31 @@ def test_a_slow_tls_reader_gets_every_reply_in_order(node):
     assert [r for r in replies[1::2]] == [b"%d" % i for i in range(n)]
     assert all(r[0][2] == body for r in replies[0::2])
     assert int(node.info_fields()["connection_handbacks"]) >= 1     # the slow reader went back
+
+
+def test_metrics_tls_serves_the_metrics_port_over_https(start_tls, certs):
+    import urllib.error
+    import urllib.request
+    from disque.harness.ports import lease_port
+    lease = lease_port()
+    try:
+        node = start_tls(extra_args=["--metrics-port", lease.port, "--metrics-tls", "yes"])
+        url = "https://127.0.0.1:%d" % lease.port
+        ctx = ssl.create_default_context(cafile=certs.path("ca.crt"))
+        with urllib.request.urlopen(url + "/metrics", context=ctx, timeout=10) as r:
+            assert r.status == 200 and b"disque_" in r.read()
+        with urllib.request.urlopen(url + "/api/console/session", context=ctx, timeout=10) as r:
+            assert "; Secure" in r.headers["Set-Cookie"]
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen("http://127.0.0.1:%d/metrics" % lease.port, timeout=10).read()
+        # the certificate follows CONFIG SET, as the client port's
+        c = node.tls_client()
+        c.execute_command("CONFIG", "SET", "tls-cert-file", certs.path("server2.crt"),
+                          "tls-key-file", certs.path("server2.key"))
+        raw = socket.create_connection(("127.0.0.1", lease.port), timeout=5)
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            from cryptography import x509
+            got = x509.load_der_x509_certificate(s.getpeercert(binary_form=True)).serial_number
+        assert got == certs.server2_serial
+    finally:
+        lease.release()

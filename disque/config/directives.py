@@ -119,6 +119,8 @@ _TABLE: list[Directive] = [
     # HTTP endpoint for Prometheus and the dashboard (docs/metrics.md); bound like `bind`
     Directive("metrics-port", Integer("Invalid metrics-port", 0, 65535), 0, **_GR),
     Directive("metrics-auth", Bool(), True, **_GSR),
+    # HTTPS on the metrics port with the tls-cert-file / tls-key-file certificate
+    Directive("metrics-tls", Bool(), False, **_GR),
     # the operations console may act on queues and jobs (docs/console.md): needs requirepass
     Directive("metrics-actions", Bool(), False, **_GSR),
     # how long QLEN/QSTAT/QPEEK ... CLUSTER and the console wait for the other nodes, in ms

@@ -12,7 +12,8 @@ import logging
 import socket
 
 from disque.contracts import connection_handover as H
-from disque.tls_context import TlsConfigError, server_context, settings_of, SETTINGS
+from disque.tls_context import (SETTINGS, TlsConfigError, https_context, server_context,
+                                settings_of)
 
 log = logging.getLogger("disque.frontend")
 
@@ -42,16 +43,14 @@ class TlsPort:
     def __init__(self, fe, cfg):
         self.fe = fe
         self.cfg = cfg
-        self.settings = settings_of(cfg) if cfg.tls_port else None
+        self.settings = settings_of(cfg)       # the last that loaded (CONFIG SET restores them)
+        self.enabled = bool(cfg.tls_port)
+        self.https = None                       # the metrics port's context (metrics-tls yes)
         self.ready = [False] * fe.nworkers      # w has the settings: it may take connections
         self.next = 0
         self.listeners = []
         self.listening = False
         self.accepted = 0
-
-    @property
-    def enabled(self):
-        return self.settings is not None
 
     def start(self, socks):
         """Listen (the sockets were bound at start-up) once the workers have the settings."""
@@ -159,19 +158,27 @@ class TlsPort:
 
     def config_changed(self, name):
         """CONFIG SET tls-*: a new context for the connections after the OK (an error keeps
-        the old settings, which the caller's values are put back to)."""
-        if not self.enabled or name not in SETTINGS:
+        the old settings, which the caller's values are put back to); the metrics port's
+        certificate is reloaded in place."""
+        if name not in SETTINGS or not (self.enabled or self.https):
             return None
         settings = settings_of(self.cfg)
         try:
-            server_context(settings)
+            if self.enabled:
+                server_context(settings)
+            if self.https is not None:
+                https_context(settings)
         except TlsConfigError as e:
             for key, value in self.settings.items():
                 setattr(self.cfg, key.replace("-", "_"), value)
             return b"-ERR %s\r\n" % str(e).encode()
         self.settings = settings
         log.info("TLS settings changed (%s): new connections use them", name)
-        self.fe.handover.push("tls_config", settings)
+        if self.https is not None:
+            self.https.load_cert_chain(settings["tls-cert-file"], settings["tls-key-file"],
+                                       password=settings["tls-key-file-pass"] or None)
+        if self.enabled:
+            self.fe.handover.push("tls_config", settings)
         return None
 
     def info_fields(self):

@@ -123,7 +123,7 @@ class Console:
     def session(self, req, reply):
         session, token = self.auth.new_session()
         reply({"token": token, "actions": self.auth.actions_possible(),
-               "node": self.fe.node_id.decode()}, (self.auth.cookie_header(session),))
+               "node": self.fe.node_id.decode()}, (self.auth.cookie_header(session, req.secure),))
 
     @staticmethod
     def asked(answers, asked):

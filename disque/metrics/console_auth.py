@@ -67,9 +67,10 @@ class ConsoleAuth:
         session = "%d.%s" % (int(time.time()), os.urandom(16).hex())
         return session, self.token(session)
 
-    def cookie_header(self, session):
-        return ("Set-Cookie", "%s=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d"
-                % (self.cookie, session, SESSION_TTL_S))
+    def cookie_header(self, session, secure=False):
+        """`secure`: the page came over HTTPS (metrics-tls), so the cookie never goes over HTTP."""
+        return ("Set-Cookie", "%s=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d%s"
+                % (self.cookie, session, SESSION_TTL_S, "; Secure" if secure else ""))
 
     def session_ok(self, req):
         session = req.cookies.get(self.cookie, "")

@@ -62,8 +62,8 @@ class MetricsEndpoint:
         with open(DASHBOARD, "rb") as f:
             self.dashboard = f.read()
 
-    def start(self, socks):
-        self.fe.loop.run_until_complete(self.http.listen(socks))
+    def start(self, socks, ssl=None):
+        self.fe.loop.run_until_complete(self.http.listen(socks, ssl))
 
     def close(self):
         self.http.close()

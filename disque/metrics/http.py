@@ -26,6 +26,8 @@ from aiohttp.streams import EmptyStreamReader
 from aiohttp.web_protocol import ERROR, RequestHandler
 from multidict import CIMultiDict
 
+from disque.tls_context import HANDSHAKE_TIMEOUT
+
 log = logging.getLogger("disque.metrics")
 
 HEADER_LIMIT = 8192
@@ -77,7 +79,7 @@ class SentRequest(web.BaseRequest):
 class Request:
     """What the handler sees of a request: method, path (percent-decoded), query (dict,
     url-decoded, the last value wins), headers (case-insensitive), body, remote ("ip:port"),
-    keep_alive and cookies."""
+    keep_alive, cookies and secure (it came over HTTPS)."""
     __slots__ = ("_r", "body", "headers", "keep_alive", "method", "path", "remote")
 
     def __init__(self, r, body):
@@ -96,6 +98,11 @@ class Request:
     @property
     def cookies(self):
         return dict(self._r.cookies)
+
+    @property
+    def secure(self):
+        return self._r.transport is not None and \
+            self._r.transport.get_extra_info("sslcontext") is not None
 
 
 def head_size(r):
@@ -127,9 +134,11 @@ class HttpServer:
                           max_field_size=HEADER_LIMIT, max_headers=MAX_HEADERS,
                           lingering_time=LINGER, auto_decompress=False)
 
-    async def listen(self, socks):
+    async def listen(self, socks, ssl=None):
+        """`ssl`: an SSLContext for HTTPS (metrics-tls yes), else plain HTTP."""
+        tls = dict(ssl=ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT) if ssl is not None else {}
         for sock in socks:
-            self.servers.append(await self.loop.create_server(self.protocol, sock=sock))
+            self.servers.append(await self.loop.create_server(self.protocol, sock=sock, **tls))
 
     def close(self):
         for srv in self.servers:
