@@ -19,10 +19,6 @@ PROTOCOLS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_
 VERIFY = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "no": ssl.CERT_NONE}
 
 HANDSHAKE_TIMEOUT = 10.0     # seconds a connection may take to finish its handshake
-# plaintext per OpenSSL write. A write that could not finish must be retried with the same
-# first bytes and at least as many (OpenSSL's rule): writing in chunks of one size keeps
-# that true wherever the retry happens, in the worker serving the connection or in its pump
-WRITE_CHUNK = 256 * 1024
 
 
 class TlsConfigError(ValueError):

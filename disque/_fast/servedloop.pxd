@@ -28,9 +28,13 @@ cdef class ServedClient:
     cdef public int fwd_w           # the other worker its last commands were forwarded to
     cdef public int fwd_run         # how many in a row (a command run here resets it)
     cdef public bint following      # handed back to follow them there (BACK_FOLLOW)
-    cdef public object tls          # a TLS connection: sock._sslobj (OpenSSL's, read and written directly), else None
-    cdef public int pump            # and its pump id (disque/workers/tls_clients.py)
-    cdef public Py_ssize_t tls_retry    # bytes of the write OpenSSL could not finish (0: none)
+    # a TLS connection (disque/workers/tls_clients.py): OpenSSL's object of its ssl.SSLObject
+    # (read and written directly) between two memory BIOs; sock stays the plain socket
+    cdef public object tls          # or None: plaintext
+    cdef public object tls_object   # the ssl.SSLObject itself (its pump takes it back)
+    cdef public object tls_in, tls_out  # the MemoryBIOs: records received, records made
+    cdef public bytes tls_pending   # records made that the socket did not take, or None
+    cdef public int pump            # its pump id there
 
 cdef class ServedLoop:
     cdef public int index, nworkers, link_fd, timer_fd
@@ -64,8 +68,9 @@ cdef class ServedLoop:
     cdef bint poll(self, bint block) except -1
     cdef int serve(self) except -1
     cpdef read(self, ServedClient c)
-    cdef read_tls(self, ServedClient c)
-    cdef Py_ssize_t send_tls(self, ServedClient c, bytes data) except -2
+    cdef int read_tls(self, ServedClient c, Py_ssize_t n) except -2
+    cdef int write_tls(self, ServedClient c) except -1
+    cdef int slow_reader(self, ServedClient c) except -1
     cpdef run_input(self, ServedClient c)
     cdef resume_unblocked(self)
     cdef int write_all(self) except -1

@@ -11,7 +11,7 @@ command was answered). The hand-over channel and the closing of connections are 
 half's (disque/workers/served_clients.py), reached through the hooks in servedloop.pxd.
 """
 import logging
-from ssl import SSLWantReadError, SSLWantWriteError
+from ssl import SSLWantReadError
 
 from cpython.exc cimport PyErr_SetFromErrno, PyErr_CheckSignals
 from libc.errno cimport errno, EAGAIN, EINTR
@@ -19,7 +19,6 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import QueryBufferOverflow
 from disque.contracts import connection_handover as H
-from disque.tls_context import WRITE_CHUNK
 from disque._fast.shardcore cimport ShardCore
 from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
 
@@ -50,12 +49,11 @@ log = logging.getLogger("disque.worker")
 DEF READ_SIZE = 65536
 DEF MAX_EVENTS = 256
 cdef char read_buf[READ_SIZE]          # one worker, one thread: every read lands here
-# a TLS connection's plaintext lands here (ssl.SSLSocket.recv_into takes a Python buffer)
+# a TLS connection's plaintext lands here (OpenSSL's read takes a Python buffer)
 cdef bytearray tls_buf = bytearray(READ_SIZE)
 cdef object tls_view = memoryview(tls_buf)
 
 cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
-cdef Py_ssize_t TLS_CHUNK = WRITE_CHUNK
 
 
 cpdef double monotonic():
@@ -149,9 +147,10 @@ cdef class ServedClient:
         self.fwd_w = -1
         self.fwd_run = 0
         self.following = False
-        self.tls = None
+        self.tls = self.tls_object = None
+        self.tls_in = self.tls_out = None
+        self.tls_pending = None
         self.pump = -1
-        self.tls_retry = 0
 
 
 cdef class ServedLoop:
@@ -288,9 +287,6 @@ cdef class ServedLoop:
     # ---- input ---------------------------------------------------------------------------
 
     cpdef read(self, ServedClient c):
-        if c.tls is not None:
-            self.read_tls(c)
-            return
         cdef ssize_t n = c_recv(c.fd, read_buf, READ_SIZE, 0)
         if n < 0:
             if errno == EAGAIN or errno == EINTR:
@@ -301,64 +297,48 @@ cdef class ServedLoop:
             return
         self.net_in += n
         c.last_io = monotonic()
-        try:
-            c.parser.feed_raw(read_buf, n)
-        except QueryBufferOverflow:
-            log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
-            self.drop_client(c)
-            return
-        self.run_input(c)
-
-    cdef read_tls(self, ServedClient c):
-        """A TLS connection's input (docs/design.md, "TLS on the client port"): what OpenSSL
-        decrypts, read until a record ends with nothing pending in it. OpenSSL reads a
-        record at a time (no read-ahead), so later records wait in the socket and the
-        level-triggered poll comes back for them."""
-        cdef Py_ssize_t n
-        cdef char *buf = tls_buf
-        obj = c.tls                             # _ssl._SSLSocket: no ssl.py frames per call
-        while True:
-            try:
-                n = obj.read(READ_SIZE, tls_view)
-            except (SSLWantReadError, SSLWantWriteError):
+        if c.tls is not None:
+            if self.read_tls(c, n) < 0:
                 return
-            except (OSError, ValueError):       # SSLError, a reset, a closed socket
-                n = 0
-            if n == 0:
-                self.drop_client(c)
-                return
-            self.net_in += n
-            c.last_io = monotonic()
+        else:
             try:
-                c.parser.feed_raw(buf, n)
+                c.parser.feed_raw(read_buf, n)
             except QueryBufferOverflow:
                 log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
                 self.drop_client(c)
                 return
-            if n < READ_SIZE and not obj.pending():
-                break
         self.run_input(c)
 
-    cdef Py_ssize_t send_tls(self, ServedClient c, bytes data) except -2:
-        """What OpenSSL took of `data`, in chunks of TLS_CHUNK; the chunk it could not finish
-        is retried later with the same first bytes (c.tls_retry says how many, for its pump
-        if the connection goes back meanwhile); -1: the connection is broken."""
-        cdef Py_ssize_t size = len(data), done = 0, end
+    cdef int read_tls(self, ServedClient c, Py_ssize_t n) except -2:
+        """The records of a TLS connection's read (docs/design.md, "TLS on the client port"),
+        decrypted into its parser: one recv, as for plaintext, then every whole record the
+        BIO holds. -1: the connection was closed (close_notify, a bad record)."""
+        cdef Py_ssize_t m
+        cdef char *buf = tls_buf
         obj = c.tls
-        while done < size:
-            end = done + TLS_CHUNK
-            if end > size:
-                end = size
+        inc = c.tls_in
+        inc.write(read_buf[:n])
+        while True:
             try:
-                obj.write(data if done == 0 and end == size else data[done:end])
-            except (SSLWantWriteError, SSLWantReadError):
-                c.tls_retry = end - done
-                return done
-            except (OSError, ValueError):
+                m = obj.read(READ_SIZE, tls_view)
+            except SSLWantReadError:
+                break                   # the rest of a record is still on its way
+            except (OSError, ValueError):       # SSLZeroReturnError, SSLError
+                m = 0
+            if m == 0:
+                self.drop_client(c)
                 return -1
-            done = end
-        c.tls_retry = 0
-        return done
+            try:
+                c.parser.feed_raw(buf, m)
+            except QueryBufferOverflow:
+                log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
+                self.drop_client(c)
+                return -1
+            if not inc.pending and not obj.pending():
+                break
+        if c.tls_out.pending:
+            self.dirty.append(c)        # OpenSSL has something to say (a key update's answer)
+        return 0
 
     cpdef run_input(self, ServedClient c):
         """The commands c's input holds (ServedCore)."""
@@ -389,6 +369,9 @@ cdef class ServedLoop:
         for c in dirty:
             if clients.get(c.fd) is not c:
                 continue
+            if c.tls is not None:
+                self.write_tls(c)
+                continue
             out = c.out
             if not out:
                 if c.back is not None:
@@ -398,12 +381,9 @@ cdef class ServedLoop:
             if data is None:
                 continue
             size = len(data)
-            if c.tls is None:
-                n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
-            else:
-                n = self.send_tls(c, data)
+            n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
             if n < 0:
-                if c.tls is None and (errno == EAGAIN or errno == EINTR):
+                if errno == EAGAIN or errno == EINTR:
                     n = 0
                 else:
                     self.drop_client(c)
@@ -411,18 +391,66 @@ cdef class ServedLoop:
             self.net_out += n
             if n < size:
                 out.insert(0, data[n:])
-                if c.back is None:
-                    if c.parked is not None:
-                        # its GETJOB might wait for ever, and the hand-back with it
-                        self.unpark_client(c)
-                    c.back = (BACK_SLOW_READER, b"")
-                    if c.waiting:
-                        try:
-                            self.ep.unregister(c.fd)
-                        except (OSError, ValueError):
-                            pass
+                self.slow_reader(c)
             else:
                 c.last_io = monotonic()
             if c.back is not None:
                 self.back_when_answered(c)
+        return 0
+
+    cdef int slow_reader(self, ServedClient c) except -1:
+        """Its socket did not take every reply: the connection goes back to the front-end,
+        which buffers (the worker never does) and applies the output limits."""
+        if c.back is None:
+            if c.parked is not None:
+                # its GETJOB might wait for ever, and the hand-back with it
+                self.unpark_client(c)
+            c.back = (BACK_SLOW_READER, b"")
+            if c.waiting:
+                try:
+                    self.ep.unregister(c.fd)
+                except (OSError, ValueError):
+                    pass
+        return 0
+
+    cdef int write_tls(self, ServedClient c) except -1:
+        """A TLS connection's ready replies: into records (OpenSSL writes them into the
+        outgoing BIO, so it never has a write to retry), then one send of the records."""
+        cdef list out = c.out
+        cdef bytes data, cipher
+        cdef Py_ssize_t size
+        cdef ssize_t n
+        if not out and c.tls_pending is None and not c.tls_out.pending:
+            if c.back is not None:
+                self.back_when_answered(c)
+            return 0
+        data = take_ready(out) if out else None
+        if data is not None:
+            try:
+                c.tls.write(data)
+            except (OSError, ValueError):
+                self.drop_client(c)
+                return 0
+        cipher = c.tls_out.read()
+        if c.tls_pending is not None:
+            cipher = c.tls_pending + cipher
+            c.tls_pending = None
+        size = len(cipher)
+        if not size:
+            return 0
+        n = c_send(c.fd, <char *>cipher, size, MSG_NOSIGNAL)
+        if n < 0:
+            if errno == EAGAIN or errno == EINTR:
+                n = 0
+            else:
+                self.drop_client(c)
+                return 0
+        self.net_out += n
+        if n < size:
+            c.tls_pending = cipher[n:]
+            self.slow_reader(c)
+        else:
+            c.last_io = monotonic()
+        if c.back is not None:
+            self.back_when_answered(c)
         return 0

@@ -111,18 +111,18 @@ class ServedClients(ServedCore):
                 else:
                     sock.close()
 
-    def adopt(self, cid, sock, resp3, unparsed, tls=None, unsent=b""):
-        """Serve connection `cid` from now on; `tls`: its pump id, `sock` its SSLSocket, and
-        `unsent` the replies its pump had not written yet."""
+    def adopt(self, cid, sock, resp3, unparsed, tls=None):
+        """Serve connection `cid` from now on; `tls`: a TLS connection's (SSLObject, its
+        incoming and outgoing BIOs, pump id, records its pump had not sent yet or None)."""
         c = ServedClient(cid, sock, resp3)
         if tls is not None:
-            c.tls = sock._sslobj     # the Cython loop calls OpenSSL's object directly
-            c.pump = tls
+            obj, c.tls_in, c.tls_out, c.pump, c.tls_pending = tls
+            c.tls_object = obj
+            c.tls = obj._sslobj         # the Cython loop calls OpenSSL's object directly
         self.clients[c.fd] = c
         self.by_id[cid] = c
         self.ep.register(c.fd, EPOLLIN)
-        if unsent:
-            c.out.append(unsent)
+        if c.tls_pending is not None:
             self.dirty.append(c)
         if unparsed:
             c.parser.feed(unparsed)
@@ -303,6 +303,13 @@ class ServedClients(ServedCore):
         self.flush()
         for c in list(self.clients.values()):
             ready = take_ready(c.out)      # up to a reply still being made
+            if ready and c.tls is not None:
+                try:
+                    c.tls.write(ready)
+                except (OSError, ValueError):
+                    ready = None
+                else:
+                    ready = (c.tls_pending or b"") + c.tls_out.read()
             if ready:
                 try:
                     c.sock.setblocking(True)

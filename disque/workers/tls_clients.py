@@ -12,8 +12,13 @@ TLS for as long as it lives, and the connection takes the usual two places:
   any accepted socket (TLS_CONN, then HANDOFF / HANDBACK as for a plaintext connection);
 * **served**: when the front-end hands it over (a HANDOFF naming this worker's pump), the
   worker serves it like a plaintext connection (ServedClient.tls set: the Cython loop reads
-  and writes through the ssl.SSLSocket), with no process in between. Commands of another
-  worker's queues go there over a peer link: the connection cannot follow its queue.
+  and writes the records itself), with no process in between. Commands of another worker's
+  queues go there over a peer link: the connection cannot follow its queue.
+
+OpenSSL works between two memory BIOs (ssl.SSLObject) and the socket stays a plain one: a
+read is one recv, as for plaintext, then every whole record is decrypted; a write makes
+records into the outgoing BIO, sent by us, so OpenSSL never has a write to retry and
+records made but not sent move with the connection between the two places.
 """
 import logging
 import select
@@ -22,8 +27,7 @@ import ssl
 import time
 
 from disque.contracts import connection_handover as H
-from disque.tls_context import (HANDSHAKE_TIMEOUT, WRITE_CHUNK, TlsConfigError, reason,
-                                server_context)
+from disque.tls_context import HANDSHAKE_TIMEOUT, TlsConfigError, reason, server_context
 
 log = logging.getLogger("disque.worker")
 
@@ -37,15 +41,17 @@ PLAINTEXT_HINTS = ("wrong version number", "http request", "unknown protocol",
                    "record layer failure", "packet length too long")
 
 
+def addr_text(host, port):
+    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
+
 def drain(sock):
     """Everything readable on a non-blocking socket now."""
     chunks = []
     while True:
         try:
             data = sock.recv(CHUNK)
-        except (BlockingIOError, InterruptedError):
-            break
-        except OSError:
+        except OSError:             # BlockingIOError included: nothing more now
             break
         if not data:
             break
@@ -54,25 +60,28 @@ def drain(sock):
 
 
 class Pump:
-    """One TLS connection of this worker (handshaking, pumped or served)."""
-    __slots__ = ("id", "tls", "fd", "addr", "plain", "to_tls", "to_plain", "since", "closing",
-                 "retry")
+    """One TLS connection of this worker while it is not served here (handshaking or pumped)."""
+    __slots__ = ("id", "sock", "fd", "obj", "inc", "outgoing", "addr", "plain", "to_sock",
+                 "to_plain", "since", "closing", "shaken")
 
-    def __init__(self, pid, tls, addr):
+    def __init__(self, pid, sock, obj, inc, outgoing, addr):
         self.id = pid
-        self.tls = tls
-        self.fd = tls.fileno()
+        self.sock = sock                # the plain TCP socket
+        self.fd = sock.fileno()
+        self.obj = obj                  # ssl.SSLObject between inc and outgoing (MemoryBIOs)
+        self.inc = inc
+        self.outgoing = outgoing
         self.addr = addr                # "host:port", for the log
         self.plain = None               # our end of the socketpair while pumped
-        self.to_tls = bytearray()       # plaintext for the client, not yet taken by OpenSSL
+        self.to_sock = bytearray()      # records for the client the socket did not take yet
         self.to_plain = bytearray()     # the client's plaintext, not yet taken by the front-end
         self.since = time.monotonic()   # accepted (handshake deadline) or closing since
         self.closing = False            # the front-end closed: the last replies, then close
-        self.retry = 0                  # bytes of the write OpenSSL could not finish
+        self.shaken = False
 
 
 class TlsClients:
-    """Needs the served loop (ServedClients: ep, extra_fds, channel, adopt, dirty). Offers:
+    """Needs the served loop (ServedClients: ep, extra_fds, channel, adopt). Offers:
     configure (the settings, from the front-end's tls_config control), accept (TLS_ACCEPT),
     serve (a HANDOFF naming a pump), pump_again (a served one handed back), cron, close_all."""
 
@@ -118,44 +127,36 @@ class TlsClients:
 
     def accept(self, msg, fd):
         sock = socket.socket(fileno=fd)
-        addr = ("[%s]:%d" if ":" in msg.host else "%s:%d") % (msg.host, msg.port)
+        addr = addr_text(msg.host, msg.port)
         if self.ctx is None:
             log.warning("TLS connection from %s closed: this worker has no TLS settings yet", addr)
             sock.close()
             return
         sock.setblocking(False)
-        try:
-            tls = self.ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        except (ssl.SSLError, OSError) as e:
-            log.warning("TLS connection from %s closed: %s", addr, reason(e))
-            sock.close()
-            return
+        inc, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = self.ctx.wrap_bio(inc, outgoing, server_side=True)
         self.next_id += 1
-        p = self.pumps[self.next_id] = Pump(self.next_id, tls, addr)
-        self.watch(p.fd, EPOLLIN, lambda ev: self.shake(p))
-        self.shake(p)
+        p = self.pumps[self.next_id] = Pump(self.next_id, sock, obj, inc, outgoing, addr)
+        self.watch(p.fd, EPOLLIN, lambda ev: self.on_sock(p, ev))
 
     def shake(self, p):
         try:
-            p.tls.do_handshake()
+            p.obj.do_handshake()
         except ssl.SSLWantReadError:
-            self.watch(p.fd, EPOLLIN, lambda ev: self.shake(p))
-            return
-        except ssl.SSLWantWriteError:
-            self.watch(p.fd, EPOLLOUT, lambda ev: self.shake(p))
+            self.flush_sock(p)
             return
         except (ssl.SSLError, OSError, ValueError) as e:
+            self.flush_sock(p)          # the alert that says why, when there is one
             self.handshake_failed(p, e)
             return
+        p.shaken = True
         self.handshakes += 1
-        log.debug("TLS connection from %s: %s, %s", p.addr, p.tls.version(), p.tls.cipher()[0])
+        log.debug("TLS connection from %s: %s, %s", p.addr, p.obj.version(), p.obj.cipher()[0])
         self.to_front_end(p)
 
     def handshake_failed(self, p, e):
         self.failures += 1
-        why = reason(e) if not isinstance(e, ssl.SSLEOFError) else "the client closed it"
-        if isinstance(e, OSError) and not isinstance(e, ssl.SSLError) and not why:
-            why = "connection reset"
+        why = reason(e)
         if any(h in why for h in PLAINTEXT_HINTS):
             why += " (plaintext on the TLS port?)"
         now = time.monotonic()
@@ -184,33 +185,49 @@ class TlsClients:
             return
         finally:
             theirs.close()
-        self.pumps[p.id] = p
-        self.watch(p.fd, EPOLLIN, lambda ev: self.on_tls(p, ev))
         self.watch(plain.fileno(), EPOLLIN, lambda ev: self.on_plain(p, ev))
-        self.read_tls(p)        # the first command may have come with the handshake's end
+        self.decrypt(p)         # the first command may have come with the handshake's end
 
-    def on_tls(self, p, ev):
+    def on_sock(self, p, ev):
         if ev & EPOLLOUT:
-            self.flush_tls(p)
-        if ev & ~EPOLLOUT and p.plain is not None:
-            self.read_tls(p)
-
-    def read_tls(self, p):
-        while len(p.to_plain) < LIMIT and not p.closing:
+            self.flush_sock(p)
+        if ev & ~EPOLLOUT and p.id in self.pumps:
+            if len(p.to_plain) >= LIMIT:
+                return
             try:
-                data = p.tls.recv(CHUNK)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                break
-            except (OSError, ValueError):
+                data = p.sock.recv(CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
                 data = b""
             if not data:
+                if not p.shaken:
+                    self.handshake_failed(p, ConnectionError("the client closed it"))
+                    return
                 self.flush_plain(p)
                 self.close(p)           # the front-end sees its end close: client gone
                 return
-            p.to_plain += data
-            if len(data) < CHUNK and not p.tls.pending():
+            p.inc.write(data)
+            if p.shaken:
+                self.decrypt(p)
+            else:
+                self.shake(p)
+
+    def decrypt(self, p):
+        while p.inc.pending or p.obj.pending():
+            try:
+                data = p.obj.read(CHUNK)
+            except ssl.SSLWantReadError:
                 break
+            except (OSError, ValueError):   # close_notify, a bad record
+                data = b""
+            if not data:
+                self.flush_plain(p)
+                self.close(p)
+                return
+            p.to_plain += data
         self.flush_plain(p)
+        self.flush_sock(p)              # anything OpenSSL wrote back (a key update)
 
     def flush_plain(self, p):
         if p.plain is None:
@@ -230,7 +247,7 @@ class TlsClients:
         if ev & EPOLLOUT:
             self.flush_plain(p)
         if ev & ~EPOLLOUT and p.plain is not None:
-            while len(p.to_tls) < max(LIMIT, p.retry):
+            while len(p.to_sock) < LIMIT:
                 try:
                     data = p.plain.recv(CHUNK)
                 except (BlockingIOError, InterruptedError):
@@ -241,39 +258,43 @@ class TlsClients:
                     p.closing = True
                     p.since = time.monotonic()
                     break
-                p.to_tls += data
+                try:
+                    p.obj.write(data)
+                except (ssl.SSLError, OSError, ValueError):
+                    self.close(p)
+                    return
+                p.to_sock += p.outgoing.read()
                 if len(data) < CHUNK:
                     break
-            self.flush_tls(p)
+            self.flush_sock(p)
 
-    def flush_tls(self, p):
-        # a retry needs the bytes of the write that did not finish (tls_context.WRITE_CHUNK)
-        while p.to_tls and len(p.to_tls) >= p.retry:
-            chunk = bytes(p.to_tls[:WRITE_CHUNK])
+    def flush_sock(self, p):
+        if p.outgoing.pending:
+            p.to_sock += p.outgoing.read()
+        if p.to_sock:
             try:
-                n = p.tls.send(chunk)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                p.retry = len(chunk)
-                break
-            except (OSError, ValueError):
+                n = p.sock.send(p.to_sock)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
                 self.close(p)
                 return
-            p.retry = 0
-            del p.to_tls[:n]
-        if p.closing and not p.to_tls:
+            del p.to_sock[:n]
+        if p.closing and not p.to_sock:
             self.close(p)
             return
         self.set_masks(p)
 
     def set_masks(self, p):
-        if p.plain is None:
+        if p.id not in self.pumps:
             return
-        tls_mask = (EPOLLIN if len(p.to_plain) < LIMIT and not p.closing else 0) | \
-            (EPOLLOUT if p.to_tls and len(p.to_tls) >= p.retry else 0)
-        plain_mask = (EPOLLIN if len(p.to_tls) < max(LIMIT, p.retry) and not p.closing else 0) | \
-            (EPOLLOUT if p.to_plain else 0)
-        self.watch(p.fd, tls_mask, self.extra_fds[p.fd])
-        self.watch(p.plain.fileno(), plain_mask, self.extra_fds[p.plain.fileno()])
+        sock_mask = (EPOLLIN if len(p.to_plain) < LIMIT and not p.closing else 0) | \
+            (EPOLLOUT if p.to_sock else 0)
+        self.watch(p.fd, sock_mask, self.extra_fds[p.fd])
+        if p.plain is not None:
+            plain_mask = (EPOLLIN if len(p.to_sock) < LIMIT and not p.closing else 0) | \
+                (EPOLLOUT if p.to_plain else 0)
+            self.watch(p.plain.fileno(), plain_mask, self.extra_fds[p.plain.fileno()])
 
     def close(self, p):
         self.pumps.pop(p.id, None)
@@ -282,10 +303,7 @@ class TlsClients:
             self.unwatch(p.plain.fileno())
             p.plain.close()
             p.plain = None
-        try:
-            p.tls.close()
-        except OSError:
-            pass
+        p.sock.close()
 
     # ---- served: this worker serves it -----------------------------------------------------
 
@@ -294,32 +312,45 @@ class TlsClients:
         theirs = socket.socket(fileno=fd)
         p = self.pumps.get(h.pump)
         if p is None or p.plain is None or p.closing:
-            theirs.close()      # it ended meanwhile: the front-end learns it from GONE
+            theirs.close()      # it ended meanwhile: the front-end forgets it
             self.served.channel.send(H.Gone.encode(h.client))
             return
         theirs.setblocking(False)
         # replies the front-end wrote before it let go, then input it did not read
-        p.to_tls += drain(p.plain)
+        replies = drain(p.plain)
         unparsed = h.unparsed + drain(theirs) + bytes(p.to_plain)
         theirs.close()
+        try:
+            if replies:
+                p.obj.write(replies)
+        except (ssl.SSLError, OSError, ValueError):
+            self.close(p)
+            self.served.channel.send(H.Gone.encode(h.client))
+            return
+        pending = bytes(p.to_sock + p.outgoing.read())
         self.unwatch(p.plain.fileno())
         p.plain.close()
         p.plain = None
         self.unwatch(p.fd)
         del self.pumps[p.id]
-        self.served.adopt(h.client, p.tls, h.resp3, unparsed, p.id, bytes(p.to_tls))
+        self.served.adopt(h.client, p.sock, h.resp3, unparsed,
+                          (p.obj, p.inc, p.outgoing, p.id, pending or None))
 
     def pump_again(self, c):
         """A served TLS connection goes back to the front-end: the socket it gets (the
-        caller sends it with the HANDBACK and closes it)."""
-        p = Pump(c.pump, c.sock, self.addr_of(c.sock))
-        p.retry = c.tls_retry
+        caller sends it with the HANDBACK and closes it). Records not yet sent go first."""
+        obj, inc, outgoing = c.tls_object, c.tls_in, c.tls_out
+        p = Pump(c.pump, c.sock, obj, inc, outgoing, self.addr_of(c.sock))
+        p.shaken = True
+        if c.tls_pending:
+            p.to_sock += c.tls_pending
         plain, theirs = socket.socketpair()
         plain.setblocking(False)
         p.plain = plain
         self.pumps[p.id] = p
-        self.watch(p.fd, EPOLLIN, lambda ev: self.on_tls(p, ev))
+        self.watch(p.fd, EPOLLIN, lambda ev: self.on_sock(p, ev))
         self.watch(plain.fileno(), EPOLLIN, lambda ev: self.on_plain(p, ev))
+        self.flush_sock(p)
         return theirs
 
     @staticmethod
@@ -328,7 +359,7 @@ class TlsClients:
             host, port = sock.getpeername()[:2]
         except OSError:
             return "?"
-        return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+        return addr_text(host, port)
 
     # ---- housekeeping ----------------------------------------------------------------------
 
@@ -336,7 +367,7 @@ class TlsClients:
         """Every 100 ms: handshakes too slow, closing connections whose client reads nothing."""
         now = time.monotonic()
         for p in list(self.pumps.values()):
-            if p.plain is None and now - p.since > HANDSHAKE_TIMEOUT:
+            if not p.shaken and now - p.since > HANDSHAKE_TIMEOUT:
                 self.handshake_failed(p, TimeoutError("no handshake within %ds" % HANDSHAKE_TIMEOUT))
             elif p.closing and now - p.since > CLOSE_TIMEOUT:
                 self.close(p)
@@ -344,7 +375,3 @@ class TlsClients:
     def close_all(self):
         for p in list(self.pumps.values()):
             self.close(p)
-
-    def info(self):
-        return {"tls_handshakes": self.handshakes, "tls_handshake_failures": self.failures,
-                "tls_pumped": sum(1 for p in self.pumps.values() if p.plain is not None)}
