@@ -43,7 +43,8 @@ def _server(fe, workers):
         ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", getattr(cfg, "hz", 10)),
         ("executable", fe.executable), ("config_file", getattr(cfg, "config_file", None) or ""),
         ("workers", fe.nworkers),
-    ] + fe.handover.info_fields() + (fe.restarts.info_fields() if fe.restarts is not None else [])
+    ] + fe.handover.info_fields() + (fe.restarts.info_fields() if fe.restarts is not None else []) \
+        + fe.tls_port.info_fields()
 
 
 CLIENTS_FIELDS = ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",

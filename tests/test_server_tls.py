@@ -316,3 +316,26 @@ def test_metrics_tls_serves_the_metrics_port_over_https(start_tls, certs):
         assert got == certs.server2_serial
     finally:
         lease.release()
+
+
+def test_tls_with_connection_affinity_off_and_client_kill(start_tls):
+    """With connection-affinity no every TLS connection stays pumped to the front-end:
+    the same replies; CLIENT KILL closes a TLS connection wherever it is."""
+    node = start_tls(extra_args=["--connection-affinity", "no"])
+    c = node.tls_client()
+    ids = [c.execute_command("ADDJOB", "offq", "x%d" % i, 0) for i in range(50)]
+    assert int(c.execute_command("QLEN", "offq")) == 50
+    assert c.execute_command("ACKJOB", *ids) == 50
+    info = node.info_fields()
+    assert int(info["connections_served_by_workers"]) == 0
+    assert int(info["tls_connections_accepted"]) >= 2
+    ctx = node.certs.client_context()
+    raw = socket.create_connection(("127.0.0.1", node.tls_port), timeout=10)
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as victim:
+        victim.sendall(b"CLIENT ID\r\n")
+        vid = int(victim.recv(100)[1:].strip())
+        assert c.execute_command("CLIENT", "KILL", "ID", vid) == 1
+        try:
+            assert victim.recv(100) == b""      # closed (with a close_notify or without)
+        except (ssl.SSLError, OSError):
+            pass

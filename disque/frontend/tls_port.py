@@ -182,4 +182,7 @@ class TlsPort:
         return None
 
     def info_fields(self):
+        """INFO server, on a node with a TLS port."""
+        if not self.enabled:
+            return []
         return [("tls_port", self.cfg.tls_port), ("tls_connections_accepted", self.accepted)]
