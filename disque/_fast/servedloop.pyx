@@ -381,14 +381,9 @@ cdef class ServedLoop:
             if data is None:
                 continue
             size = len(data)
-            n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
+            n = self.send_some(c, data)
             if n < 0:
-                if errno == EAGAIN or errno == EINTR:
-                    n = 0
-                else:
-                    self.drop_client(c)
-                    continue
-            self.net_out += n
+                continue
             if n < size:
                 out.insert(0, data[n:])
                 self.slow_reader(c)
@@ -397,6 +392,17 @@ cdef class ServedLoop:
             if c.back is not None:
                 self.back_when_answered(c)
         return 0
+
+    cdef Py_ssize_t send_some(self, ServedClient c, bytes data) except -2:
+        """What the socket took of `data` (0: nothing now); -1: it is broken, c was dropped."""
+        cdef Py_ssize_t n = c_send(c.fd, <char *>data, len(data), MSG_NOSIGNAL)
+        if n < 0:
+            if errno != EAGAIN and errno != EINTR:
+                self.drop_client(c)
+                return -1
+            n = 0
+        self.net_out += n
+        return n
 
     cdef int slow_reader(self, ServedClient c) except -1:
         """Its socket did not take every reply: the connection goes back to the front-end,
@@ -438,14 +444,9 @@ cdef class ServedLoop:
         size = len(cipher)
         if not size:
             return 0
-        n = c_send(c.fd, <char *>cipher, size, MSG_NOSIGNAL)
+        n = self.send_some(c, cipher)
         if n < 0:
-            if errno == EAGAIN or errno == EINTR:
-                n = 0
-            else:
-                self.drop_client(c)
-                return 0
-        self.net_out += n
+            return 0
         if n < size:
             c.tls_pending = cipher[n:]
             self.slow_reader(c)

@@ -232,16 +232,21 @@ class TlsClients:
     def flush_plain(self, p):
         if p.plain is None:
             return
-        if p.to_plain:
+        if self.send_kept(p, p.plain, p.to_plain):
+            self.set_masks(p)
+
+    def send_kept(self, p, sock, buf):
+        """Send what `buf` holds and keep the rest; False: the socket is broken, p closed."""
+        if buf:
             try:
-                n = p.plain.send(p.to_plain)
+                n = sock.send(buf)
             except (BlockingIOError, InterruptedError):
                 n = 0
             except OSError:
                 self.close(p)
-                return
-            del p.to_plain[:n]
-        self.set_masks(p)
+                return False
+            del buf[:n]
+        return True
 
     def on_plain(self, p, ev):
         if ev & EPOLLOUT:
@@ -271,15 +276,8 @@ class TlsClients:
     def flush_sock(self, p):
         if p.outgoing.pending:
             p.to_sock += p.outgoing.read()
-        if p.to_sock:
-            try:
-                n = p.sock.send(p.to_sock)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError:
-                self.close(p)
-                return
-            del p.to_sock[:n]
+        if not self.send_kept(p, p.sock, p.to_sock):
+            return
         if p.closing and not p.to_sock:
             self.close(p)
             return
