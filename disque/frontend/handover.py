@@ -123,6 +123,7 @@ class Handover:
         links = fe.links
         tls = client.tls
         if tls is not None:
+            fe.tls_port.settled(tls, w)     # where the next connection from its host starts
             w = tls.worker      # its TLS runs there: served there, the others' commands forwarded
         if (fe.nmonitors or fe.paused or fe.gate or fe.queues_spread or client.closed
                 or (fe.auth_required and not client.authenticated) or client.handed >= 0

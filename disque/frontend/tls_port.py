@@ -10,6 +10,7 @@ worker's pump (Handoff.pump), so the worker serves it itself, with no process in
 """
 import logging
 import socket
+from collections import OrderedDict
 
 from disque.contracts import connection_handover as H
 from disque.tls_context import (SETTINGS, TlsConfigError, https_context, server_context,
@@ -18,15 +19,17 @@ from disque.tls_context import (SETTINGS, TlsConfigError, https_context, server_
 log = logging.getLogger("disque.frontend")
 
 ACCEPTS_PER_WAKE = 64
+MAX_HINTS = 4096                # client addresses whose connections' worker is remembered
 
 
 class TlsOrigin:
     """Client.tls of a TLS connection: the worker running its TLS and its pump there."""
-    __slots__ = ("worker", "pump", "addr")
+    __slots__ = ("worker", "pump", "host", "addr")
 
-    def __init__(self, worker, pump, addr):
+    def __init__(self, worker, pump, host, addr):
         self.worker = worker
         self.pump = pump
+        self.host = host
         self.addr = addr
 
 
@@ -48,6 +51,10 @@ class TlsPort:
         self.https = None                       # the metrics port's context (metrics-tls yes)
         self.ready = [False] * fe.nworkers      # w has the settings: it may take connections
         self.next = 0
+        # client host -> the worker its last TLS connection's commands went to: the next
+        # connection from that host starts there (a producer host usually keeps its queues)
+        self.hints = OrderedDict()
+        self.hinted = 0                 # connections given to the worker of their hint
         self.listeners = []
         self.listening = False
         self.accepted = 0
@@ -93,15 +100,31 @@ class TlsPort:
         if self.enabled:
             self.ready[w] = False
 
-    def pick(self):
+    def usable(self, w):
         links = self.fe.links
+        return self.ready[w] and links.held[w] is None and not links.starting[w]
+
+    def pick(self, host):
+        """The worker of the host's hint, else the next in turn that can take it."""
+        w = self.hints.get(host)
+        if w is not None and self.usable(w):
+            self.hinted += 1
+            return w
         n = self.fe.nworkers
         for i in range(n):
             w = (self.next + i) % n
-            if self.ready[w] and links.held[w] is None and not links.starting[w]:
+            if self.usable(w):
                 self.next = w + 1
                 return w
         return None
+
+    def settled(self, origin, w):
+        """A TLS connection's commands all went to worker w (the hand-over hook)."""
+        hints = self.hints
+        hints[origin.host] = w
+        hints.move_to_end(origin.host)
+        if len(hints) > MAX_HINTS:
+            hints.popitem(last=False)
 
     def accept(self, listener):
         for _ in range(ACCEPTS_PER_WAKE):
@@ -119,7 +142,7 @@ class TlsPort:
 
     def give(self, conn, peer):
         host, port = peer[0], peer[1]
-        w = self.pick()
+        w = self.pick(host)
         if w is None:
             log.warning("TLS connection from %s closed: no worker can take it now",
                         listen_addr(host, port))
@@ -140,7 +163,7 @@ class TlsPort:
         except OSError:
             return
         fe = self.fe
-        origin = TlsOrigin(w, msg.pump, listen_addr(msg.host, msg.port))
+        origin = TlsOrigin(w, msg.pump, msg.host, listen_addr(msg.host, msg.port))
 
         def client():
             c = fe.new_client()
@@ -185,4 +208,5 @@ class TlsPort:
         """INFO server, on a node with a TLS port."""
         if not self.enabled:
             return []
-        return [("tls_port", self.cfg.tls_port), ("tls_connections_accepted", self.accepted)]
+        return [("tls_port", self.cfg.tls_port), ("tls_connections_accepted", self.accepted),
+                ("tls_connections_hinted", self.hinted)]
