@@ -17,6 +17,7 @@ import pytest
 
 import disque.integrations.kombu  # noqa: F401  (registers disque:// and disques://)
 from disque.client import AsyncDisque, Disque, ServerSpecError, UnavailableError
+from disque.client.tls import SyncSSLConnection
 from disque.harness.cluster import join
 from disque.integrations.dramatiq import DisqueBroker
 from disque.integrations.kombu_config import settings_from_connection
@@ -75,8 +76,10 @@ def test_sync_client_over_tls_in_every_form(node, certs):
         with client:
             assert client.tls is not None
             round_trip(client, "tls-sync-%d" % n)
-            assert client.info()["tls_port"] == str(node.tls_port)
-    # the plaintext port is the same node, and TLS there is refused
+            # redis-py's own TLS connections (HELLO's pool and the commands' pool)
+            assert {type(c) for p in client._pools.values() for c in p._available_connections
+                    } == {SyncSSLConnection}
+    # the plaintext port is the same node
     assert Disque("127.0.0.1:%d" % node.port).qlen("tls-sync-0") == 0
 
 
