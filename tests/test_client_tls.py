@@ -121,8 +121,8 @@ def test_a_wrong_ca_or_no_certificate_is_a_clear_error(node, certs):
 def test_tls_arguments_are_checked_before_anything_is_sent():
     with pytest.raises(ValueError, match="unknown TLS option ssl_cafile"):
         Disque(tls={"ssl_cafile": "x"})
-    with pytest.raises(ServerSpecError, match="unknown TLS option 'cafile'"):
-        Disque("disques://h:1?cafile=x")
+    with pytest.raises(ServerSpecError, match="unknown TLS option 'ssl_cafile'"):
+        Disque("disques://h:1?ssl_cafile=x")
     with pytest.raises(ServerSpecError, match="for a disques:// URL"):
         Disque("disque://h:1?ssl_ca_certs=x")
     with pytest.raises(ServerSpecError, match="mixed"):

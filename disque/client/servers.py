@@ -68,7 +68,9 @@ def parse_url(url: str) -> ServerSpec:
     tls_url = url.lower().startswith(TLS_SCHEME)
     rest, _, query = url[len(TLS_SCHEME if tls_url else SCHEME):].partition("?")
     rest = rest.split("/", 1)[0]
-    pairs = parse_qsl(query, keep_blank_values=True)
+    # the query's ssl options; other names are ignored, as they always were
+    pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True)
+             if k.startswith("ssl_")]
     if pairs and not tls_url:
         raise ServerSpecError("ssl options are for a disques:// URL, not %s%s" % (
             SCHEME, _masked(rest)))

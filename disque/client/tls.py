@@ -63,7 +63,7 @@ def merged(from_url, tls):
 
 
 def options_from_query(pairs):
-    """A `disques://` URL's query, as (name, text) pairs -> ssl options."""
+    """A `disques://` URL's ssl options, as (name, text) pairs -> the client's options."""
     options = {}
     for name, text in pairs:
         if name not in SSL_OPTIONS:

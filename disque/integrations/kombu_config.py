@@ -131,14 +131,17 @@ def _hosts_part(url):
 
 
 _PASSWORD = re.compile(r"^(disques?://)([^@/]*)@", re.I)
+_SSL_PASSWORD = re.compile(r"([?&]ssl_password=)[^&]*")
 
 
 def masked_uri(uri, include_password=False, mask="**"):
-    """The URL as logs show it: the password replaced by `mask`, the node list whole."""
+    """The URL as logs show it: the password (and a key's ssl_password) replaced by
+    `mask`, the node list whole."""
     if not uri:
         return "%s127.0.0.1:%d" % (SCHEME, DEFAULT_PORT)
     if include_password:
         return uri
+    uri = _SSL_PASSWORD.sub(lambda m: m.group(1) + mask, uri)
     match = _PASSWORD.match(uri)
     if match is None:
         return uri
