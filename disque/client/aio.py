@@ -103,7 +103,8 @@ class AsyncDisque(ClientBase):
                 return (None if args is None else await self._send(step, args, block)), step
             except (LeavingError, *ASYNC_CONNECTION_ERRORS) as exc:
                 attempt.failed(step, exc)
-        raise UnavailableError(self._unavailable_message()) from attempt.last_error
+        error = attempt.last_error
+        raise UnavailableError(self._unavailable_message(error)) from error
 
     async def scan_queues(self, **filters):
         cursor = None

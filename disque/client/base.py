@@ -8,8 +8,9 @@ import time
 from disque.client.commands import JobCommands
 from disque.client.nodes import PRIORITY_GONE, NodeTable
 from disque.client.replies import jobs_from_reply
-from disque.client.servers import parse_servers
+from disque.client.servers import read_servers
 from disque.client.switching import JobSources, SwitchRule
+from disque.client.tls import merged as merged_tls
 
 log = logging.getLogger("disque.client")
 
@@ -23,11 +24,16 @@ class ClientBase(JobCommands):
 
     def __init__(self, *servers, password=None, socket_timeout=None, connect_timeout=2.0,
                  failover_timeout=10.0, hello_interval=5.0, switch_window=1000,
-                 switch_margin=0.5, max_connections=None, clock=time.monotonic):
-        """`servers`: `host:port` strings, (host, port) pairs or `disque://` URLs; the
-        default is 127.0.0.1:7711.
+                 switch_margin=0.5, max_connections=None, tls=None, clock=time.monotonic):
+        """`servers`: `host:port` strings, (host, port) pairs or `disque://` URLs
+        (`disques://` for TLS); the default is 127.0.0.1:7711.
 
         - `password`: the nodes' requirepass (a URL's password is used when not given).
+        - `tls`: True (the system's CAs, the host name checked), a dict of redis-py's ssl
+          options (`ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`, `ssl_cert_reqs`,
+          `ssl_check_hostname`, `ssl_password`, ...) or an `ssl.SSLContext`; every node is
+          reached with it. A `disques://` URL turns it on, and `tls` options win over the
+          URL's.
         - `socket_timeout`: seconds a reply may take (None: no limit); a blocking GETJOB
           gets its own block time on top.
         - `connect_timeout`: seconds to open a connection to one node.
@@ -37,8 +43,9 @@ class ClientBase(JobCommands):
         - `switch_window`, `switch_margin`: the rule that moves a consumer to the node
           producing its jobs (docs/client.md; `switch_window=0` never moves).
         """
-        addresses, url_password = parse_servers(list(servers) or ["127.0.0.1:7711"])
+        addresses, url_password, url_tls = read_servers(list(servers) or ["127.0.0.1:7711"])
         self.password = password if password is not None else url_password
+        self.tls = merged_tls(url_tls, tls)     # None: plaintext
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout
         self.failover_timeout = failover_timeout
@@ -64,7 +71,7 @@ class ClientBase(JobCommands):
         if pool is None:
             pool = self._pools.setdefault(key, self._make_pool(
                 address, self.password, self.socket_timeout, self.connect_timeout,
-                None if control else self.max_connections))
+                None if control else self.max_connections, self.tls))
         return pool
 
     # -- read-only views --------------------------------------------------------
@@ -121,10 +128,13 @@ class ClientBase(JobCommands):
         log.warning("disque client: node at %s:%s failed (%s), trying the next one",
                     address[0], address[1], error)
 
-    def _unavailable_message(self):
-        return "no Disque node answered within %.1f s (tried %s)" % (
+    def _unavailable_message(self, error=None):
+        """UnavailableError's text; it names the last error (a refused TLS certificate
+        shows there as itself)."""
+        return "no Disque node answered within %.1f s (tried %s)%s" % (
             self.failover_timeout,
-            ", ".join("%s:%s" % a for a in self._table.connect_order()) or "nothing")
+            ", ".join("%s:%s" % a for a in self._table.connect_order()) or "nothing",
+            "; last error: %s" % error if error is not None else "")
 
     @staticmethod
     def _sum_or_one(results):

@@ -121,7 +121,8 @@ class Disque(ClientBase):
                 return (None if args is None else self._send(step, args, block)), step
             except (LeavingError, *CONNECTION_ERRORS) as exc:
                 attempt.failed(step, exc)
-        raise UnavailableError(self._unavailable_message()) from attempt.last_error
+        error = attempt.last_error
+        raise UnavailableError(self._unavailable_message(error)) from error
 
     # -- scans and lifetime --------------------------------------------------------
     def scan_queues(self, **filters):

@@ -55,7 +55,7 @@ class DisqueBroker(Broker):
     - `replication_timeout`: seconds ADDJOB waits for the copies (then NOREPL).
     - `client`: a `Disque` to use instead of making one (then no servers, password or
       client options). Other keyword arguments (`failover_timeout`, `connect_timeout`,
-      `socket_timeout`, ...) go to `Disque`; `socket_timeout` defaults to
+      `socket_timeout`, `tls`, ...) go to `Disque`; `socket_timeout` defaults to
       `replication_timeout` + 5 s (a blocking GETJOB gets its block time on top).
     """
 

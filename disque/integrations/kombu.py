@@ -1,4 +1,5 @@
-"""The `disque://` transport of kombu, hence a Celery broker (docs/frameworks.md).
+"""The `disque://` transport of kombu (`disques://` over TLS), hence a Celery broker
+(docs/frameworks.md).
 
     import disque.integrations.kombu        # registers the disque:// scheme
     app = Celery("tasks", broker="disque://:secret@10.0.0.1:7711,10.0.0.2:7711")
@@ -326,7 +327,7 @@ class Transport(virtual.Transport):
     def establish_connection(self):
         """Read the URL and the options, connect to a node (HELLO) and pick REPLICATE."""
         settings = settings_from_connection(self.client)
-        client = Disque(*settings.servers, password=settings.password,
+        client = Disque(*settings.servers, password=settings.password, tls=settings.tls,
                         socket_timeout=settings.socket_timeout,
                         connect_timeout=settings.connect_timeout,
                         failover_timeout=settings.failover_timeout)
@@ -380,3 +381,4 @@ class Transport(virtual.Transport):
 
 
 kombu.transport.TRANSPORT_ALIASES["disque"] = "disque.integrations.kombu:Transport"
+kombu.transport.TRANSPORT_ALIASES["disques"] = "disque.integrations.kombu:Transport"   # TLS

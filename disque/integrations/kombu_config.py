@@ -1,5 +1,6 @@
 """What the kombu transport (disque.integrations.kombu) reads from a kombu `Connection`: the
-Disque nodes and password of its URL, its transport options checked and completed, and the
+Disque nodes and password of its URL, TLS (a `disques://` URL, Celery's `broker_use_ssl`),
+its transport options checked and completed, and the
 ADDJOB options of one message (its Celery `eta` as a DELAY). No I/O here.
 
 The options and what they mean are documented in docs/frameworks.md.
@@ -11,7 +12,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from disque.client.commands import count, seconds, whole_seconds
-from disque.client.servers import DEFAULT_PORT, SCHEME, ServerSpecError, parse_servers
+from disque.client.servers import (DEFAULT_PORT, SCHEME, TLS_SCHEME, ServerSpecError, is_url,
+                                   read_servers)
+from disque.client.tls import TlsOptionError, merged
 
 DEFAULT_VISIBILITY_TIMEOUT = 300    # s: the RETRY of every job (Disque's own cap for RETRY)
 DEFAULT_TTL = 86400                 # s: Disque's default TTL (docs/spec.md, SPEC 3.1)
@@ -40,6 +43,7 @@ class TransportSettings:
     """Everything a Disque transport needs, checked once when it connects."""
     servers: tuple              # (host, port) pairs, in the order given
     password: str | None
+    tls: object                 # None (plaintext), ssl options or an ssl.SSLContext
     visibility_timeout: int     # the jobs' RETRY
     ttl: int                    # the jobs' TTL (a delayed job gets more: `job_ttl`)
     add_timeout: float
@@ -56,7 +60,12 @@ def settings_from_connection(connection):
     """The settings of a kombu `Connection` whose transport is this one: its URL(s), its
     password and its `transport_options`. Raises ServerSpecError or TransportOptionError
     with a message naming what is wrong."""
-    servers, password = servers_of(connection)
+    servers, password, url_tls = servers_of(connection)
+    try:
+        # kombu's `ssl` (Celery's broker_use_ssl) is False when not given
+        tls = merged(url_tls, connection.ssl or None)
+    except TlsOptionError as exc:
+        raise TransportOptionError("Disque broker_use_ssl: %s" % exc) from None
     options = dict(connection.transport_options or {})
     visibility = option(options, "visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT, at_least_1)
     ttl = option(options, "ttl", DEFAULT_TTL, at_least_1)
@@ -72,7 +81,7 @@ def settings_from_connection(connection):
             "ADDJOB's reply may take add_timeout" % (socket_timeout, add_timeout))
     replicate = option(options, "replicate", None, replication)
     return TransportSettings(
-        servers=tuple(servers), password=password, visibility_timeout=visibility, ttl=ttl,
+        servers=tuple(servers), password=password, tls=tls, visibility_timeout=visibility, ttl=ttl,
         add_timeout=add_timeout, replicate=replicate, socket_timeout=socket_timeout,
         connect_timeout=float(connection.connect_timeout or DEFAULT_CONNECT_TIMEOUT),
         failover_timeout=option(options, "failover_timeout", DEFAULT_FAILOVER_TIMEOUT,
@@ -80,31 +89,35 @@ def settings_from_connection(connection):
 
 
 def servers_of(connection):
-    """(addresses, password) from a kombu `Connection`: every node of its URL and of its
-    alternates (kombu's `;`-separated or list form), since the Disque client fails over
-    between nodes itself. kombu hands the URL over untouched (the transport sets
-    `can_parse_url`), so `disque://a:7711,b:7712` keeps its whole node list."""
+    """(addresses, password, the URL's TLS options or None) from a kombu `Connection`: every
+    node of its URL and of its alternates (kombu's `;`-separated or list form), since the
+    Disque client fails over between nodes itself. kombu hands the URL over untouched (the
+    transport sets `can_parse_url`), so `disque://a:7711,b:7712` keeps its whole node
+    list."""
+    scheme = TLS_SCHEME if connection.transport_cls == "disques" else SCHEME
     specs = []
     for url in [connection.hostname, *(connection.alt or ())]:
         if url is None:
             continue
         if not isinstance(url, str):
             raise ServerSpecError("a Disque broker is a disque:// URL, not %r" % (url,))
-        spec = url if "://" in url else "%s%s" % (SCHEME, _with_port(url, connection.port))
-        if not spec.lower().startswith(SCHEME):
+        spec = url if "://" in url else "%s%s" % (scheme, _with_port(url, connection.port))
+        if not is_url(spec):
             raise ServerSpecError("not a disque:// URL: %s" % masked_uri(spec))
         if not _hosts_part(spec):
-            spec = "%s127.0.0.1:%d" % (spec[:len(SCHEME)], DEFAULT_PORT)
+            head, _, query = spec.partition("?")
+            spec = "%s127.0.0.1:%d%s" % (head.split("://")[0] + "://", DEFAULT_PORT,
+                                         "?" + query if query else "")
         if spec not in specs:
             specs.append(spec)
     if not specs:
-        specs.append("%s127.0.0.1:%d" % (SCHEME, DEFAULT_PORT))
+        specs.append("%s127.0.0.1:%d" % (scheme, DEFAULT_PORT))
     try:
-        addresses, password = parse_servers(specs)
+        addresses, password, tls = read_servers(specs)
     except ServerSpecError as exc:
         raise ServerSpecError("bad Disque broker URL %s: %s" % (
             "; ".join(masked_uri(s) for s in specs), exc)) from None
-    return addresses, password or connection.password
+    return addresses, password or connection.password, tls
 
 
 def _with_port(host, port):
@@ -113,19 +126,22 @@ def _with_port(host, port):
 
 def _hosts_part(url):
     """What lies between the scheme (and password) and the path: the node list."""
-    rest = url[len(SCHEME):].split("/", 1)[0].split("?", 1)[0]
+    rest = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
     return rest.rsplit("@", 1)[-1].strip()
 
 
-_PASSWORD = re.compile(r"^(disque://)([^@/]*)@", re.I)
+_PASSWORD = re.compile(r"^(disques?://)([^@/]*)@", re.I)
+_SSL_PASSWORD = re.compile(r"([?&]ssl_password=)[^&]*")
 
 
 def masked_uri(uri, include_password=False, mask="**"):
-    """The URL as logs show it: the password replaced by `mask`, the node list whole."""
+    """The URL as logs show it: the password (and a key's ssl_password) replaced by
+    `mask`, the node list whole."""
     if not uri:
         return "%s127.0.0.1:%d" % (SCHEME, DEFAULT_PORT)
     if include_password:
         return uri
+    uri = _SSL_PASSWORD.sub(lambda m: m.group(1) + mask, uri)
     match = _PASSWORD.match(uri)
     if match is None:
         return uri

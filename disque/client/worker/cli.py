@@ -62,6 +62,13 @@ def build_parser():
                         "(default: $DISQUE_SERVERS or 127.0.0.1:7711)")
     p.add_argument("--password", default=os.environ.get("DISQUE_PASSWORD"),
                    help="the nodes' requirepass (default: $DISQUE_PASSWORD)")
+    p.add_argument("--tls", action="store_true",
+                   help="TLS to the nodes (implied by a disques:// URL or a --tls-* file)")
+    p.add_argument("--tls-ca-cert-file", help="CA certificates to check the nodes' with "
+                                              "(default: the system's)")
+    p.add_argument("--tls-cert-file", help="this client's certificate, for a node with "
+                                           "tls-auth-clients")
+    p.add_argument("--tls-key-file", help="the private key of --tls-cert-file")
     p.add_argument("-c", "--concurrency", type=int, default=defaults.concurrency)
     p.add_argument("--grace", type=float, default=defaults.grace,
                    help="seconds to finish the jobs in hand after SIGTERM/SIGINT")
@@ -80,6 +87,21 @@ def build_parser():
     return p
 
 
+def tls_of(args):
+    """The client's `tls` from the --tls flags: None (the servers' URL decides), or
+    redis-py's ssl options."""
+    files = dict(ssl_ca_certs=args.tls_ca_cert_file, ssl_certfile=args.tls_cert_file,
+                 ssl_keyfile=args.tls_key_file)
+    if not args.tls and not any(files.values()):
+        return None
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        raise UsageError("--tls-cert-file and --tls-key-file go together")
+    for path in filter(None, files.values()):
+        if not os.path.isfile(path):
+            raise UsageError("no such file: %s" % path)
+    return {k: v for k, v in files.items() if v}
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT,
@@ -89,6 +111,7 @@ def main(argv=None):
             raise UsageError("give --queue (one or more) or --from-prefix")
         servers = args.servers or [os.environ.get("DISQUE_SERVERS", "127.0.0.1:7711")]
         parse_servers(servers)
+        tls = tls_of(args)
         settings = WorkerSettings(
             concurrency=args.concurrency, grace=args.grace, poll=args.poll,
             job_timeout=args.job_timeout, retry_delay=args.retry_delay,
@@ -102,9 +125,9 @@ def main(argv=None):
     common = dict(from_prefix=args.from_prefix, settings=settings)
     if Worker.is_async(function):
         import asyncio
-        client = AsyncDisque(*servers, password=args.password)
+        client = AsyncDisque(*servers, password=args.password, tls=tls)
         return asyncio.run(AsyncWorker(function, queues, client=client, **common).run())
-    client = Disque(*servers, password=args.password)
+    client = Disque(*servers, password=args.password, tls=tls)
     return Worker(function, queues, client=client, **common).run()
 
 
