@@ -28,7 +28,7 @@ from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.frontend.persistence_phases import worker_config as aof_worker_config
 from disque.frontend import Frontend
 from disque.listen import bind_tcp
-from disque.tls_context import TlsConfigError, https_context, server_context, settings_of
+from disque.contracts.tls_settings import TlsConfigError, https_context, server_context, settings_of
 from disque.workers.link import front_end_links
 from disque.worker_restart import WorkerRestarts
 

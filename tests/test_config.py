@@ -690,7 +690,7 @@ def test_command_line_help_word_as_a_value_is_a_value():
 # CONFIG GET
 
 
-from disque.tls_context import SETTINGS as TLS_SETTINGS  # noqa: E402
+from disque.contracts.tls_settings import SETTINGS as TLS_SETTINGS  # noqa: E402
 
 SPEC_GET_PARAMETERS = {
     "requirepass", "unixsocket", "logfile", "pidfile", "maxmemory", "maxmemory-samples", "timeout",

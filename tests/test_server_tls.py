@@ -17,7 +17,7 @@ import redis
 from support.resp_client import Incomplete, encode_command, parse_resp
 from support.server import stop_servers
 from support.slots import queues_on_distinct_workers
-from support.tls import Certs, TlsServer, tls_call
+from support.tls import Certs, TlsServer, tls_ping
 from support.waits import wait_until
 
 REDIS_CLI = shutil.which("redis-cli")
@@ -132,7 +132,7 @@ def refused(srv, client):
     """A client with certificate `client` (None: none) gets no reply: its handshake fails
     (with TLS 1.3 the client learns it at its first read, as an alert or the close)."""
     try:
-        reply = tls_call(srv.certs, srv.tls_port, "PING", client=client)
+        reply = tls_ping(srv.certs, srv.tls_port, client=client)
     except (ssl.SSLError, OSError):
         return
     assert reply == b"", reply
@@ -165,10 +165,10 @@ def test_refusals_are_logged_and_affect_nothing_else(node):
 
 def test_auth_clients_optional_and_no(start_tls, certs):
     opt = start_tls(extra_args=["--tls-auth-clients", "optional"])
-    assert tls_call(certs, opt.tls_port, "PING", client=None) == b"+PONG\r\n"
+    assert tls_ping(certs, opt.tls_port, client=None) == b"+PONG\r\n"
     refused(opt, "other-client")                 # a certificate given is still checked
     no = start_tls(extra_args=["--tls-auth-clients", "no"])
-    assert tls_call(certs, no.tls_port, "PING", client=None) == b"+PONG\r\n"
+    assert tls_ping(certs, no.tls_port, client=None) == b"+PONG\r\n"
 
 
 def test_bad_tls_settings_stop_the_start_with_one_line(start_tls, certs, tmp_path):
@@ -254,7 +254,7 @@ def test_a_tls_connection_dies_with_the_worker_running_it_and_the_node_goes_on(n
                 pass
         except (ssl.SSLError, OSError):
             pass            # closed, with or without a close_notify
-    wait_until(lambda: tls_call(node.certs, node.tls_port, "PING") == b"+PONG\r\n", 30,
+    wait_until(lambda: tls_ping(node.certs, node.tls_port) == b"+PONG\r\n", 30,
                message="no TLS after the workers were restarted:\n" + node.log_tail())
 
 

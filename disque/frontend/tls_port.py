@@ -13,7 +13,7 @@ import socket
 from collections import OrderedDict
 
 from disque.contracts import connection_handover as H
-from disque.tls_context import (SETTINGS, TlsConfigError, https_context, server_context,
+from disque.contracts.tls_settings import (SETTINGS, TlsConfigError, https_context, server_context,
                                 settings_of)
 
 log = logging.getLogger("disque.frontend")

@@ -15,8 +15,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from disque.contracts.connection_handover import encode_commands
-
 DAY = datetime.timedelta(days=1)
 
 
@@ -101,18 +99,16 @@ class Certs:
         return args
 
 
-def tls_call(certs: Certs, port, *args, client="client", timeout=10.0):
-    """One command over a new TLS connection; the raw reply (a line or a bulk)."""
+def tls_ping(certs: Certs, port, client="client", timeout=10.0):
+    """PING over a new TLS connection: the raw reply (b"+PONG\\r\\n"), b"" if it closed."""
     ctx = certs.client_context(client)
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
         with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
-            s.sendall(encode_commands([[a if isinstance(a, bytes) else str(a).encode()
-                                         for a in args]]))
+            s.sendall(b"PING\r\n")
             data = b""
             while b"\r\n" not in data:
-                chunk = s.recv(65536)
+                chunk = s.recv(256)
                 if not chunk:
                     break
                 data += chunk
             return data
-

@@ -26,7 +26,7 @@ from aiohttp.streams import EmptyStreamReader
 from aiohttp.web_protocol import ERROR, RequestHandler
 from multidict import CIMultiDict
 
-from disque.tls_context import HANDSHAKE_TIMEOUT
+from disque.contracts.tls_settings import HANDSHAKE_TIMEOUT
 
 log = logging.getLogger("disque.metrics")
 

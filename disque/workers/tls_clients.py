@@ -27,7 +27,7 @@ import ssl
 import time
 
 from disque.contracts import connection_handover as H
-from disque.tls_context import HANDSHAKE_TIMEOUT, TlsConfigError, reason, server_context
+from disque.contracts.tls_settings import HANDSHAKE_TIMEOUT, TlsConfigError, reason, server_context
 
 log = logging.getLogger("disque.worker")
 

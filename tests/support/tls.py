@@ -7,7 +7,7 @@ import sys
 
 import redis
 
-from disque.harness.certs import Certs, tls_call  # noqa: F401  (for the tests)
+from disque.harness.certs import Certs, tls_ping  # noqa: F401  (for the tests)
 from disque.harness.node import disque_argv
 from disque.harness.ports import lease_port
 from support.server import DisqueServer
@@ -38,7 +38,7 @@ class TlsServer(DisqueServer):
 
     def ready(self):
         try:
-            return tls_call(self.certs, self.tls_port, "PING", timeout=2.0).startswith(b"+PONG")
+            return tls_ping(self.certs, self.tls_port, timeout=2.0).startswith(b"+PONG")
         except (OSError, ssl.SSLError):
             return False
 
