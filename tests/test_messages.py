@@ -62,7 +62,7 @@ def test_every_boundary_names_its_message_kinds():
     assert names["worker_link"] == {"Cmd", "GetJob", "Unblock", "Return", "Bus", "Control",
                                     "Reply", "GetJobReply", "BusOut", "QueueElsewhere"}
     assert names["connection_handover"] == {"Handoff", "Recall", "Kill", "Peer", "Handback",
-                                            "Gone", "Slowlog", "Served"}
+                                            "Gone", "Slowlog", "Served", "TlsAccept", "TlsConn"}
     assert names["peer_link"] == {"Request", "Reply"}
     assert names["job_link"] == {"Hello"}
     assert names["bus_messages"] == {"Envelope", "JobMessage", "Outbound", "Inbound", "Query", "Answer"}
