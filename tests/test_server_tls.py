@@ -14,6 +14,7 @@ import threading
 import pytest
 import redis
 
+from support.info import parse_info
 from support.resp_client import Incomplete, encode_command, parse_resp
 from support.server import stop_servers
 from support.slots import queues_on_distinct_workers
@@ -339,3 +340,21 @@ def test_tls_with_connection_affinity_off_and_client_kill(start_tls):
             assert victim.recv(100) == b""      # closed (with a close_notify or without)
         except (ssl.SSLError, OSError):
             pass
+
+
+def test_tls_with_requirepass_authenticates_then_is_served(start_tls):
+    node = start_tls(extra_args=["--requirepass", "tls-secret-pass"])
+    anon = node.tls_client()
+    with pytest.raises(redis.AuthenticationError):
+        anon.execute_command("ADDJOB", "authq", "x", 0)
+    c = node.tls_client(password="tls-secret-pass")
+    for i in range(20):
+        assert c.execute_command("ADDJOB", "authq", "x%d" % i, 0).startswith(b"D-")
+    admin = node.client(password="tls-secret-pass")     # plaintext port, authenticated
+
+    def served():
+        info = parse_info(admin.execute_command("INFO"))
+        return int(info["connections_served_by_workers"])
+    wait_until(lambda: served() >= 1, 10,
+               message="the authenticated TLS connection is not served by its worker")
+    assert int(c.execute_command("QLEN", "authq")) == 20

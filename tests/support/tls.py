@@ -38,7 +38,8 @@ class TlsServer(DisqueServer):
 
     def ready(self):
         try:
-            return tls_ping(self.certs, self.tls_port, timeout=2.0).startswith(b"+PONG")
+            reply = tls_ping(self.certs, self.tls_port, timeout=2.0)
+            return reply.startswith((b"+PONG", b"-NOAUTH"))     # it answers
         except (OSError, ssl.SSLError):
             return False
 
