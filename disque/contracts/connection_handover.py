@@ -141,6 +141,11 @@ MAX_FDS_PER_READ = 256
 MAX_FRAME = frames.MAX_LENGTH   # both ends are this node's processes: the header's own limit
 
 
+def peer_text(host, port):
+    """A peer's address as CLIENT LIST and the logs show it: host:port, [v6]:port."""
+    return ("[%s]:%s" if ":" in host else "%s:%s") % (host, port)
+
+
 class HandoverChannel:
     """One end of the hand-over channel. Sends block (frames are small, and each side
     reads its end on every loop turn); `receive` never blocks."""

@@ -14,6 +14,7 @@ from socket import AF_UNIX
 
 from disque import replies as R
 from disque._fast import resp
+from disque.contracts.connection_handover import peer_text
 from disque.replies import one_line
 
 log = logging.getLogger("disque.frontend")
@@ -83,8 +84,7 @@ class Connections:
         if client.tls is not None:
             client.addr = client.tls.addr       # the TLS client's, not the worker's socketpair
         elif isinstance(peer, tuple):
-            host = peer[0]
-            client.addr = ("[%s]:%s" if ":" in host else "%s:%s") % (host, peer[1])
+            client.addr = peer_text(peer[0], peer[1])
         elif fe.unix_addr is not None and sock is not None and sock.family == AF_UNIX:
             client.addr = fe.unix_addr
         else:

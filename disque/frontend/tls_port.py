@@ -2,8 +2,9 @@
 docs/security.md, "TLS on the client port").
 
 The front-end accepts on `tls-port` and gives each connection, before any byte of it is
-read, to a worker (round robin over the workers that have the TLS settings): that worker
-runs the connection's TLS for as long as it lives (disque/workers/tls_clients.py). After the
+read, to a worker that has the TLS settings (the one its host's last connection settled
+on, else the next in turn): that worker runs the connection's TLS for as long as it lives
+(disque/workers/tls_clients.py). After the
 handshake the worker sends back the plaintext end of a socketpair (TLS_CONN), which the
 front-end serves as it serves an accepted socket; handing the connection over names the
 worker's pump (Handoff.pump), so the worker serves it itself, with no process in between.
@@ -13,8 +14,8 @@ import socket
 from collections import OrderedDict
 
 from disque.contracts import connection_handover as H
-from disque.contracts.tls_settings import (SETTINGS, TlsConfigError, https_context, server_context,
-                                settings_of)
+from disque.contracts.tls_settings import (SETTINGS, TlsConfigError, https_context,
+                                           server_context, settings_of)
 
 log = logging.getLogger("disque.frontend")
 
@@ -33,15 +34,12 @@ class TlsOrigin:
         self.addr = addr
 
 
-def listen_addr(host, port):
-    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
-
-
 class TlsPort:
     """Needs from the node (`fe`): cfg, loop, links (unix: channel(w), held, starting),
-    nworkers, control_all, send_control-style controls, new_client, handover (push).
-    Offers: start (the listening sockets), connected (TLS_CONN), worker_ready,
-    worker_lost, config_changed (CONFIG SET tls-*), info_fields."""
+    nworkers, restarts.control, new_client, handover.push. Offers: start (the listening
+    sockets), stop, connected (TLS_CONN), settled (the hand-over hook's hint), worker_ready,
+    worker_lost, config_changed (CONFIG SET tls-*), info_fields; `https`, the metrics
+    port's context, reloaded with the rest."""
 
     def __init__(self, fe, cfg):
         self.fe = fe
@@ -145,7 +143,7 @@ class TlsPort:
         w = self.pick(host)
         if w is None:
             log.warning("TLS connection from %s closed: no worker can take it now",
-                        listen_addr(host, port))
+                        H.peer_text(host, port))
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.cfg.tcp_keepalive:
@@ -163,7 +161,7 @@ class TlsPort:
         except OSError:
             return
         fe = self.fe
-        origin = TlsOrigin(w, msg.pump, msg.host, listen_addr(msg.host, msg.port))
+        origin = TlsOrigin(w, msg.pump, msg.host, H.peer_text(msg.host, msg.port))
 
         def client():
             c = fe.new_client()

@@ -41,10 +41,6 @@ PLAINTEXT_HINTS = ("wrong version number", "http request", "unknown protocol",
                    "record layer failure", "packet length too long")
 
 
-def addr_text(host, port):
-    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
-
-
 def drain(sock):
     """Everything readable on a non-blocking socket now."""
     chunks = []
@@ -127,7 +123,7 @@ class TlsClients:
 
     def accept(self, msg, fd):
         sock = socket.socket(fileno=fd)
-        addr = addr_text(msg.host, msg.port)
+        addr = H.peer_text(msg.host, msg.port)
         if self.ctx is None:
             log.warning("TLS connection from %s closed: this worker has no TLS settings yet", addr)
             sock.close()
@@ -357,7 +353,7 @@ class TlsClients:
             host, port = sock.getpeername()[:2]
         except OSError:
             return "?"
-        return addr_text(host, port)
+        return H.peer_text(host, port)
 
     # ---- housekeeping ----------------------------------------------------------------------
 
