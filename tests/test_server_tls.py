@@ -219,6 +219,10 @@ def test_certificates_reload_under_load_without_dropping_connections(node):
         t.start()
     try:
         wait_until(lambda: done[0] > 200, 20)
+        # the busy connections are served by their workers while the certificate changes
+        wait_until(lambda: int(node.info_fields()["connections_served_by_workers"]) >= 4, 10,
+                   message="the busy TLS connections are not served by their workers")
+        handbacks = int(node.info_fields()["connection_handbacks"])
         admin = node.tls_client()
         # a certificate without its key: refused, the old settings kept
         with pytest.raises(redis.ResponseError, match="key values mismatch"):
@@ -240,6 +244,8 @@ def test_certificates_reload_under_load_without_dropping_connections(node):
         for t in threads:
             t.join(20)
     assert not errors, errors
+    # and they stayed there: the reload neither dropped nor moved them
+    assert int(node.info_fields()["connection_handbacks"]) == handbacks
 
 
 def test_a_tls_connection_dies_with_the_worker_running_it_and_the_node_goes_on(node):
