@@ -18,12 +18,11 @@ import pytest
 import disque.integrations.kombu  # noqa: F401  (registers disque:// and disques://)
 from disque.client import AsyncDisque, Disque, ServerSpecError, UnavailableError
 from disque.client.tls import SyncSSLConnection
-from disque.harness.cluster import join
 from disque.integrations.dramatiq import DisqueBroker
 from disque.integrations.kombu_config import settings_from_connection
 from support.processes import WorkerProcesses
 from support.server import stop_servers
-from support.tls import Certs, TlsServer
+from support.tls import Certs, TlsServer, tls_only_cluster
 from support.waits import wait_until
 
 WORKER = os.path.join(os.path.dirname(sys.executable), "disque-worker")
@@ -136,15 +135,8 @@ def test_tls_arguments_are_checked_before_anything_is_sent():
 # -- a TLS-only cluster ------------------------------------------------------------------
 @pytest.fixture
 def tls_cluster(certs, tmp_path):
-    nodes = [TlsServer(certs, workers=2, tls_only=True, workdir=tmp_path / ("n%d" % i))
-             for i in range(3)]
-    try:
-        for n in nodes:
-            n.start()
-        assert join(nodes), "the TLS-only nodes did not form a cluster"
+    with tls_only_cluster(certs, tmp_path) as nodes:
         yield nodes
-    finally:
-        stop_servers(nodes)
 
 
 @pytest.mark.cluster

@@ -5,9 +5,7 @@ import socket
 
 import pytest
 
-from disque.harness.cluster import join
-from support.server import stop_servers
-from support.tls import Certs, TlsServer
+from support.tls import Certs, tls_only_cluster
 from support.waits import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -15,16 +13,8 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def tls_cluster(tmp_path):
-    certs = Certs(tmp_path / "certs")
-    nodes = [TlsServer(certs, workers=2, tls_only=True, workdir=tmp_path / ("n%d" % i))
-             for i in range(3)]
-    try:
-        for n in nodes:
-            n.start()
-        assert join(nodes), "the TLS-only nodes did not form a cluster"
+    with tls_only_cluster(Certs(tmp_path / "certs"), tmp_path) as nodes:
         yield nodes
-    finally:
-        stop_servers(nodes)
 
 
 def test_tls_only_nodes_form_a_cluster_and_replicate_jobs(tls_cluster):

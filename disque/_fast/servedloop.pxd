@@ -71,7 +71,7 @@ cdef class ServedLoop:
     cdef int read_tls(self, ServedClient c, Py_ssize_t n) except -2
     cdef int write_tls(self, ServedClient c) except -1
     cdef int slow_reader(self, ServedClient c) except -1
-    cdef Py_ssize_t send_some(self, ServedClient c, bytes data) except -2
+    cdef bytes send_out(self, ServedClient c, bytes data)
     cpdef run_input(self, ServedClient c)
     cdef resume_unblocked(self)
     cdef int write_all(self) except -1

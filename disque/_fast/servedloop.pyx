@@ -357,9 +357,7 @@ cdef class ServedLoop:
     cdef int write_all(self) except -1:
         cdef ServedClient c
         cdef list out, dirty
-        cdef Py_ssize_t size
-        cdef ssize_t n
-        cdef bytes data
+        cdef bytes data, rest
         if self.peers is not None:
             self.peers.send_all()   # requests to, and replies for, the other workers
         if self.slow:
@@ -380,29 +378,31 @@ cdef class ServedLoop:
             data = take_ready(out)
             if data is None:
                 continue
-            size = len(data)
-            n = self.send_some(c, data)
-            if n < 0:
+            rest = self.send_out(c, data)
+            if rest is None:
                 continue
-            if n < size:
-                out.insert(0, data[n:])
-                self.slow_reader(c)
-            else:
-                c.last_io = monotonic()
+            if rest:
+                out.insert(0, rest)
             if c.back is not None:
                 self.back_when_answered(c)
         return 0
 
-    cdef Py_ssize_t send_some(self, ServedClient c, bytes data) except -2:
-        """What the socket took of `data` (0: nothing now); -1: it is broken, c was dropped."""
-        cdef Py_ssize_t n = c_send(c.fd, <char *>data, len(data), MSG_NOSIGNAL)
+    cdef bytes send_out(self, ServedClient c, bytes data):
+        """Send `data`: what the socket did not take (b"": all went; the connection then
+        goes back as a slow reader), None when it is broken (c was dropped)."""
+        cdef Py_ssize_t size = len(data)
+        cdef Py_ssize_t n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
         if n < 0:
             if errno != EAGAIN and errno != EINTR:
                 self.drop_client(c)
-                return -1
+                return None
             n = 0
         self.net_out += n
-        return n
+        if n == size:
+            c.last_io = monotonic()
+            return b""
+        self.slow_reader(c)
+        return data[n:]
 
     cdef int slow_reader(self, ServedClient c) except -1:
         """Its socket did not take every reply: the connection goes back to the front-end,
@@ -423,9 +423,7 @@ cdef class ServedLoop:
         """A TLS connection's ready replies: into records (OpenSSL writes them into the
         outgoing BIO, so it never has a write to retry), then one send of the records."""
         cdef list out = c.out
-        cdef bytes data, cipher
-        cdef Py_ssize_t size
-        cdef ssize_t n
+        cdef bytes data, cipher, rest
         if not out and c.tls_pending is None and not c.tls_out.pending:
             if c.back is not None:
                 self.back_when_answered(c)
@@ -441,17 +439,13 @@ cdef class ServedLoop:
         if c.tls_pending is not None:
             cipher = c.tls_pending + cipher
             c.tls_pending = None
-        size = len(cipher)
-        if not size:
+        if not cipher:
             return 0
-        n = self.send_some(c, cipher)
-        if n < 0:
+        rest = self.send_out(c, cipher)
+        if rest is None:
             return 0
-        if n < size:
-            c.tls_pending = cipher[n:]
-            self.slow_reader(c)
-        else:
-            c.last_io = monotonic()
+        if rest:
+            c.tls_pending = rest
         if c.back is not None:
             self.back_when_answered(c)
         return 0

@@ -346,15 +346,20 @@ class JobLinks:
                           MAX_FRAME, frames)
         if got == AGAIN:
             return
-        for data in frames:             # the whole frames before a frame too long count
+        if self.on_frames(link, frames, got) and not got:
+            self.close_in(link)
+
+    def on_frames(self, link, frames, got):
+        """A read's whole frames (those before a frame too long count); False: the link
+        was closed (a bad frame, or one too long)."""
+        for data in frames:
             if not self.on_frame(link, data):
-                return
+                return False
         if got == TOO_LONG:
             self.refuse(link, "a frame too long" if link.sender
                         else "a first frame that is no hello")
-            return
-        if not got:
-            self.close_in(link)
+            return False
+        return True
 
     def on_frame(self, link, data):
         try:
@@ -504,12 +509,7 @@ class JobLinks:
             frames = []
             got = feed_buffer(link.buf, buf, m, MAX_HELLO if link.sender is None else MAX_FRAME,
                               MAX_FRAME, frames)
-            for data in frames:
-                if not self.on_frame(link, data):
-                    return
-            if got == TOO_LONG:
-                self.refuse(link, "a frame too long" if link.sender
-                            else "a first frame that is no hello")
+            if not self.on_frames(link, frames, got):
                 return
 
     def answer_handshake(self, link):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ssl
 import sys
+from contextlib import contextmanager
 
 import redis
 
 from disque.harness.certs import Certs, tls_ping  # noqa: F401  (for the tests)
+from disque.harness.cluster import join
 from disque.harness.node import disque_argv
 from disque.harness.ports import lease_port
-from support.server import DisqueServer
+from support.server import DisqueServer, stop_servers
 
 
 class TlsServer(DisqueServer):
@@ -70,3 +72,17 @@ class TlsServer(DisqueServer):
             if self.tls_lease is not None:
                 self.tls_lease.release()
                 self.tls_lease = None
+
+
+@contextmanager
+def tls_only_cluster(certs: Certs, workdir, n=3, workers=2):
+    """`n` TLS-only nodes (`port 0`) joined into a cluster; all stopped by PID at the end."""
+    nodes = [TlsServer(certs, workers=workers, tls_only=True, workdir=workdir / ("n%d" % i))
+             for i in range(n)]
+    try:
+        for node in nodes:
+            node.start()
+        assert join(nodes), "the TLS-only nodes did not form a cluster"
+        yield nodes
+    finally:
+        stop_servers(nodes)
