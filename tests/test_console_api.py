@@ -79,8 +79,8 @@ def test_views_answer_for_the_whole_cluster(console_cluster):
     (a, ma), (b, mb) = console_cluster
     ra, rb = a.client(password=PW), b.client(password=PW)
     on_b = rb.execute_command("ADDJOB", "orders", b'{"n": 1} <b>x</b>', 0, "REPLICATE", 1)
-    for i in range(3):
-        ra.execute_command("ADDJOB", "orders", b"job %d" % i, 0, "REPLICATE", 1)
+    on_a = [ra.execute_command("ADDJOB", "orders", b"job %d" % i, 0, "REPLICATE", 1)
+            for i in range(3)]
     ra.execute_command("ADDJOB", "mail", b"m" * 5000, 0, "REPLICATE", 1)
     nodes = get(ma, "/api/console/cluster")
     assert nodes["nodes_asked"] == 2 and nodes["nodes_answered"] == 2
@@ -92,9 +92,16 @@ def test_views_answer_for_the_whole_cluster(console_cluster):
     assert [q["queue"] for q in get(ma, "/api/console/queues?match=mai")["queues"]] == ["mail"]
     page = get(ma, "/api/console/queue?name=orders&count=2")
     assert page["len"] == 4 and len(page["jobs"]) == 2
-    assert page["jobs"][0]["id"] == on_b.decode()          # the oldest, held by node b
+    # the oldest of both nodes first, by (ctime, ID): node b's job was added first, but ctime
+    # is each worker's millisecond clock * 1e6 plus its own counter, so node a's next jobs
+    # may share or precede its millisecond (the ordering across nodes is the clocks')
+    def ctime(r, jid):
+        show = r.execute_command("SHOW", jid)
+        return int(show[show.index(b"ctime") + 1])
+    ages = sorted([(ctime(rb, on_b), on_b)] + [(ctime(ra, j), j) for j in on_a])
+    assert [j["id"] for j in page["jobs"]] == [jid.decode() for _, jid in ages[:2]]
     rest = get(ma, "/api/console/queue?name=orders&count=2&start=2")
-    assert [j["body"] for j in rest["jobs"]] == ["job 1", "job 2"]
+    assert [j["id"] for j in rest["jobs"]] == [jid.decode() for _, jid in ages[2:]]
     mail = get(ma, "/api/console/queue?name=mail")["jobs"][0]
     assert mail["body_size"] == 5000 and len(mail["body"]) == 200
     # a job found from the node that does not hold it, routed by its ID's prefix
