@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 
 import psutil
 
-from common.cluster import BODY, free_port, log, redis_benchmark, start_cluster
+from common.cluster import BODY, medians, free_port, log, redis_benchmark, start_cluster
 
 SECRET = "bench-" + "0123456789abcdef" * 2
 
@@ -129,9 +128,7 @@ def main():
         for p in procs:
             p.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = {name: {k: statistics.median(x[k] for x in rs)
-                      for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_job")}
-               for name, rs in runs.items()}
+    summary = medians(runs)
     print()
     print("ADDJOB REPLICATE 3, 3 nodes x %d workers, 50 connections, %d x %d requests (medians)"
           % (args.workers, rounds, n))
@@ -142,8 +139,7 @@ def main():
     o, s = summary["open"], summary["secured"]
     print("secured / open: throughput %.2fx, p99 %.2fx, CPU per job %.2fx"
           % (s["rps"] / o["rps"], s["p99_ms"] / o["p99_ms"], s["cpu_us_per_job"] / o["cpu_us_per_job"]))
-    t = {name: {k: statistics.median(x[k] for x in rs) for k in ("frames_s", "cpu_us_per_frame")}
-         for name, rs in transport.items()}
+    t = medians(transport, ("frames_s", "cpu_us_per_frame"))
     to, ts = t["open"], t["secured"]
     print("bus transport alone, %d-byte frames (medians): open %.0f frames/s, %.1f us CPU/frame; "
           "CURVE %.0f frames/s (%.2fx), %.1f us CPU/frame (+%.1f us)"

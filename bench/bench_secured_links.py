@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 
 from bench_affinity import wait_settled
 from bench_bus_secret import SECRET, cluster_cpu
-from common.cluster import BODY, log, redis_benchmark, start_cluster
+from common.cluster import BODY, medians, log, redis_benchmark, start_cluster
 
 SETUPS = (("open", []), ("secured", ["--cluster-secret", SECRET]))
 COUNTERS = ("cluster_job_messages_direct_sent", "cluster_job_messages_by_bus",
@@ -88,9 +87,7 @@ def main():
         for p in procs:
             p.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = {name: {k: statistics.median(x[k] for x in rs)
-                      for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_job")}
-               for name, rs in runs.items()}
+    summary = medians(runs)
     print()
     print("ADDJOB REPLICATE 3, 3 nodes x %d workers, %d connections, %d x %d jobs (medians)"
           % (args.workers, args.clients, args.rounds, args.n))

@@ -7,6 +7,7 @@ import csv
 import functools
 import io
 import os
+import statistics
 import subprocess
 import time
 
@@ -82,3 +83,9 @@ def redis_benchmark(port, n, clients, cmd):
     row = list(csv.DictReader(io.StringIO("\n".join(rows))))[-1]
     return {"rps": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]),
             "p99_ms": float(row["p99_latency_ms"])}
+
+
+def medians(runs, fields=("rps", "p50_ms", "p99_ms", "cpu_us_per_job")):
+    """{setup: {field: median over its rounds}} of redis_benchmark results per setup."""
+    return {name: {k: statistics.median(x[k] for x in rs) for k in fields}
+            for name, rs in runs.items()}
