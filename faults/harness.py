@@ -2,6 +2,7 @@
 after another (faults, heal, drain, check), a results table. See docs/faults.md.
 
     faults/run [--long] [--nodes 5] [--workers 2] [--scenarios a,b] [--json out.json]
+               [--disque-binary /path/to/original/disque-server]
 """
 import argparse
 import fcntl
@@ -17,7 +18,7 @@ import time
 
 from faults import netns, nodes as N
 from faults.checker import check, table
-from faults.scenarios import SCENARIOS
+from faults.catalog import SCENARIOS
 
 SHORT_SECONDS = 12.0
 LONG_SECONDS = 120.0
@@ -25,66 +26,109 @@ LOCK_PATH = "/tmp/dqf-harness.lock"     # one run at a time: namespace names are
 
 
 class Context:
-    def __init__(self, nodes, rng, log):
-        self.nodes = nodes
+    """What a schedule acts on: the cluster's nodes, the spares beside it, the network
+    (`net`, faults/netns.py), the run's options and its random generator."""
+
+    def __init__(self, name, scenario, args, sdir, rng, log):
+        self.name = name
+        self.scenario = scenario
+        self.args = args
+        self.dir = sdir
         self.rng = rng
+        self.log = log
+        self.net = netns.HARNESS
+        self.nodes = []
+        self.spares = []
         self.node_timeout_s = N.NODE_TIMEOUT_MS / 1000.0
         self.worker_kills = 0
-        self.log = log
+        self.unexpected_exits = 0       # nodes found dead that the harness did not kill
+        self.addrs_path = os.path.join(sdir, "addrs")
+        self.t0 = time.monotonic()
+
+    @property
+    def all_nodes(self):
+        return self.nodes + self.spares
+
+    def make_node(self, i):
+        sc = self.scenario
+        return N.Node(i, self.dir, self.args.workers, sc.aof, original=self.args.disque_binary,
+                      extra_env=sc.node_env(self, i), extra_args=sc.node_args(self, i))
+
+    def set_addrs(self, nodes):
+        """The nodes the workload talks to from now on (it reads the file every second)."""
+        tmp = self.addrs_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(" ".join(netns.node_addr(n.i) for n in nodes))
+        os.replace(tmp, self.addrs_path)
 
     def note(self, what):
         self.log("    %6.1fs %s" % (time.monotonic() - self.t0, what))
 
 
 def heal_all(ctx):
-    netns.heal(len(ctx.nodes))
-    for node in ctx.nodes:
+    ctx.scenario.heal(ctx)
+    netns.heal(len(ctx.all_nodes))
+    for node in ctx.all_nodes:
         node.resume()
-    for node in ctx.nodes:
+    for node in ctx.all_nodes:
         if not node.alive():
+            if not node.down_by_harness:
+                ctx.unexpected_exits += 1
+                ctx.note("node %d had exited on its own" % node.i)
             node.start()
-    for node in ctx.nodes:
+    for node in ctx.all_nodes:
         node.wait_ready()
 
 
+def start_nodes(ctx):
+    for node in ctx.all_nodes:
+        node.start()
+    if not all(node.wait_ready() for node in ctx.all_nodes):
+        bad = next(node for node in ctx.all_nodes
+                   if not node.alive() or N.cli(node.i, "PING") != "PONG")
+        tail = (bad.log_text().strip().splitlines() or ["(empty log)"])[-1]
+        raise RuntimeError("node %d did not start: %s" % (bad.i, tail[-200:]))
+    if not N.join(ctx.nodes):
+        raise RuntimeError("the cluster did not form")
+
+
 def run_scenario(name, args, root, log):
-    schedule, aof = SCENARIOS[name]
-    rng = random.Random("%s-%s" % (args.seed, name))
+    scenario = SCENARIOS[name]
     sdir = os.path.join(root, name)
-    nodes = [N.Node(i, sdir, args.workers, aof) for i in range(args.nodes)]
-    ctx = Context(nodes, rng, log)
+    os.makedirs(sdir, exist_ok=True)
+    ctx = Context(name, scenario, args, sdir, random.Random("%s-%s" % (args.seed, name)), log)
     workload = None
     try:
-        for node in nodes:
-            node.start()
-        if not all(node.wait_ready() for node in nodes):
-            bad = next(node for node in nodes if not node.alive() or N.cli(node.i, "PING") != "PONG")
-            tail = (bad.log_text().strip().splitlines() or ["(empty log)"])[-1]
-            raise RuntimeError("node %d did not start: %s" % (bad.i, tail[-200:]))
-        if not N.join(nodes):
-            raise RuntimeError("the cluster did not form")
+        scenario.prepare(ctx)
+        ctx.nodes = [ctx.make_node(i) for i in range(args.nodes)]
+        ctx.spares = [ctx.make_node(args.nodes + k) for k in range(scenario.spares)]
+        start_nodes(ctx)
+        ctx.set_addrs(ctx.nodes)
         out = os.path.join(sdir, "record.json")
         workload = subprocess.Popen(
             ["ip", "netns", "exec", netns.CLIENT, sys.executable, "-m", "faults.workload",
-             "--addrs", ",".join(netns.node_addr(n.i) for n in nodes), "--out", out,
-             "--max-seconds", str(args.duration + 120)],
+             "--addrs", ",".join(netns.node_addr(n.i) for n in ctx.nodes),
+             "--addrs-file", ctx.addrs_path, "--out", out, "--warmup", str(args.warmup),
+             "--max-seconds", str(args.duration + args.warmup + 150)],
             cwd=N.REPO, env=N.env())
-        time.sleep(2.0)                 # a fault-free start
+        time.sleep(args.warmup)         # fault-free: the workload's rate to recover to
         ctx.t0 = time.monotonic()
-        schedule(ctx, ctx.t0 + args.duration)
+        schedule_until = ctx.t0 + args.duration
+        scenario.schedule(ctx, schedule_until)
         ctx.note("heal")
         heal_all(ctx)
         workload.send_signal(signal.SIGUSR1)
-        workload.wait(timeout=180)
+        workload.wait(timeout=240)
         with open(out) as f:
             record = json.load(f)
-        return check(name, aof, record, nodes, ctx.worker_kills)
+        return check(name, scenario.aof, record, ctx)
     finally:
         if workload is not None and workload.poll() is None:
             workload.kill()
             workload.wait()
-        for node in nodes:
+        for node in ctx.all_nodes:
             node.stop()
+        scenario.finish(ctx)
 
 
 def main(argv=None):
@@ -97,6 +141,10 @@ def main(argv=None):
     ap.add_argument("--seed", default="1")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the nodes' directories")
+    ap.add_argument("--warmup", type=float, default=4.0,
+                    help="fault-free seconds before the faults (the rate to recover to)")
+    ap.add_argument("--disque-binary", help="run the original C disque-server instead of ours "
+                    "(scenarios that need worker processes are skipped)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("faults/run: needs root (network namespaces, iptables)")
@@ -106,6 +154,11 @@ def main(argv=None):
     for name in names:
         if name not in SCENARIOS:
             sys.exit("faults/run: unknown scenario %r" % name)
+    if args.disque_binary:
+        if not os.access(args.disque_binary, os.X_OK):
+            sys.exit("faults/run: %s is not an executable" % args.disque_binary)
+        args.disque_binary = os.path.abspath(args.disque_binary)
+        names = [n for n in names if not SCENARIOS[n].ours_only]
     lock = open(LOCK_PATH, "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -117,10 +170,11 @@ def main(argv=None):
     def log(line):
         print(line, flush=True)
     try:
-        netns.setup(args.nodes)
+        netns.setup(args.nodes + max(SCENARIOS[n].spares for n in names))
         for name in names:
-            log("== %s (%d nodes, --workers %d, %.0fs of faults)" % (
-                name, args.nodes, args.workers, args.duration))
+            log("== %s (%d nodes, %s, %.0fs of faults)" % (
+                name, args.nodes, "original " + args.disque_binary if args.disque_binary
+                else "--workers %d" % args.workers, args.duration))
             t0 = time.monotonic()
             try:
                 res = run_scenario(name, args, root, log)
@@ -128,7 +182,7 @@ def main(argv=None):
                 res = {"scenario": name, "error": "%s: %s" % (type(e).__name__, e)}
             res["seconds"] = round(time.monotonic() - t0, 1)
             results.append(res)
-            log("   %s" % json.dumps(res))
+            log("   %s" % json.dumps({k: v for k, v in res.items() if k != "adds_per_second"}))
     finally:
         netns.cleanup()
         if not args.keep:

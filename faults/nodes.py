@@ -1,6 +1,7 @@
-"""Our nodes, one per network namespace (disque.harness nodes started behind `ip netns exec`):
-start, kill -9, restart from their files, pause, kill one worker; queries go through
-redis-cli inside the clients' namespace."""
+"""The nodes, one per network namespace (disque.harness nodes started behind `ip netns
+exec`): ours, or the original C `disque-server` when a binary is given. Start, kill -9,
+restart from their files, pause, kill one worker; queries go through redis-cli inside the
+clients' namespace."""
 import os
 import signal
 import subprocess
@@ -37,18 +38,26 @@ def info_field(i, section, name):
 
 
 class Node(harness.Node):
-    def __init__(self, i, root, workers, aof):
+    def __init__(self, i, root, workers, aof, original=None, extra_env=None, extra_args=()):
         self.i = i
         self.dir = os.path.join(root, "n%d" % i)
         os.makedirs(self.dir, exist_ok=True)
         self.workers = workers
         self.aof = aof              # None, "everysec" or "always"
+        self.original = original    # path of the original's disque-server, or None
         self.killed = 0             # kills we caused (their exit is not a crash)
-        args = ["--cluster-node-timeout", NODE_TIMEOUT_MS, "--dir", self.dir]
+        self.down_by_harness = False
+        addr = netns.node_addr(i)
+        args = ["--cluster-node-timeout", NODE_TIMEOUT_MS, "--dir", self.dir, *extra_args]
         if aof:
             args += ["--appendonly", "yes", "--appendfsync", aof]
-        super().__init__(harness.disque_argv(PORT, workers, *args, host=netns.node_addr(i)),
-                         port=PORT, host=netns.node_addr(i), cwd=self.dir, env=env(),
+        if original:
+            argv = harness.original_argv(original, PORT, self.dir, *args, host=addr)
+        else:
+            argv = harness.disque_argv(PORT, workers, *args, host=addr)
+        node_env = env()
+        node_env.update(extra_env or {})
+        super().__init__(argv, port=PORT, host=addr, cwd=self.dir, env=node_env,
                          log_path=os.path.join(self.dir, "node.log"),
                          prefix=["ip", "netns", "exec", netns.node_ns(i)],
                          ready=lambda node: cli(node.i, "PING") == "PONG",
@@ -57,6 +66,7 @@ class Node(harness.Node):
 
     def start(self):
         """Without waiting: the harness starts every node, then waits for each."""
+        self.down_by_harness = False
         self.spawn()
 
     def wait_ready(self, timeout=30):
@@ -68,6 +78,7 @@ class Node(harness.Node):
 
     def kill(self):
         self.killed += 1
+        self.down_by_harness = True
         super().kill()
 
     def pause(self):

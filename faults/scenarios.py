@@ -1,9 +1,11 @@
-"""Fault schedules. Each runs until `until` (monotonic) and leaves the faults in place;
-the harness heals everything afterwards. `ctx` holds the nodes and a random generator."""
+"""The first fault schedules: partitions, pauses, kills. Each runs until `until`
+(monotonic) and leaves the faults in place; the harness heals everything afterwards.
+`ctx` holds the nodes and a random generator."""
 import time
 
 from disque.worker_restart import MAX_RESTARTS, RESTART_WINDOW_S
 from faults import netns
+from faults.scenario import Scenario
 
 PERIOD = 4.0            # seconds between two partition changes
 
@@ -108,17 +110,17 @@ def kill_worker(ctx, until):
         _sleep_until(time.monotonic() + 3.0, until)
 
 
-# name -> (schedule, AOF mode of the nodes)
+# partitions, pauses and kills: docs/faults.md, "Scenarios"
 SCENARIOS = {
-    "halves": (partitions(halves), None),
-    "isolate-one": (partitions(isolate_one), None),
-    "majority-minority": (partitions(majority_minority), None),
-    "bridge": (bridge, None),
-    "pause": (pauses, None),
-    "kill-node-everysec": (kill_one, "everysec"),
-    "kill-node-always": (kill_one, "always"),
-    "kill-all-always": (kill_all, "always"),
-    "kill-all-everysec": (kill_all, "everysec"),
-    "kill-worker": (kill_worker, None),
-    "kill-worker-aof": (kill_worker, "everysec"),
+    "halves": Scenario(partitions(halves)),
+    "isolate-one": Scenario(partitions(isolate_one)),
+    "majority-minority": Scenario(partitions(majority_minority)),
+    "bridge": Scenario(bridge),
+    "pause": Scenario(pauses),
+    "kill-node-everysec": Scenario(kill_one, "everysec"),
+    "kill-node-always": Scenario(kill_one, "always"),
+    "kill-all-always": Scenario(kill_all, "always"),
+    "kill-all-everysec": Scenario(kill_all, "everysec"),
+    "kill-worker": Scenario(kill_worker, ours_only=True),
+    "kill-worker-aof": Scenario(kill_worker, "everysec", ours_only=True),
 }

@@ -2,8 +2,12 @@
 faults.workload ...`): producers ADDJOB with REPLICATE 2 or 3 and RETRY a few seconds to a
 random node; consumers GETJOB + ACKJOB on random nodes. Everything is recorded.
 
-SIGUSR1 (the faults are healed): stop producing, keep consuming until nothing came for
---quiet seconds (or --drain-max passed), then write the record as JSON and exit."""
+The producers' acknowledged adds are counted per BUCKET seconds. The first --warmup
+seconds (less the first, while connections open) give the fault-free rate; SIGUSR1 (the
+faults are healed) starts the recovery clock: producing goes on until one second's adds
+reach RECOVERED of that rate (or --recover-max passed). Then producing stops, consuming
+goes on until nothing came for --quiet seconds (or --drain-max passed), and the record is
+written as JSON."""
 import argparse
 import json
 import random
@@ -15,10 +19,14 @@ from collections import Counter
 import redis
 
 QUEUE = "faults"
+BUCKET = 0.25           # seconds per count of acknowledged adds
+RECOVERED = 0.8         # a second with this share of the fault-free rate: recovered
+RECOVER_MAX = 30.0      # seconds after the heal at most
 
 
 def connect(addr, port, timeout):
-    return redis.Redis(host=addr, port=port, socket_timeout=timeout,
+    # protocol=2: redis-py 8 would open with HELLO 3, which is Disque's HELLO (no arguments)
+    return redis.Redis(host=addr, port=port, socket_timeout=timeout, protocol=2,
                        socket_connect_timeout=timeout, decode_responses=False)
 
 
@@ -31,6 +39,18 @@ class Record:
         self.deliveries = Counter()  # job id -> times delivered by GETJOB
         self.consumer_errors = Counter()
         self.last_delivery = time.monotonic()
+        self.started = time.monotonic()
+        self.added = Counter()      # bucket index since `started` -> acknowledged adds
+
+    def count_add(self):
+        """Under the lock."""
+        self.added[int((time.monotonic() - self.started) / BUCKET)] += 1
+
+    def rate(self, t0, t1):
+        """Acknowledged adds per second between t0 and t1 seconds after the start."""
+        with self.lock:
+            n = sum(self.added[b] for b in range(int(t0 / BUCKET), int(t1 / BUCKET)))
+        return n / max(t1 - t0, BUCKET)
 
 
 def error_type(e):
@@ -57,6 +77,7 @@ def producer(args, rec, stop):
             with rec.lock:
                 rec.attempts += 1
                 rec.acked[jid.decode()] = repl
+                rec.count_add()
         except Exception as e:          # noqa: BLE001 - every failure is recorded by type
             conns.pop(node, None)
             with rec.lock:
@@ -88,9 +109,43 @@ def consumer(args, rec, stop):
             time.sleep(0.05)
 
 
+def reload_addrs(args):
+    """Membership scenarios change the nodes to talk to; the threads read `args.addrs`,
+    which is replaced whole, never changed in place."""
+    if args.addrs_file:
+        try:
+            with open(args.addrs_file) as f:
+                addrs = f.read().split()
+        except OSError:
+            return
+        if addrs:
+            args.addrs = addrs
+
+
+def measure_recovery(args, rec):
+    """After the heal: seconds until one second's acknowledged adds reach RECOVERED of the
+    fault-free rate (None when not within --recover-max), and the rates themselves."""
+    baseline = rec.rate(1.0, args.warmup)
+    healed = time.monotonic() - rec.started
+    recover_s = None
+    while True:
+        now = time.monotonic() - rec.started
+        if now - healed >= 1.0 and rec.rate(now - 1.0, now) >= RECOVERED * baseline:
+            recover_s = round(now - healed, 2)
+            break
+        if now - healed >= args.recover_max:
+            break
+        time.sleep(BUCKET)
+    return {"baseline_rate": round(baseline, 1), "recover_seconds": recover_s,
+            "fault_rate": round(rec.rate(args.warmup, healed), 1),
+            "adds_per_second": [rec.added[b] / BUCKET
+                                for b in range(int((time.monotonic() - rec.started) / BUCKET))]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--addrs", required=True, help="comma separated node addresses")
+    ap.add_argument("--addrs-file", help="read again every second: the nodes to talk to now")
     ap.add_argument("--port", type=int, default=7711)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--consumers", type=int, default=4)
@@ -99,6 +154,8 @@ def main():
     ap.add_argument("--quiet", type=float, default=8.0)
     ap.add_argument("--drain-max", type=float, default=40.0)
     ap.add_argument("--max-seconds", type=float, default=600.0)
+    ap.add_argument("--warmup", type=float, default=4.0, help="fault-free seconds first")
+    ap.add_argument("--recover-max", type=float, default=RECOVER_MAX)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.addrs = args.addrs.split(",")
@@ -116,6 +173,8 @@ def main():
     while not draining.wait(0.2):
         if time.monotonic() - started > args.max_seconds:
             break                       # bounded even if the harness never signals
+        reload_addrs(args)
+    recovery = measure_recovery(args, rec)
     stop_p.set()
     drain_start = time.monotonic()
     rec.last_delivery = drain_start
@@ -132,7 +191,7 @@ def main():
     with rec.lock:
         out = {"acked": rec.acked, "attempts": rec.attempts, "errors": dict(rec.errors),
                "deliveries": dict(rec.deliveries), "consumer_errors": dict(rec.consumer_errors),
-               "drain_seconds": round(time.monotonic() - drain_start, 1)}
+               "drain_seconds": round(time.monotonic() - drain_start, 1), **recovery}
     with open(args.out, "w") as f:
         json.dump(out, f)
 
