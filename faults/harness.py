@@ -22,7 +22,8 @@ from faults.catalog import SCENARIOS
 
 SHORT_SECONDS = 12.0
 LONG_SECONDS = 120.0
-LOCK_PATH = "/tmp/dqf-harness.lock"     # one run at a time: namespace names are fixed
+# one run at a time per namespace prefix (faults/netns.py)
+LOCK_PATH = "/tmp/%sharness.lock" % netns.PREFIX
 
 
 class Context:

@@ -13,8 +13,10 @@ import signal
 import subprocess
 import time
 
-PREFIX = "dqf-"
-SUBNET = "10.77.0."
+# another prefix and subnet (DQF_PREFIX=dqg- DQF_SUBNET=10.78.0.) let a second run go on
+# beside the first, each in its own namespaces
+PREFIX = os.environ.get("DQF_PREFIX", "dqf-")
+SUBNET = os.environ.get("DQF_SUBNET", "10.77.0.")
 
 
 def sh(*args, check=True):
