@@ -30,12 +30,14 @@ def check(name, aof, record, ctx):
         text = node.log_text()
         tracebacks += sum(text.count(marker) for marker in CRASH_MARKERS)
     answering = [N.cli(n.i, "PING") == "PONG" for n in nodes]
+    # of the first lost jobs, those a node still holds: late (a timer held back), not gone
+    held = sum(any(N.cli(n.i, "SHOW", jid) for n in nodes) for jid in lost[:10])
     return {
         "scenario": name, "aof": aof or "off",
         "attempts": record["attempts"], "acked": len(acked),
         "acked_repl2": sum(1 for r in acked.values() if r == 2),
         "acked_repl3": sum(1 for r in acked.values() if r == 3),
-        "lost": len(lost), "lost_ids": lost[:10],
+        "lost": len(lost), "lost_ids": lost[:10], "lost_ids_still_held": held,
         "delivered": len(delivered), "duplicated": dup,
         "dup_ratio": round(dup / len(delivered), 4) if delivered else 0.0,
         "unexpected": unexpected, "producer_errors": record["errors"],

@@ -25,7 +25,7 @@ RECOVER_MAX = 30.0      # seconds after the heal at most
 # --probes (faults/clocks.py): this share of the adds are timing probes, one kind each:
 # DELAY (first delivery no earlier than DELAY after the ADDJOB was sent), RETRY (left
 # unacknowledged once: delivered again no earlier than RETRY after it was sent), a TTL
-# shorter than a clock step but longer than the run (delivered all the same)
+# shorter than a clock step but longer than the run, with a DELAY (delivered all the same)
 PROBE_KINDS = (b"d", b"r", b"t")
 
 
@@ -83,7 +83,9 @@ def producer(args, rec, stop, index=0):
         opts = {b"p": ("RETRY", args.retry, "TTL", 3600),
                 b"d": ("DELAY", args.probe_delay, "RETRY", args.retry, "TTL", 3600),
                 b"r": ("RETRY", args.probe_retry, "TTL", 3600),
-                b"t": ("RETRY", args.retry, "TTL", args.probe_ttl)}[kind]
+                # delayed: it sits on its nodes for a while, where a clock step can cut it
+                b"t": ("DELAY", args.probe_delay, "RETRY", args.retry,
+                       "TTL", args.probe_ttl)}[kind]
         # kind, producer, node, sequence: what the consumers' checks read back
         body = b"%s%d:%s:%d" % (kind, index, node.encode(), seq)
         try:
