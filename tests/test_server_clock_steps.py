@@ -63,6 +63,16 @@ def qlen(srv, queue):
     return int(srv.execute("QLEN", queue))
 
 
+def add_timed_jobs(srv, seconds):
+    """On both workers: a job with TTL `seconds`, one with DELAY `seconds`, and one with
+    RETRY `seconds`, delivered (so its requeue timer runs)."""
+    for ttl, delay, retry in zip(*map(on_both_workers, ("ttl", "delay", "retry"))):
+        srv.execute("ADDJOB", ttl, "body", 0, "TTL", seconds)
+        srv.execute("ADDJOB", delay, "body", 0, "DELAY", seconds, "TTL", 2 * seconds + 60)
+        srv.execute("ADDJOB", retry, "body", 0, "RETRY", seconds, "TTL", 2 * seconds + 60)
+        assert srv.execute("GETJOB", "NOHANG", "FROM", retry)
+
+
 def test_the_shim_moves_the_front_end_and_every_worker(node):
     """The front-end's TIME follows the offset file; the workers (other processes, the
     clock read in C) start at the offset the node started with."""
@@ -76,11 +86,7 @@ def test_the_shim_moves_the_front_end_and_every_worker(node):
 
 
 def test_a_step_forward_cuts_no_ttl_and_ends_no_delay_or_retry(node):
-    for ttl, delay, retry in zip(*map(on_both_workers, ("ttl", "delay", "retry"))):
-        node.execute("ADDJOB", ttl, "body", 0, "TTL", 60)
-        node.execute("ADDJOB", delay, "body", 0, "DELAY", 60, "TTL", 120)
-        node.execute("ADDJOB", retry, "body", 0, "RETRY", 60, "TTL", 120)
-        assert node.execute("GETJOB", "NOHANG", "FROM", retry)
+    add_timed_jobs(node, 60)
     node.clock.set(STEP_S)
     # a barrier: a job DELAYed 1 s after the step is queued, so the workers' timers ran
     # past the step
@@ -95,11 +101,7 @@ def test_a_step_forward_cuts_no_ttl_and_ends_no_delay_or_retry(node):
 
 
 def test_a_step_back_holds_no_timer_back(node):
-    for ttl, delay, retry in zip(*map(on_both_workers, ("ttl", "delay", "retry"))):
-        node.execute("ADDJOB", ttl, "body", 0, "TTL", 2)
-        node.execute("ADDJOB", delay, "body", 0, "DELAY", 2, "TTL", 60)
-        node.execute("ADDJOB", retry, "body", 0, "RETRY", 2, "TTL", 60)
-        assert node.execute("GETJOB", "NOHANG", "FROM", retry)
+    add_timed_jobs(node, 2)
     node.clock.set(-STEP_S)
     # deadlines far below the step: before the fix these waited STEP_S more
     wait_until(lambda: all(qlen(node, q) == 0 for q in on_both_workers("ttl")), timeout=20,
