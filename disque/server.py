@@ -19,6 +19,7 @@ import zmq
 from disque import commands as commands_mod
 from disque import config as config_mod
 from disque import log as dlog
+from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
 from disque.bus import announce as announce_mod
 from disque.bus.cluster import Cluster
@@ -217,7 +218,8 @@ class Node:
 
     def worker_config(self):
         cfg = self.cfg
-        return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "", **aof_worker_config(cfg)}
+        return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "",
+                "clock_base_ns": nodeclock.BASE_NS, **aof_worker_config(cfg)}
 
     def start_workers(self):
         self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.node_port)

@@ -6,6 +6,9 @@ from faults.workload import RECOVER_MAX
 # log lines of a process that died or gave up on its own: ours (a Python traceback, a node
 # stopping itself) and the original's (its crash report)
 CRASH_MARKERS = ("Traceback", "shutting the node down", "BUG REPORT")
+# the timing probes (workload --probes): a timer may fire this much before its time, the
+# requeue jitter (-250 ms) plus the 10 ms timer tick and some slack
+EARLY_TOLERANCE_S = 0.3
 
 
 def check(name, aof, record, ctx):
@@ -14,7 +17,9 @@ def check(name, aof, record, ctx):
     deliveries = record["deliveries"]           # id -> times delivered
     delivered = set(deliveries)
     lost = sorted(j for j in acked if j not in delivered)
-    dup = sum(c - 1 for c in deliveries.values() if c > 1)
+    timing = probe_checks(record)
+    # a RETRY probe's second delivery is the workload's doing, not a duplicate
+    dup = sum(c - 1 for c in deliveries.values() if c > 1) - timing.pop("retry_redelivered")
     unexpected = len(delivered - set(acked))
     restarts = 0
     tracebacks = 0
@@ -25,12 +30,14 @@ def check(name, aof, record, ctx):
         text = node.log_text()
         tracebacks += sum(text.count(marker) for marker in CRASH_MARKERS)
     answering = [N.cli(n.i, "PING") == "PONG" for n in nodes]
+    # of the first lost jobs, those a node still holds: late (a timer held back), not gone
+    held = sum(any(N.cli(n.i, "SHOW", jid) for n in nodes) for jid in lost[:10])
     return {
         "scenario": name, "aof": aof or "off",
         "attempts": record["attempts"], "acked": len(acked),
         "acked_repl2": sum(1 for r in acked.values() if r == 2),
         "acked_repl3": sum(1 for r in acked.values() if r == 3),
-        "lost": len(lost), "lost_ids": lost[:10],
+        "lost": len(lost), "lost_ids": lost[:10], "lost_ids_still_held": held,
         "delivered": len(delivered), "duplicated": dup,
         "dup_ratio": round(dup / len(delivered), 4) if delivered else 0.0,
         "unexpected": unexpected, "producer_errors": record["errors"],
@@ -43,7 +50,43 @@ def check(name, aof, record, ctx):
         "baseline_rate": record["baseline_rate"], "fault_rate": record["fault_rate"],
         "recover_seconds": record["recover_seconds"],
         "adds_per_second": record["adds_per_second"],
+        **timing,
     }
+
+
+def probe_checks(record):
+    """The guarantees the timing probes check (faults/workload.py --probes), by client
+    monotonic times: a DELAY job first delivered no earlier than DELAY after its ADDJOB was
+    sent, a RETRY job delivered again no earlier than RETRY after it (and delivered again
+    at all), a short-TTL job delivered; also job IDs never reused and one producer's jobs
+    on one node delivered in order. `violations` sums what broke them."""
+    opts = record.get("probe_options") or {}
+    early = {"d": [], "r": []}          # seconds before its time, per delivery checked
+    checked = {"d": 0, "r": 0, "t": 0}
+    retry_missing = ttl_lost = redelivered = 0
+    for jid, (kind, sent, times) in (record.get("probes") or {}).items():
+        checked[kind] += 1
+        if kind == "t":
+            ttl_lost += jid not in record["deliveries"] and record["ended"] - sent < opts["t"]
+        elif kind == "d" and times:
+            early["d"].append(opts["d"] - (times[0] - sent))
+        elif kind == "r" and len(times) >= 2:
+            redelivered += 1
+            early["r"].append(opts["r"] - (times[1] - sent))
+        elif kind == "r" and times:
+            retry_missing += 1
+    early_delay = sum(e > EARLY_TOLERANCE_S for e in early["d"])
+    early_retry = sum(e > EARLY_TOLERANCE_S for e in early["r"])
+    out = {"probes_checked": checked, "early_delay": early_delay, "early_retry": early_retry,
+           "max_early_delay_s": round(max(early["d"], default=0), 3),
+           "max_early_retry_s": round(max(early["r"], default=0), 3),
+           "retry_missing": retry_missing, "ttl_lost": ttl_lost,
+           "id_reuse": record.get("id_reuse", 0),
+           "order_pairs": record.get("order_pairs", 0),
+           "order_inverted": record.get("order_inverted", 0), "retry_redelivered": redelivered}
+    out["violations"] = (early_delay + early_retry + retry_missing + ttl_lost + out["id_reuse"]
+                         + out["order_inverted"])
+    return out
 
 
 def table(results):

@@ -110,7 +110,8 @@ def run_scenario(name, args, root, log):
             ["ip", "netns", "exec", netns.CLIENT, sys.executable, "-m", "faults.workload",
              "--addrs", ",".join(netns.node_addr(n.i) for n in ctx.nodes),
              "--addrs-file", ctx.addrs_path, "--out", out, "--warmup", str(args.warmup),
-             "--max-seconds", str(args.duration + args.warmup + 150)],
+             "--max-seconds", str(args.duration + args.warmup + 150),
+             *map(str, scenario.workload_args(ctx))],
             cwd=N.REPO, env=N.env())
         time.sleep(args.warmup)         # fault-free: the workload's rate to recover to
         ctx.t0 = time.monotonic()
@@ -193,7 +194,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     bad = [r for r in results if r.get("error") or r.get("lost") or r.get("crashed")
-           or not r.get("all_answer")]
+           or not r.get("all_answer") or r.get("violations")]
     return 1 if bad else 0
 
 

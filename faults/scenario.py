@@ -18,4 +18,6 @@ class Scenario:
     heal: Callable = field(default=lambda ctx: None)      # extra healing (disks, clocks)
     finish: Callable = field(default=lambda ctx: None)    # after the nodes stop, always
     ours_only: bool = False             # needs worker processes: not run on the original
+    # extra workload arguments (faults/workload.py), e.g. the timing probes
+    workload_args: Callable = field(default=lambda ctx: [])
     summary: str = ""

@@ -22,6 +22,11 @@ QUEUE = "faults"
 BUCKET = 0.25           # seconds per count of acknowledged adds
 RECOVERED = 0.8         # a second with this share of the fault-free rate: recovered
 RECOVER_MAX = 30.0      # seconds after the heal at most
+# --probes (faults/clocks.py): this share of the adds are timing probes, one kind each:
+# DELAY (first delivery no earlier than DELAY after the ADDJOB was sent), RETRY (left
+# unacknowledged once: delivered again no earlier than RETRY after it was sent), a TTL
+# shorter than a clock step but longer than the run, with a DELAY (delivered all the same)
+PROBE_KINDS = (b"d", b"r", b"t")
 
 
 def connect(addr, port, timeout):
@@ -41,6 +46,10 @@ class Record:
         self.last_delivery = time.monotonic()
         self.started = time.monotonic()
         self.added = Counter()      # bucket index since `started` -> acknowledged adds
+        self.id_reuse = 0           # an ID answered to two ADDJOBs
+        self.probes = {}            # id -> [kind, monotonic send time, deliveries' times]
+        self.order_pairs = 0        # pairs of one producer's jobs on one node in one GETJOB
+        self.order_inverted = 0     # ... delivered in the opposite order of their adds
 
     def count_add(self):
         """Under the lock."""
@@ -62,7 +71,7 @@ def error_type(e):
     return type(e).__name__
 
 
-def producer(args, rec, stop):
+def producer(args, rec, stop, index=0):
     rng = random.Random()
     conns = {}
     seq = 0
@@ -70,13 +79,26 @@ def producer(args, rec, stop):
         node = rng.choice(args.addrs)
         repl = rng.choice((2, 3))
         seq += 1
+        kind = rng.choice(PROBE_KINDS) if rng.random() < args.probes else b"p"
+        opts = {b"p": ("RETRY", args.retry, "TTL", 3600),
+                b"d": ("DELAY", args.probe_delay, "RETRY", args.retry, "TTL", 3600),
+                b"r": ("RETRY", args.probe_retry, "TTL", 3600),
+                # delayed: it sits on its nodes for a while, where a clock step can cut it
+                b"t": ("DELAY", args.probe_delay, "RETRY", args.retry,
+                       "TTL", args.probe_ttl)}[kind]
+        # kind, producer, node, sequence: what the consumers' checks read back
+        body = b"%s%d:%s:%d" % (kind, index, node.encode(), seq)
         try:
             c = conns.get(node) or conns.setdefault(node, connect(node, args.port, 6))
-            jid = c.execute_command("ADDJOB", QUEUE, b"p%d" % seq, args.addjob_timeout_ms,
-                                    "REPLICATE", repl, "RETRY", args.retry, "TTL", 3600)
+            sent = time.monotonic()
+            jid = c.execute_command("ADDJOB", QUEUE, body, args.addjob_timeout_ms,
+                                    "REPLICATE", repl, *opts)
             with rec.lock:
                 rec.attempts += 1
+                rec.id_reuse += jid.decode() in rec.acked
                 rec.acked[jid.decode()] = repl
+                if kind != b"p":
+                    rec.probes.setdefault(jid.decode(), [kind.decode(), sent, []])
                 rec.count_add()
         except Exception as e:          # noqa: BLE001 - every failure is recorded by type
             conns.pop(node, None)
@@ -97,16 +119,50 @@ def consumer(args, rec, stop):
             if not jobs:
                 continue
             ids = [j[1] for j in jobs]
+            now = time.monotonic()
             with rec.lock:
                 for jid in ids:
                     rec.deliveries[jid.decode()] += 1
-                rec.last_delivery = time.monotonic()
-            c.execute_command("ACKJOB", *ids)
+                rec.last_delivery = now
+                check_order(rec, jobs)
+                keep = retry_probes_to_keep(rec, jobs, now)
+            ids = [jid for jid in ids if jid not in keep]
+            if ids:
+                c.execute_command("ACKJOB", *ids)
         except Exception as e:          # noqa: BLE001
             conns.pop(node, None)
             with rec.lock:
                 rec.consumer_errors[error_type(e)] += 1
             time.sleep(0.05)
+
+
+def check_order(rec, jobs):
+    """Under the lock. One GETJOB's jobs come in their queue's order, by creation time: two
+    jobs one producer added to one node one after the other must come in that order."""
+    last = {}                           # (producer, node) -> sequence of the latest seen
+    for _queue, _jid, body in jobs:
+        try:
+            who, node, seq = body[1:].split(b":")
+            seq = int(seq)
+        except ValueError:
+            continue                    # not a body of this workload's producers
+        if (who, node) in last:
+            rec.order_pairs += 1
+            rec.order_inverted += seq < last[(who, node)]
+        last[(who, node)] = max(seq, last.get((who, node), seq))
+
+
+def retry_probes_to_keep(rec, jobs, now):
+    """Under the lock: the RETRY probes delivered for the first time, left unacknowledged
+    so that they come back after their RETRY; every delivery's time is recorded."""
+    keep = set()
+    for _queue, jid, _body in jobs:
+        probe = rec.probes.get(jid.decode())
+        if probe is not None:
+            probe[2].append(now)
+            if probe[0] == "r" and len(probe[2]) == 1:
+                keep.add(jid)
+    return keep
 
 
 def reload_addrs(args):
@@ -156,6 +212,10 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=600.0)
     ap.add_argument("--warmup", type=float, default=4.0, help="fault-free seconds first")
     ap.add_argument("--recover-max", type=float, default=RECOVER_MAX)
+    ap.add_argument("--probes", type=float, default=0.0, help="share of adds that are probes")
+    ap.add_argument("--probe-delay", type=int, default=3)
+    ap.add_argument("--probe-retry", type=int, default=3)
+    ap.add_argument("--probe-ttl", type=int, default=3600)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.addrs = args.addrs.split(",")
@@ -163,8 +223,8 @@ def main():
     stop_p, stop_c = threading.Event(), threading.Event()
     draining = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *a: draining.set())
-    threads = [threading.Thread(target=producer, args=(args, rec, stop_p), daemon=True)
-               for _ in range(args.producers)]
+    threads = [threading.Thread(target=producer, args=(args, rec, stop_p, i), daemon=True)
+               for i in range(args.producers)]
     threads += [threading.Thread(target=consumer, args=(args, rec, stop_c), daemon=True)
                 for _ in range(args.consumers)]
     for t in threads:
@@ -191,7 +251,11 @@ def main():
     with rec.lock:
         out = {"acked": rec.acked, "attempts": rec.attempts, "errors": dict(rec.errors),
                "deliveries": dict(rec.deliveries), "consumer_errors": dict(rec.consumer_errors),
-               "drain_seconds": round(time.monotonic() - drain_start, 1), **recovery}
+               "drain_seconds": round(time.monotonic() - drain_start, 1), **recovery,
+               "id_reuse": rec.id_reuse, "order_pairs": rec.order_pairs,
+               "order_inverted": rec.order_inverted, "ended": time.monotonic(),
+               "probes": rec.probes, "probe_options": {"d": args.probe_delay,
+                                                       "r": args.probe_retry, "t": args.probe_ttl}}
     with open(args.out, "w") as f:
         json.dump(out, f)
 

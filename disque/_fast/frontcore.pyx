@@ -20,7 +20,6 @@ clock once per read from a client and once per worker message (plus once more fo
 command answered at once).
 """
 from collections import deque
-import time
 
 import msgpack
 
@@ -48,6 +47,7 @@ cdef int REQ_CMD = _link.CMD
 cdef long BUS_REQID = _link.BUS_REQID
 cdef long QUEUE_ELSEWHERE = _link.QUEUE_ELSEWHERE
 from disque import replies as _replies
+from disque import nodeclock
 cdef bytes BADID = _replies.BADID
 cdef bytes DELAY_NEGATIVE = _replies.DELAY_NEGATIVE
 cdef bytes OK = _replies.OK
@@ -175,7 +175,7 @@ cdef class Client:
         self.addr = ""
         self.name = b""
         self.last_cmd = b""
-        self.created = time.time()
+        self.created = nodeclock.now()
         self.last_interaction = self.created
         self.obuf_soft_since = 0.0
         self.authenticated = False
@@ -381,7 +381,7 @@ cdef class Core:
         self.clustered = False
         self.affinity = False
         self.queues_spread = False
-        self.now = time.time()
+        self.now = nodeclock.now()
         self.packb = msgpack.Packer().pack
         self.unpackb = msgpack.unpackb
         self.calls = {}

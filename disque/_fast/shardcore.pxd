@@ -36,6 +36,7 @@ cdef class ShardCore:
     cdef public set ready
     cdef public long long now_ms
     cdef public long long now_s
+    cdef public long long clock_base_ns   # node clock = CLOCK_MONOTONIC + this (disque/nodeclock.py)
     cdef public int cluster_size
     cdef public int reachable_nodes
     cdef public bint leaving

@@ -7,7 +7,7 @@ machine in Python; the code here follows SPEC 3.1, 3.2 ("Fetching a job"), 7.1 a
 line by line.
 """
 import os
-from disque._fast.sysio cimport real_ms
+from disque._fast.sysio cimport mono_ns
 from collections import deque
 
 from disque._fast.addjob cimport AddjobOptions, copies_wanted, parse_addjob
@@ -20,6 +20,7 @@ from disque._fast.resp cimport status
 from disque.statslog import LATENCY_BOUNDS_US
 
 from disque import commands as _commands
+from disque import nodeclock
 from disque.contracts import bus_messages as _bus
 from disque.contracts import worker_link as _link
 # bus message type and flags: disque/contracts/bus_messages.py is their one home (C ints, read at import)
@@ -114,6 +115,7 @@ cdef class ShardCore:
         self.nworkers = 1
         self.prefix_waiters = []
         self.dead_lettered = {}
+        self.clock_base_ns = nodeclock.BASE_NS
         self.tick()
 
     cpdef object run_command(self, bytes name, handler, list argv):
@@ -126,7 +128,9 @@ cdef class ShardCore:
         return handler(argv)
 
     cpdef tick(self):
-        self.now_ms = real_ms()
+        # the node clock (disque/nodeclock.py), not CLOCK_REALTIME: a step of the wall
+        # clock must not fire job timers early nor hold them back
+        self.now_ms = (mono_ns() + self.clock_base_ns) // 1000000
         self.now_s = self.now_ms // 1000
 
     cpdef long long rand_err(self):

@@ -80,9 +80,3 @@ cdef inline long long mono_ns() noexcept nogil:
 cdef inline long long mono_us() noexcept nogil:
     return mono_ns() // 1000
 
-
-cdef inline long long real_ms() noexcept nogil:
-    """CLOCK_REALTIME in ms: int(time.time() * 1000), without a Python call."""
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <long long>ts.tv_sec * 1000 + ts.tv_nsec // 1000000

@@ -10,8 +10,8 @@ lock that stops two nodes from sharing it is held on a sidecar `<file>.lock`.
 import fcntl
 import ipaddress
 import os
-import time
 
+from disque import nodeclock
 from disque.config.constants import BUS_PORT_OFFSET
 from disque.contracts import bus_messages as M
 
@@ -25,7 +25,7 @@ MAX_NODE_PORT = 65535 - BUS_PORT_OFFSET     # its bus listens on port + 10000 (S
 
 
 def now_ms():
-    return int(time.time() * 1000)
+    return nodeclock.now_ms()     # a wall-clock step must not fail or revive nodes
 
 
 def node_address(ip, port, cport=0):

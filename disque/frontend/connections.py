@@ -13,6 +13,7 @@ import time
 from socket import AF_UNIX
 
 from disque import replies as R
+from disque import nodeclock
 from disque._fast import resp
 from disque.contracts.connection_handover import peer_text
 from disque.replies import one_line
@@ -212,7 +213,7 @@ class Connections:
 
     def client_line(self, c, now=None):
         """One CLIENT LIST line (SPEC 4.5), newline included."""
-        now = time.time() if now is None else now
+        now = nodeclock.now() if now is None else now
         unix_addr = self.fe.unix_addr
         flags = ""
         if c.monitor:
@@ -242,7 +243,7 @@ class Connections:
         sub = argv[1].lower()
         argc = len(argv)
         if sub == b"list" and argc == 2:
-            now = time.time()
+            now = nodeclock.now()
             text = "".join(self.client_line(c, now) for c in self.fe.clients.values())
             client.reply(resp.bulk(text.encode("latin-1")))
         elif sub == b"info" and argc == 2:

@@ -6,9 +6,9 @@ used_memory is the workers' shares (their jobs, queues and AOF buffers) plus wha
 front-end holds for its clients, not the interpreters' fixed footprint.
 """
 import logging
-import time
 
 from disque import memstat
+from disque import nodeclock
 from disque.contracts import bus_messages as M
 
 log = logging.getLogger("disque.frontend")
@@ -50,7 +50,7 @@ class Memory:
         self.polling = True
         fe = self.fe
         noeviction = fe.cfg.maxmemory_policy == "noeviction"
-        second = int(time.time())
+        second = int(nodeclock.now())
         fe.control_all("memory", [self.level, self.excess, noeviction, self.spill_limit()],
                        lambda reports: self.measured(reports, second))
 

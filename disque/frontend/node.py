@@ -21,6 +21,7 @@ import os
 import time
 
 from disque import commands as C
+from disque import nodeclock
 from disque._fast.frontcore import Client, Core
 from disque.contracts import worker_link as P
 from disque.frontend.handover import Handover
@@ -171,7 +172,7 @@ class Frontend(Core):
     def cron(self):
         """Every CRON_MS (timerfd tick): client housekeeping, metrics, the cluster, the
         deadlines of cross-worker GETJOBs."""
-        self.now = time.time()
+        self.now = nodeclock.now()      # idle clients: a wall-clock step must not drop them
         mono = time.monotonic()
         self.stats.cron(mono)
         self.connections.cron(mono)

@@ -3,9 +3,9 @@
 The worker half is `Shard.scan` (disque/workers/shard.py), reached with a "scan" control
 request; disque/commands.py names both.
 """
-import time
 
 from disque import replies as R
+from disque import nodeclock
 from disque._fast import resp
 from disque._fast.jobid import queue_worker
 
@@ -153,7 +153,7 @@ class Scans:
         n = self.fe.nworkers
         scan.bits = 64 - SCAN_EPOCHS.bit_length() - n.bit_length()
         if scan.cursor == 0:
-            scan.w, scan.epoch, scan.low = 0, int(time.time()) % SCAN_EPOCHS, 0
+            scan.w, scan.epoch, scan.low = 0, int(nodeclock.now()) % SCAN_EPOCHS, 0
         else:
             rest, scan.w = divmod(scan.cursor, n)
             rest, scan.epoch = divmod(rest, SCAN_EPOCHS)
@@ -226,7 +226,7 @@ class Scans:
         marks = self.marks
         if marks is None:
             return -1
-        now = int(time.time())
+        now = int(nodeclock.now())     # the clock of the marks (memory.py)
         start = now - (now - epoch) % SCAN_EPOCHS     # the latest second with this epoch
         for second in range(start + 1, now + 1):
             mark = marks[second % SCAN_EPOCHS]

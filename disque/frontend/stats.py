@@ -122,13 +122,14 @@ class Stats:
             self.log = None
             return
         path = cfg.resolve_path(path)
-        now = time.time()
+        now = time.time()               # the records' time; the interval is monotonic
+        mono = time.monotonic()
         if self.log is None or self.log.path != path:
             self.log = statslog.StatsLog(path)
-            self.log_last = 0.0
-        if now - self.log_last < cfg.stats_log_interval or self.log_pending:
+            self.log_last = float("-inf")
+        if mono - self.log_last < cfg.stats_log_interval or self.log_pending:
             return
-        self.log_last = now
+        self.log_last = mono
         self.log_pending = True
         log_file = self.log
         addr = "%s:%d" % ((cfg.bind or ["127.0.0.1"])[0], cfg.node_port)

@@ -18,6 +18,7 @@ import psutil
 from disque import replies as R
 from disque import log as dlog
 from disque import memstat
+from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
 from disque._fast.replcore import count_types
 from disque.contracts import worker_link as P
@@ -357,6 +358,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     die_with_parent()
     config = json.loads(args.config)
+    nodeclock.adopt(config.get("clock_base_ns", nodeclock.BASE_NS))    # before the Shard
     dlog.setup("worker-%d" % args.index, config.get("loglevel", "notice"), config.get("logfile", ""))
     if os.getppid() == 1:
         sys.exit(1)

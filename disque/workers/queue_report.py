@@ -3,7 +3,6 @@
 queue's jobs, a bounded search of bodies. Asked for by worker controls only (the
 front-end's `queries` part), never on the command path; every answer is bounded."""
 import heapq
-import time
 
 from disque._fast.job import STATE_NAMES
 from disque.contracts.queue_rows import PAUSE_NAMES
@@ -33,7 +32,7 @@ def queue_row(q, now_ms):
 
 def queue_report(shard, limit, match=None):
     """The `limit` longest queues (whose name holds `match`, bytes, when given)."""
-    now_ms = int(time.time() * 1000)
+    now_ms = shard.now_ms
     queues = shard.queues.values()
     if match:
         queues = [q for q in queues if match in q.name]
@@ -49,7 +48,7 @@ def queue_names(shard, match, cap):
 
 def queue_rows(shard, names):
     """The rows of these queues (those this worker has)."""
-    now_ms = int(time.time() * 1000)
+    now_ms = shard.now_ms
     queues = shard.queues
     return [queue_row(queues[n], now_ms) for n in names if n in queues]
 
@@ -78,7 +77,7 @@ def job_page(shard, queue, start, count, newest_first, body_max):
     count = max(0, min(count, PEEK_DEPTH_MAX + PAGE_MAX))
     depth = start + count
     jobs = shard.queue_commands.peek(q, -depth if newest_first else depth)[start:]
-    now_ms = int(time.time() * 1000)
+    now_ms = shard.now_ms
     body_max = min(body_max, BODY_MAX)
     return {"len": q.length(), "jobs": [job_summary(j, now_ms, body_max) for j in jobs]}
 
@@ -90,7 +89,7 @@ def search(shard, queue, needle, limit, body_max):
     if q is None or not needle:
         return {"scanned": 0, "complete": True, "jobs": []}
     jobs = shard.queue_commands.peek(q, SEARCH_SCAN_MAX)
-    now_ms = int(time.time() * 1000)
+    now_ms = shard.now_ms
     body_max = max(0, min(body_max, BODY_MAX))
     found = [job_summary(j, now_ms, body_max) for j in jobs if j.body and needle in j.body]
     return {"scanned": len(jobs), "complete": len(jobs) >= q.length(),
