@@ -24,6 +24,8 @@ def check(name, aof, record, ctx):
         restarts += int(r) if r and r.isdigit() else 0
         text = node.log_text()
         tracebacks += sum(text.count(marker) for marker in CRASH_MARKERS)
+    for node in ctx.removed:
+        tracebacks += sum(node.log_text().count(marker) for marker in CRASH_MARKERS)
     answering = [N.cli(n.i, "PING") == "PONG" for n in nodes]
     return {
         "scenario": name, "aof": aof or "off",
@@ -42,7 +44,7 @@ def check(name, aof, record, ctx):
         "all_answer": all(answering), "drain_seconds": record["drain_seconds"],
         "baseline_rate": record["baseline_rate"], "fault_rate": record["fault_rate"],
         "recover_seconds": record["recover_seconds"],
-        "adds_per_second": record["adds_per_second"],
+        "adds_per_second": record["adds_per_second"], **ctx.extra,
     }
 
 
