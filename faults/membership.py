@@ -1,6 +1,7 @@
 """Membership under load (docs/faults-membership.md): nodes joining and leaving, a rolling
 restart of every node from its AOF, a worker process stopped with SIGSTOP. Each schedule
 runs while the workload produces and consumes; the harness heals and checks as usual."""
+import json
 import os
 import signal
 import time
@@ -8,6 +9,7 @@ import time
 from disque.harness import cluster
 from faults import netns, nodes as N
 from faults.scenario import Scenario
+from faults.workload import BUCKET
 
 DRAIN_MAX = 90.0        # seconds a leaving node may take to hand over what it holds
 SETTLE_MAX = 20.0       # seconds for the garbage collection after the drain
@@ -58,12 +60,21 @@ def holds(i):
     return int(jobs) + int(qlen)
 
 
-def nothing_left(ctx):
+def settled(ctx):
     """After the drain every job was delivered and acknowledged: each node's garbage
     collection should leave it holding nothing (acks of jobs that had a copy on a node
-    since forgotten included). Reported as `registered_after_drain`, never asserted."""
+    since forgotten included). Reported as `registered_after_drain`, never asserted; so is
+    the longest time no add was acknowledged at all (`longest_stall_s`, what the producers
+    saw of the fault)."""
     _wait(lambda: all(holds(n.i) == 0 for n in ctx.all_nodes), SETTLE_MAX)
     ctx.extra["registered_after_drain"] = sum(holds(n.i) or 0 for n in ctx.all_nodes)
+    with open(os.path.join(ctx.dir, "record.json")) as f:
+        rates = json.load(f)["adds_per_second"]
+    longest = run = 0
+    for rate in rates:
+        run = run + 1 if rate == 0 else 0
+        longest = max(longest, run)
+    ctx.extra["longest_stall_s"] = longest * BUCKET
 
 
 # ---- join and leave ------------------------------------------------------------------------
@@ -144,20 +155,25 @@ def join_leave(ctx, until):
 # ---- rolling restart -----------------------------------------------------------------------
 
 def restart(ctx, node):
-    """An upgrade of one node: SIGTERM (a graceful stop: the AOF is written and closed),
-    start again from its files, wait until it answers and sees every other node again,
-    and the others see it."""
+    """An upgrade of one node: SHUTDOWN or SIGTERM at random (a graceful stop: the AOF is
+    written and closed), start again from its files, wait until it answers and sees every
+    other node again, and the others see it."""
     node.down_by_harness = True
-    code = node.stop()
+    how = ctx.rng.choice(("SHUTDOWN", "SIGTERM"))
+    if how == "SHUTDOWN":
+        N.cli(node.i, "SHUTDOWN")       # no reply: the connection closes
+        node.wait_exit()
+    code = node.stop()                  # SIGTERM unless it exited already
     if code != 0 or node.left_behind:
         ctx.extra["unclean_stops"] += 1
-        ctx.note("node %d: stop exit %s, left behind %s" % (node.i, code, node.left_behind))
+        ctx.note("node %d: %s: exit %s, left behind %s" % (node.i, how, code, node.left_behind))
     node.start()
     if not node.wait_ready():
         raise RuntimeError("node %d did not come back: %s" % (node.i, node.log_tail(3)))
     if not _wait(lambda: sees_all(ctx.nodes), REJOIN_MAX):
         raise RuntimeError("node %d did not rejoin: reachable %s"
                            % (node.i, [reachable(n.i) for n in ctx.nodes]))
+    return how
 
 
 def rolling_restart(ctx, until):
@@ -168,8 +184,9 @@ def rolling_restart(ctx, until):
         ctx.rng.shuffle(order)
         for node in order:
             t0 = time.monotonic()
-            restart(ctx, node)
-            ctx.note("node %d restarted and rejoined in %.1fs" % (node.i, time.monotonic() - t0))
+            how = restart(ctx, node)
+            ctx.note("node %d: %s, restarted and rejoined in %.1fs"
+                     % (node.i, how, time.monotonic() - t0))
             _sleep_until(time.monotonic() + 1.0, until)
         if time.monotonic() >= until:
             return
@@ -199,12 +216,12 @@ def stop_worker(ctx, until):
 # membership under load: docs/faults-membership.md
 SCENARIOS = {
     "join-leave": Scenario(join_leave, spares=2,
-                           settled=nothing_left,
+                           settled=settled,
                            summary="2 nodes join (MEET), 2 leave (LEAVING, drain, FORGET)"),
-    "rolling-restart-everysec": Scenario(rolling_restart, "everysec", settled=nothing_left,
+    "rolling-restart-everysec": Scenario(rolling_restart, "everysec", settled=settled,
                                          summary="every node in turn: SIGTERM, restart"),
-    "rolling-restart-always": Scenario(rolling_restart, "always", settled=nothing_left,
+    "rolling-restart-always": Scenario(rolling_restart, "always", settled=settled,
                                        summary="every node in turn: SIGTERM, restart"),
-    "stop-worker": Scenario(stop_worker, ours_only=True, settled=nothing_left,
+    "stop-worker": Scenario(stop_worker, ours_only=True, settled=settled,
                             summary="SIGSTOP of one worker process, SIGCONT, repeatedly"),
 }
