@@ -9,9 +9,10 @@ import time
 from disque.harness import cluster
 from faults import netns, nodes as N
 from faults.scenario import Scenario
-from faults.workload import BUCKET
+from faults.workload import BUCKET, QUEUE
 
 DRAIN_MAX = 90.0        # seconds a leaving node may take to hand over what it holds
+BACKLOG_S = 3.0         # seconds of consumers held off before two nodes leave
 SETTLE_MAX = 20.0       # seconds for the garbage collection after the drain
 REJOIN_MAX = 30.0       # seconds a restarted node may take to see every other node again
 FORGET_BAN_S = 60.0     # CLUSTER FORGET bars the ID this long (spec 4.2): forget everywhere
@@ -54,7 +55,7 @@ def holds(i):
     """What node i still holds: its registered jobs (queued, active copies, acks waiting
     for garbage collection) plus its queue's length; None when it does not answer."""
     jobs = N.info_field(i, "jobs", "registered_jobs")
-    qlen = N.cli(i, "QLEN", "faults")
+    qlen = N.cli(i, "QLEN", QUEUE)
     if not (jobs or "").isdigit() or not (qlen or "").isdigit():
         return None
     return int(jobs) + int(qlen)
@@ -96,7 +97,7 @@ def join_spares(ctx):
     ctx.note("nodes %s joined" % [s.i for s in ctx.spares])
 
 
-def leave(ctx, leavers):
+def leave(ctx, leavers, before_drain=lambda: None):
     """The graceful removal a user follows (docs/faults-membership.md, "Removing a node"):
     1. CLUSTER LEAVING yes: the others stop sending it copies, it stops taking new jobs;
     2. producers stop using it, consumers keep draining it;
@@ -114,6 +115,7 @@ def leave(ctx, leavers):
     ctx.set_addrs(stay, consumers=stay + leavers)
     if not _wait(lambda: all(reachable(n.i) == len(stay) - 1 for n in stay), REJOIN_MAX):
         raise RuntimeError("the others still count a leaving node")
+    before_drain()
     t0 = time.monotonic()
     for node in leavers:
         if _wait(lambda: holds(node.i) == 0, DRAIN_MAX - (time.monotonic() - t0)):
@@ -142,14 +144,36 @@ def leave(ctx, leavers):
         raise RuntimeError("a forgotten node came back: known %s" % [known(n.i) for n in stay])
 
 
-def join_leave(ctx, until):
-    """Two spares join, then two of the original members leave, all under load."""
-    ctx.extra["leave_timeouts"] = 0
-    join_spares(ctx)
-    ctx.set_addrs(ctx.nodes + ctx.spares)
-    _sleep_until(time.monotonic() + (until - time.monotonic()) / 3, until)
-    leave(ctx, ctx.rng.sample(ctx.nodes, 2))
-    _sleep_until(until, until)
+def pause_out(ctx, how):
+    """PAUSE the workload's queue in output on every node ("out") or lift it ("none")."""
+    reply = N.cli(ctx.nodes[0].i, "PAUSE", QUEUE, how, "bcast")
+    if reply not in ("out", "none"):
+        raise RuntimeError("PAUSE %s %s bcast answered %r" % (QUEUE, how, reply))
+
+
+def join_leave(backlog):
+    """Two spares join, then two of the original members leave, all under load. With
+    `backlog`, the consumers are held off (PAUSE out) for BACKLOG_S before the leave, so the
+    leaving nodes have thousands of queued jobs and copies to hand over."""
+    def run(ctx, until):
+        ctx.extra["leave_timeouts"] = 0
+        join_spares(ctx)
+        ctx.set_addrs(ctx.nodes + ctx.spares)
+        _sleep_until(time.monotonic() + (until - time.monotonic()) / 3 - backlog, until)
+        if backlog:
+            ctx.note("PAUSE %s out: a backlog builds" % QUEUE)
+            pause_out(ctx, "out")
+            time.sleep(backlog)
+            ctx.extra["backlog_at_leave"] = sum(int(N.cli(n.i, "QLEN", QUEUE) or 0)
+                                                for n in ctx.all_nodes)
+        leavers = ctx.rng.sample(ctx.nodes, 2)
+        try:
+            leave(ctx, leavers, before_drain=lambda: backlog and pause_out(ctx, "none"))
+        finally:
+            if backlog:
+                pause_out(ctx, "none")
+        _sleep_until(until, until)
+    return run
 
 
 # ---- rolling restart -----------------------------------------------------------------------
@@ -215,9 +239,10 @@ def stop_worker(ctx, until):
 
 # membership under load: docs/faults-membership.md
 SCENARIOS = {
-    "join-leave": Scenario(join_leave, spares=2,
-                           settled=settled,
+    "join-leave": Scenario(join_leave(0), spares=2, settled=settled,
                            summary="2 nodes join (MEET), 2 leave (LEAVING, drain, FORGET)"),
+    "join-leave-backlog": Scenario(join_leave(BACKLOG_S), spares=2, settled=settled,
+                                   summary="the same, the leaving nodes holding a backlog"),
     "rolling-restart-everysec": Scenario(rolling_restart, "everysec", settled=settled,
                                          summary="every node in turn: SIGTERM, restart"),
     "rolling-restart-always": Scenario(rolling_restart, "always", settled=settled,
