@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+from disque._fast.jobid import queue_worker
 from disque.harness import cluster
 from faults import netns, nodes as N
 from faults.scenario import Scenario
@@ -218,9 +219,21 @@ def rolling_restart(ctx, until):
 
 # ---- a stopped worker ----------------------------------------------------------------------
 
+def worker_pids(node):
+    """{worker index: pid} from INFO workers (`workerK:pid=...,`)."""
+    out = {}
+    for line in (N.cli(node.i, "INFO", "workers") or "").splitlines():
+        if line.startswith("worker") and "pid=" in line:
+            k = line.split(":", 1)[0][len("worker"):]
+            if k.isdigit():
+                out[int(k)] = int(line.split("pid=")[1].split(",")[0])
+    return out
+
+
 def stop_worker(ctx, until):
     """SIGSTOP of one worker process of a random node for 1.5-2.5x the node timeout (the
     front-end still sees the process alive), SIGCONT, a pause, again."""
+    ctx.extra["queue_owner_stops"] = 0
     while time.monotonic() < until:
         node = ctx.rng.choice(ctx.nodes)
         pids = node.worker_pids()
@@ -228,7 +241,10 @@ def stop_worker(ctx, until):
             raise RuntimeError("node %d has no worker process" % node.i)
         pid = ctx.rng.choice(pids)
         hold = ctx.rng.uniform(1.5, 2.5) * ctx.node_timeout_s
-        ctx.note("SIGSTOP worker pid %d of node %d for %.1fs" % (pid, node.i, hold))
+        owner = pid == worker_pids(node).get(queue_worker(QUEUE.encode(), ctx.args.workers))
+        ctx.extra["queue_owner_stops"] += owner
+        ctx.note("SIGSTOP worker pid %d of node %d for %.1fs%s" % (
+            pid, node.i, hold, " (it owns the queue %r)" % QUEUE if owner else ""))
         os.kill(pid, signal.SIGSTOP)
         try:
             time.sleep(hold)
