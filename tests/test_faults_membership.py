@@ -24,7 +24,7 @@ needs_root = pytest.mark.skipif(
 @pytest.mark.slow
 def test_nodes_join_and_leave_under_load_losing_nothing(tmp_path):
     out = tmp_path / "results.json"
-    code = harness.main(["--json", str(out), "--nodes", "3", "--duration", "5",
+    code = harness.main(["--json", str(out), "--nodes", "3", "--duration", "5", "--warmup", "2",
                          "--scenarios", "join-leave"])
     [r] = json.loads(out.read_text())
     assert not r.get("error"), r
