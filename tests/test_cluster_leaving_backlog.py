@@ -6,6 +6,7 @@ collection does not wait for the forgotten nodes."""
 import time
 
 import conftest as _c
+import spill_helpers as S
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import NULL_ARRAY, RawConn
@@ -65,3 +66,23 @@ def test_two_leaving_nodes_hand_over_their_backlog_then_are_forgotten(start_clus
         wait_until(lambda i=i: registered_jobs(c[i]) == 0, timeout=15,
                    message="acks wait for a forgotten node")
         assert c.cluster_info(i)["cluster_known_nodes"] == "2"
+
+
+def test_a_leaving_node_counts_its_spilled_copies_until_they_are_acknowledged(start_cluster):
+    """registered_jobs:0 tells the operator a leaving node can go (SPEC 8.7). Copies spilled
+    to disk under maxmemory (docs/memory.md, "Spilling") are jobs it holds too: counted as
+    such, the node is not reported empty while they may be the last copies of their jobs.
+    (They used to be left out, so a node with only spilled copies read registered_jobs:0.)"""
+    c = start_cluster(3, workers=1, extra_args=["--maxmemory", "16mb", "--spill-keep", "64"])
+    n = 12_000          # 12 MB of bodies, a copy on each node: past the 60% spill threshold
+    ids, _ = S.fill_concurrently([c[0]], n, ["sp"], "REPLICATE", 3, "RETRY", 600)
+    spilled = int(parse_info(c[1].execute("INFO", "memory"))["spilled_jobs"])
+    assert spilled > 0
+    assert c[1].execute("CLUSTER", "LEAVING", "yes") == _c.Status(b"OK")
+    assert registered_jobs(c[1]) == n       # in RAM or on disk, one copy of each job
+    _, seen = S.drain([S.client(c[0])], n, ["sp"])
+    assert seen == set(ids)
+    # acknowledged: the copies are loaded back by their SETACK and collected
+    wait_until(lambda: registered_jobs(c[1]) == 0, timeout=60,
+               message="the leaving node still holds copies")
+    assert int(parse_info(c[1].execute("INFO", "memory"))["spilled_jobs"]) == 0
