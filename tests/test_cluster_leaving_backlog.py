@@ -73,8 +73,8 @@ def test_a_leaving_node_counts_its_spilled_copies_until_they_are_acknowledged(st
     to disk under maxmemory (docs/memory.md, "Spilling") are jobs it holds too: counted as
     such, the node is not reported empty while they may be the last copies of their jobs.
     (They used to be left out, so a node with only spilled copies read registered_jobs:0.)"""
-    c = start_cluster(3, workers=1, extra_args=["--maxmemory", "16mb", "--spill-keep", "64"])
-    n = 12_000          # 12 MB of bodies, a copy on each node: past the 60% spill threshold
+    c = start_cluster(3, workers=1, extra_args=["--maxmemory", "8mb", "--spill-keep", "64"])
+    n = 6_000           # 6 MB of bodies, a copy on each node: past the 60% spill threshold
     ids, _ = S.fill_concurrently([c[0]], n, ["sp"], "REPLICATE", 3, "RETRY", 600)
     spilled = int(parse_info(c[1].execute("INFO", "memory"))["spilled_jobs"])
     assert spilled > 0
