@@ -1,9 +1,8 @@
 """Every scenario the harness can run, by name: each topic's module lists its own."""
-from faults import scenarios
-from faults import clocks
+from faults import clocks, membership, scenarios
 
 SCENARIOS = {}
-for module in (scenarios, clocks):
+for module in (scenarios, clocks, membership):
     for name, scenario in module.SCENARIOS.items():
         assert name not in SCENARIOS, name
         SCENARIOS[name] = scenario

@@ -29,6 +29,8 @@ def check(name, aof, record, ctx):
         restarts += int(r) if r and r.isdigit() else 0
         text = node.log_text()
         tracebacks += sum(text.count(marker) for marker in CRASH_MARKERS)
+    for node in ctx.removed:
+        tracebacks += sum(node.log_text().count(marker) for marker in CRASH_MARKERS)
     answering = [N.cli(n.i, "PING") == "PONG" for n in nodes]
     # of the first lost jobs, those a node still holds: late (a timer held back), not gone
     held = sum(any(N.cli(n.i, "SHOW", jid) for n in nodes) for jid in lost[:10])
@@ -50,7 +52,7 @@ def check(name, aof, record, ctx):
         "baseline_rate": record["baseline_rate"], "fault_rate": record["fault_rate"],
         "recover_seconds": record["recover_seconds"],
         "adds_per_second": record["adds_per_second"],
-        **timing,
+        **timing, **ctx.extra,
     }
 
 

@@ -40,6 +40,8 @@ class Context:
         self.net = netns.HARNESS
         self.nodes = []
         self.spares = []
+        self.removed = []               # nodes taken out of the cluster: logs still checked
+        self.extra = {}                 # a scenario's own counters, added to its result
         self.node_timeout_s = N.NODE_TIMEOUT_MS / 1000.0
         self.worker_kills = 0
         self.unexpected_exits = 0       # nodes found dead that the harness did not kill
@@ -55,11 +57,14 @@ class Context:
         return N.Node(i, self.dir, self.args.workers, sc.aof, original=self.args.disque_binary,
                       extra_env=sc.node_env(self, i), extra_args=sc.node_args(self, i))
 
-    def set_addrs(self, nodes):
-        """The nodes the workload talks to from now on (it reads the file every second)."""
+    def set_addrs(self, nodes, consumers=None):
+        """The nodes the workload talks to from now on (it reads the file every second);
+        `consumers`, when given, are the consumers' nodes (else the same)."""
         tmp = self.addrs_path + ".tmp"
         with open(tmp, "w") as f:
             f.write(" ".join(netns.node_addr(n.i) for n in nodes))
+            if consumers is not None:
+                f.write("\n" + " ".join(netns.node_addr(n.i) for n in consumers))
         os.replace(tmp, self.addrs_path)
 
     def note(self, what):
@@ -121,6 +126,7 @@ def run_scenario(name, args, root, log):
         heal_all(ctx)
         workload.send_signal(signal.SIGUSR1)
         workload.wait(timeout=240)
+        scenario.settled(ctx)
         with open(out) as f:
             record = json.load(f)
         return check(name, scenario.aof, record, ctx)

@@ -17,6 +17,7 @@ class Scenario:
     prepare: Callable = field(default=lambda ctx: None)   # before the nodes start
     heal: Callable = field(default=lambda ctx: None)      # extra healing (disks, clocks)
     finish: Callable = field(default=lambda ctx: None)    # after the nodes stop, always
+    settled: Callable = field(default=lambda ctx: None)   # after the drain, nodes still up
     ours_only: bool = False             # needs worker processes: not run on the original
     # extra workload arguments (faults/workload.py), e.g. the timing probes
     workload_args: Callable = field(default=lambda ctx: [])

@@ -112,7 +112,7 @@ def consumer(args, rec, stop):
     rng = random.Random()
     conns = {}
     while not stop.is_set():
-        node = rng.choice(args.addrs)
+        node = rng.choice(args.consumer_addrs or args.addrs)
         try:
             c = conns.get(node) or conns.setdefault(node, connect(node, args.port, 4))
             jobs = c.execute_command("GETJOB", "TIMEOUT", 300, "COUNT", 20, "FROM", QUEUE)
@@ -167,15 +167,18 @@ def retry_probes_to_keep(rec, jobs, now):
 
 def reload_addrs(args):
     """Membership scenarios change the nodes to talk to; the threads read `args.addrs`,
-    which is replaced whole, never changed in place."""
+    which is replaced whole, never changed in place. An optional second line names the
+    consumers' nodes (a leaving node is still drained by consumers, not given jobs)."""
     if args.addrs_file:
         try:
             with open(args.addrs_file) as f:
-                addrs = f.read().split()
+                lines = f.read().split("\n")
         except OSError:
             return
+        addrs = lines[0].split()
         if addrs:
             args.addrs = addrs
+            args.consumer_addrs = (lines[1].split() if len(lines) > 1 else []) or None
 
 
 def measure_recovery(args, rec):
@@ -219,6 +222,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.addrs = args.addrs.split(",")
+    args.consumer_addrs = None          # None: the producers' nodes
     rec = Record()
     stop_p, stop_c = threading.Event(), threading.Event()
     draining = threading.Event()

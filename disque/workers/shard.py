@@ -451,7 +451,9 @@ class Shard(ShardCore):
         """Counters for INFO's node totals and per-worker lines."""
         queued = sum(q.length() for q in self.queues.values())
         return {
-            "jobs": len(self.jobs),
+            # spilled jobs too: registered_jobs:0 tells an operator a LEAVING node holds
+            # nothing and can go (SPEC 8.7), and a spilled copy may be a job's last one
+            "jobs": len(self.jobs) + self.spill.index.count,
             "queues": len(self.queues),
             "queued": queued,
             # INFO blocked_clients counts producers waiting for copies too (SPEC 14)
