@@ -1,8 +1,8 @@
 """Every scenario the harness can run, by name: each topic's module lists its own."""
-from faults import scenarios
+from faults import disks, scenarios
 
 SCENARIOS = {}
-for module in (scenarios,):
+for module in (scenarios, disks):
     for name, scenario in module.SCENARIOS.items():
         assert name not in SCENARIOS, name
         SCENARIOS[name] = scenario

@@ -44,6 +44,7 @@ class Context:
         self.worker_kills = 0
         self.unexpected_exits = 0       # nodes found dead that the harness did not kill
         self.addrs_path = os.path.join(sdir, "addrs")
+        self.extra = {}                 # a scenario's own figures, added to its result
         self.t0 = time.monotonic()
 
     @property
@@ -122,7 +123,9 @@ def run_scenario(name, args, root, log):
         workload.wait(timeout=240)
         with open(out) as f:
             record = json.load(f)
-        return check(name, scenario.aof, record, ctx)
+        result = check(name, scenario.aof, record, ctx)
+        result.update(ctx.extra)
+        return result
     finally:
         if workload is not None and workload.poll() is None:
             workload.kill()
