@@ -26,13 +26,16 @@ def disk_dir(ctx, i):
     return os.path.join(ctx.dir, "n%d" % i, "disk")
 
 
-def node_args(ctx, i):
-    """The node's --dir (AOF, cluster config) on its tmpfs; the log stays outside."""
-    d = disk_dir(ctx, i)
+def dir_args(ctx, d):
+    """The node's --dir (AOF, cluster config) on the faulty disk; the log stays outside."""
     args = ["--dir", d]
     if ctx.args.disque_binary:      # the original's cluster file too (the harness puts it
-        args += ["--cluster-config-file", os.path.join(d, "nodes-7711.conf")]   # beside)
+        args += ["--cluster-config-file", os.path.join(d, "nodes-%d.conf" % N.PORT)]  # beside)
     return args
+
+
+def node_args(ctx, i):
+    return dir_args(ctx, disk_dir(ctx, i))
 
 
 def mount_all(ctx):
@@ -73,19 +76,26 @@ def free(path):
         pass
 
 
-def disk_full(ctx, until):
-    """One or two random nodes' disks full for FILL_HOLD seconds, then freed, in turn."""
-    n = len(ctx.nodes)
-    while time.monotonic() < until:
-        victims = ctx.rng.sample(range(n), ctx.rng.choice((1, 2)))
-        ctx.note("disk full on node(s) %s" % victims)
-        for i in victims:
-            fill(disk_dir(ctx, i))
-        _sleep_until(time.monotonic() + FILL_HOLD, until)
-        ctx.note("disk freed on node(s) %s" % victims)
-        for i in victims:
-            free(disk_dir(ctx, i))
-        _sleep_until(time.monotonic() + FILL_GAP, until)
+def in_turn(what, fault, mend):
+    """A schedule: `fault(ctx, i)` on one or two random nodes for FILL_HOLD seconds, then
+    `mend(ctx, i)`, FILL_GAP seconds apart."""
+    def run(ctx, until):
+        n = len(ctx.nodes)
+        while time.monotonic() < until:
+            victims = ctx.rng.sample(range(n), ctx.rng.choice((1, 2)))
+            ctx.note("%s on node(s) %s" % (what, victims))
+            for i in victims:
+                fault(ctx, i)
+            _sleep_until(time.monotonic() + FILL_HOLD, until)
+            ctx.note("mended node(s) %s" % victims)
+            for i in victims:
+                mend(ctx, i)
+            _sleep_until(time.monotonic() + FILL_GAP, until)
+    return run
+
+
+disk_full = in_turn("disk full", lambda ctx, i: fill(disk_dir(ctx, i)),
+                    lambda ctx, i: free(disk_dir(ctx, i)))
 
 
 def free_all(ctx):
@@ -115,11 +125,7 @@ def fuse_dir(ctx, i):
 
 
 def fuse_node_args(ctx, i):
-    d = fuse_dir(ctx, i)
-    args = ["--dir", d]
-    if ctx.args.disque_binary:
-        args += ["--cluster-config-file", os.path.join(d, "nodes-7711.conf")]
-    return args
+    return dir_args(ctx, fuse_dir(ctx, i))
 
 
 def fuse_mount(ctx):
@@ -160,19 +166,8 @@ def fail_fsync(ctx, i, on):
         os.unlink(path)
 
 
-def fsync_fail(ctx, until):
-    """fsync answers EIO on one or two random nodes for FILL_HOLD seconds, in turn."""
-    n = len(ctx.nodes)
-    while time.monotonic() < until:
-        victims = ctx.rng.sample(range(n), ctx.rng.choice((1, 2)))
-        ctx.note("fsync fails on node(s) %s" % victims)
-        for i in victims:
-            fail_fsync(ctx, i, True)
-        _sleep_until(time.monotonic() + FILL_HOLD, until)
-        ctx.note("fsync works again on node(s) %s" % victims)
-        for i in victims:
-            fail_fsync(ctx, i, False)
-        _sleep_until(time.monotonic() + FILL_GAP, until)
+fsync_fail = in_turn("fsync fails (EIO)", lambda ctx, i: fail_fsync(ctx, i, True),
+                     lambda ctx, i: fail_fsync(ctx, i, False))
 
 
 def fsync_heal(ctx):
