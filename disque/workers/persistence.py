@@ -180,6 +180,7 @@ class Persistence:
                         "refused until the file is rewritten", why)
         self.aof_refused = why
         self.aof_misconf_on(why)
+        # aof_cron starts the rewrite REFUSE_RETRY_S from now
         self.aof_rewrite_failed_at = time.monotonic() - WAIT_REWRITE_RETRY_S + REFUSE_RETRY_S
 
     def aof_close(self):
