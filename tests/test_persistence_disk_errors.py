@@ -247,3 +247,31 @@ def test_torn_record_in_the_middle_stops_the_start(start_server):
     rc = subprocess.run([sys.executable, "-m", "disque.check_aof", str(path)],
                         capture_output=True, text=True)
     assert rc.returncode == 1 and "CORRUPT" in rc.stdout, rc.stdout
+
+
+@needs_root
+def test_a_full_disk_does_not_stop_the_front_ends_cron(start_server, tmpfs):
+    """The cluster config cannot be saved on a full disk. Before, the save raised inside
+    the front-end's cron, every 100 ms for as long as the disk was full: a traceback each
+    time and the rest of the cron skipped (memory polls, watching the workers)."""
+    from disque.harness import cluster as hc
+    timeout = ["--cluster-node-timeout", "1000"]
+    a = start_server(workers=1, extra_args=[*timeout, "--dir", str(tmpfs)])
+    b, c = (start_server(workers=1, extra_args=timeout) for _ in range(2))
+    assert hc.join([a, b, c])
+    b_id = b.execute("CLUSTER", "MYID").decode()
+    fill(str(tmpfs))
+    H.kill_node(b)              # a and c agree it failed: a's config file must be saved
+    wait_until(lambda: " fail" in next(line for line in a.execute("CLUSTER", "NODES").decode()
+                                       .splitlines() if line.startswith(b_id)), 20, 0.1)
+    wait_until(lambda: "Can't save the cluster config" in a.log_text(), 10, 0.1)
+    reply = a.execute("CLUSTER", "SAVECONFIG")
+    assert type(reply) is Err and b"No space left" in reply, reply
+    assert "Traceback" not in a.log_text()
+    free(str(tmpfs))
+    wait_until(lambda: "Cluster config" in a.log_text() and "saved again" in a.log_text(),
+               10, 0.1, "the config is not saved again")
+    line = next(x for x in (tmpfs / "nodes.conf").read_text().splitlines()
+                if x.startswith(b_id))
+    assert " fail" in line, line
+    assert a.execute("CLUSTER", "SAVECONFIG") == Status(b"OK")
