@@ -98,6 +98,37 @@ disk_full = in_turn("disk full", lambda ctx, i: fill(disk_dir(ctx, i)),
                     lambda ctx, i: free(disk_dir(ctx, i)))
 
 
+def disk_full_kill(ctx, until):
+    """The disks of one or two nodes full while another node is killed (kill -9) for three
+    node timeouts: the full nodes must record its failure in their cluster config file."""
+    n = len(ctx.nodes)
+    while time.monotonic() < until:
+        ids = list(range(n))
+        ctx.rng.shuffle(ids)
+        full, dead = ids[:ctx.rng.choice((1, 2))], ctx.nodes[ids[-1]]
+        ctx.note("disk full on node(s) %s, kill -9 node %d" % (full, dead.i))
+        for i in full:
+            fill(disk_dir(ctx, i))
+        dead.kill()
+        _sleep_until(time.monotonic() + 3 * ctx.node_timeout_s, until)
+        dead.start()
+        dead.wait_ready()
+        ctx.note("node %d back, disks freed" % dead.i)
+        for i in full:
+            free(disk_dir(ctx, i))
+        _sleep_until(time.monotonic() + FILL_GAP, until)
+
+
+# the log line of a cluster config that could not be saved: ours, the original's (it exits)
+CONFIG_SAVE_FAILED = ("Can't save the cluster config", "can't update cluster config file")
+
+
+def free_all_count_saves(ctx):
+    free_all(ctx)
+    ctx.extra["config_save_failed"] = sum(n.log_text().count(line) for n in ctx.nodes
+                                          for line in CONFIG_SAVE_FAILED)
+
+
 def free_all(ctx):
     for i in range(len(ctx.nodes)):
         free(disk_dir(ctx, i))
@@ -236,6 +267,8 @@ SCENARIOS = {
                                 summary="tmpfs of 1-2 nodes filled to ENOSPC 4 s, freed 2 s"),
     "disk-full-always": _disk(disk_full, "always",
                               summary="the same with appendfsync always"),
+    "disk-full-kill": _disk(disk_full_kill, "everysec", heal=free_all_count_saves,
+                            summary="disks full while another node is killed and restarted"),
     "fsync-fail-everysec": Scenario(fsync_fail, "everysec", node_args=fuse_node_args,
                                     prepare=fuse_mount, heal=fsync_heal, finish=fuse_unmount,
                                     summary="fsync answers EIO on 1-2 nodes 4 s (FUSE)"),
