@@ -12,10 +12,14 @@ When a worker process dies (a crash, the OOM killer, kill -9) the front-end:
      its slots that have copies on other nodes come back through the cluster's usual
      requeue (the copies' RETRY), exactly as when a whole node restarts empty.
 
-A worker that exits with WORKER_FATAL_EXIT (an AOF write error with appendfsync always)
-still stops the node, as upstream; so does a worker dying more than MAX_RESTARTS times in
-RESTART_WINDOW_S (a crash loop). INFO server reports worker_restarts and how long the
-slots of the last restarted worker were unavailable.
+A worker that exits with WORKER_FATAL_EXIT could not write or fsync its AOF with
+appendfsync always, and left before its batch's replies could promise jobs the file does
+not hold. Unlike upstream (which exits) the node goes on: the requests it had taken get
+-MISCONF, every write command gets -MISCONF until the new process has rewritten its file
+from what it loads (retried every second), and such restarts are not crashes (INFO
+worker_aof_restarts). A worker dying more than MAX_RESTARTS times in RESTART_WINDOW_S (a
+crash loop) stops the node. INFO server reports worker_restarts and how long the slots of
+the last restarted worker were unavailable.
 """
 import logging
 import os
@@ -44,12 +48,15 @@ class WorkerRestarts:
         self.last_unavailable_ms = 0
         self.max_unavailable_ms = 0
         self.recent = []                # monotonic times of recent deaths
+        self.aof_restarts = 0           # restarts after an AOF write error (appendfsync always)
+        self.refuse = {}                # w -> why its next process refuses writes
 
     def info_fields(self):
         return [("worker_restarts", self.count),
                 ("worker_restarting", len(self.restarting)),
                 ("worker_last_restart_unavailable_ms", self.last_unavailable_ms),
-                ("worker_max_restart_unavailable_ms", self.max_unavailable_ms)]
+                ("worker_max_restart_unavailable_ms", self.max_unavailable_ms),
+                ("worker_aof_restarts", self.aof_restarts)]
 
     def died(self, w):
         """The link to worker w closed or its process is gone."""
@@ -63,29 +70,40 @@ class WorkerRestarts:
         except Exception:
             p.kill()
             code = p.wait()
+        lost_reply = LOST_REPLY
         if code == WORKER_FATAL_EXIT:
-            log.error("Worker %d (pid %d) stopped on a fatal error: shutting the node down",
+            why = "worker %d could not write its append only file" % w
+            log.error("Worker %d (pid %d) could not write its AOF (appendfsync always): "
+                      "starting a new one, which refuses writes until it rewrites its file",
                       w, p.pid)
-            node.request_stop(1)
-            return
-        self.recent = [t for t in self.recent if now - t < RESTART_WINDOW_S] + [now]
-        if len(self.recent) > MAX_RESTARTS:
+            self.aof_restarts += 1
+            self.refuse[w] = why
+            lost_reply = R.misconf(why)
+        elif self.note_death(now):
             log.error("Worker %d (pid %d) died (code %s), %d worker deaths in %ds: "
                       "shutting the node down", w, p.pid, code, len(self.recent),
                       RESTART_WINDOW_S)
             node.request_stop(1)
             return
-        log.error("Worker %d (pid %d) died (code %s): starting a new one for its slots",
-                  w, p.pid, code)
-        self.count += 1
+        else:
+            log.error("Worker %d (pid %d) died (code %s): starting a new one for its slots",
+                      w, p.pid, code)
+            self.count += 1
         self.restarting.setdefault(w, now)     # a new process that died too: same outage
         node.links.hold(w)
         node.fe.handover.worker_lost(w)     # the connections it served died with it
         node.fe.tls_port.worker_lost(w)     # and the TLS connections it ran
-        self.fail_in_flight(w)
+        if w in self.refuse:
+            node.fe.persistence.worker_refusing(w, self.refuse[w])
+        self.fail_in_flight(w, lost_reply)
         node.spawn_worker(w)
 
-    def fail_in_flight(self, w):
+    def note_death(self, now):
+        """True when this death makes a crash loop."""
+        self.recent = [t for t in self.recent if now - t < RESTART_WINDOW_S] + [now]
+        return len(self.recent) > MAX_RESTARTS
+
+    def fail_in_flight(self, w, lost_reply=LOST_REPLY):
         fe = self.node.fe
         n = fe.nworkers
         controls = fe.controls_sent
@@ -98,9 +116,9 @@ class WorkerRestarts:
             del fe.pending[reqid]
             try:
                 if hasattr(cb, "fill"):
-                    cb.fill(LOST_REPLY)
+                    cb.fill(lost_reply)
                 else:
-                    cb(P.GetJobReply.encode(reqid, LOST_REPLY, None))
+                    cb(P.GetJobReply.encode(reqid, lost_reply, None))
             except Exception:
                 log.exception("answering request %d of dead worker %d", reqid, w)
         fe.flush_replies()
@@ -154,13 +172,19 @@ class WorkerRestarts:
                      time.monotonic() - t0)
             self.control(w, "aof_rewrite", {"enable": True, "startup": True}, opened)
 
+        refuse = self.refuse.pop(w, None)
+
         def opened(value):
             if isinstance(value, dict) and value.get("error"):
-                self.fatal(w, "reopening its append only file: %s" % value["error"])
-                return
+                if refuse is None:
+                    self.fatal(w, "reopening its append only file: %s" % value["error"])
+                    return
+                # the disk still refuses: serve reads, -MISCONF for writes; it retries
+                log.warning("Worker %d could not rewrite its AOF yet (%s): it serves and "
+                            "refuses writes until it can", w, value["error"])
             self.serve(w)
 
-        self.control(w, "aof_load", {"files": files, "enqueue_once": False,
+        self.control(w, "aof_load", {"files": files, "enqueue_once": False, "refuse": refuse,
                                      "load_truncated": bool(cfg.aof_load_truncated)}, loaded)
 
     def fatal(self, w, why):

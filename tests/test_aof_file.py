@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,3 +103,39 @@ def test_check_aof_tool(tmp_path, capsys):
     # and as a program
     r = subprocess.run([sys.executable, "-m", "disque.check_aof", ok], capture_output=True, text=True)
     assert r.returncode == 0 and "OK, 1 records" in r.stdout
+
+
+def test_a_record_cut_short_before_whole_records_is_corruption(tmp_path):
+    """A torn record in the middle: before, a cut whose declared length ran past the end
+    was taken for a torn tail, and the whole records after it were dropped with it."""
+    path = str(tmp_path / "a.aof")
+    good = record(LOADJOB, b"job-one")
+    torn = record(LOADJOB, b"a-long-job-body-" * 8)[:30]
+    write(path, good, torn, record(DELJOB, b"D-" + b"x" * 38))
+    with pytest.raises(AofCorrupt) as e:
+        list(read_records(path))
+    assert e.value.offset == len(good)
+    assert "a record cut short, followed by whole records %d bytes further" % len(torn) \
+        in str(e.value)
+    # the same torn record at the end is a torn tail
+    write(path, good, torn)
+    with pytest.raises(AofTruncated):
+        list(read_records(path))
+
+
+def test_a_failed_background_fsync_is_kept_for_the_worker(tmp_path):
+    """everysec: the fsync thread used to drop the error; fsync of a pipe fails (EINVAL)."""
+    w = AofWriter(str(tmp_path / "w0.aof"), "everysec")
+    r, wfd = os.pipe()
+    try:
+        os.dup2(wfd, w.fd)              # the writer's descriptor is now a pipe
+        w.append(LOADJOB, b"job")
+        assert w.flush()
+        deadline = time.monotonic() + 10
+        while w.fsync_error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert w.fsync_error is not None
+    finally:
+        w.set_policy("no")
+        for fd in (r, wfd, w.fd):
+            os.close(fd)

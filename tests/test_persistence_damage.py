@@ -1,6 +1,7 @@
 """Damaged AOF files and failing writes (SPEC 12): a truncated tail, corruption in the
 middle, disque-check-aof on a server's files, a full disk (a file-size limit on the
-worker) giving -MISCONF until writes work again, appendfsync always stopping the node."""
+worker) giving -MISCONF until writes work again (appendfsync always, fsync failures and a
+torn record in the middle: tests/test_persistence_disk_errors.py)."""
 import resource
 import subprocess
 import sys
@@ -144,28 +145,6 @@ def test_disk_full_gives_misconf_until_writes_work_again(start_server):
     assert H.registered_jobs(srv) == len(ok)
     for jid in ok:
         assert show(r, jid) is not None
-
-
-def test_appendfsync_always_stops_the_node_when_it_cannot_write(start_server):
-    srv = start_server(workers=1, extra_args=["--appendonly", "yes", "--appendfsync", "always"])
-    r = srv.raw()
-    first = addjob(r, "stop", b"x", 0)
-    [worker] = srv.worker_pids()
-    set_fsize(worker, int(H.info(srv)["aof_current_size"]) + 10)
-    r.send(_c.encode_command("ADDJOB", "stop", b"y" * 100, 0))
-    # the reply would promise a job that is not on disk: the worker exits before it
-    try:
-        reply = r.read_reply(timeout=10)
-    except (ConnectionError, OSError):
-        reply = None
-    assert reply is None or reply.startswith(b"-"), reply
-    assert H.wait_exit(srv) == 1
-    # (the worker's own line cannot reach the log file: the file-size limit covers it too)
-    assert "Worker 0 (pid %d) stopped on a fatal error: shutting the node down" % worker \
-        in srv.log_text()
-    H.restart(srv)
-    assert H.registered_jobs(srv) == 1
-    assert show(srv.raw(), first) is not None
 
 
 def test_crash_during_the_start_up_rewrite_loses_nothing(start_server):

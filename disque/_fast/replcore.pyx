@@ -222,7 +222,8 @@ cdef class ReplicationCore:
         (a requeue respects the pause, see Shard.run_timers), so here it is kept."""
         cdef ShardCore shard = self.shard
         cdef long flags = mflags
-        if not flags & ACCEPTED and (shard.memory_level > 0 or shard.leaving):
+        if not flags & ACCEPTED and (shard.memory_level > 0 or shard.leaving
+                                     or shard.aof_refusing):
             return                      # no GOTJOB: the originator picks another node
         job, _ = deserialize(data, 0, False, shard.now_s, shard.now_ms, shard.rand_err())
         cdef Job copy = job

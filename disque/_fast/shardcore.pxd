@@ -42,6 +42,7 @@ cdef class ShardCore:
     cdef public bint leaving
     cdef public list bus_out           # (destination node ids, type, flags, payload) for the bus
     cdef public bint aof_on            # append-only file enabled: log new jobs (persistence)
+    cdef public bint aof_refusing      # the AOF cannot be written: take no copies (persistence)
     cdef public int memory_level
     cdef public ScanLog job_log, queue_log
     cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)

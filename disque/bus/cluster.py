@@ -64,6 +64,7 @@ class Cluster:
         self.on_query = None        # QUERY / ANSWER (disque/frontend/cluster_queries.py)
         self.crons = 0
         self.dirty = True
+        self.save_error = None      # why the last save of the config file failed
         self.stats_sent = 0
         self.stats_received = 0
         self.drop_in = False        # DEBUG hooks: cut this node off the bus, still running
@@ -93,8 +94,23 @@ class Cluster:
         return [n for n in self.others() if not n.flags & bad]
 
     def save(self):
-        self.file.save(self.myself, list(self.nodes.values()))
+        """Write the cluster config file. A disk that refuses (full, failing) leaves it
+        dirty for the cron to try again, and returns False: raising would stop the
+        front-end's cron (memory polls, failure detection) for as long as it refuses."""
+        try:
+            self.file.save(self.myself, list(self.nodes.values()))
+        except OSError as e:
+            if self.save_error is None:
+                log.warning("Can't save the cluster config %s: %s (tried again every 100 ms)",
+                            self.file.path, e.strerror or e)
+            self.save_error = e.strerror or str(e)
+            self.dirty = True
+            return False
+        if self.save_error is not None:
+            log.warning("Cluster config %s saved again", self.file.path)
+            self.save_error = None
         self.dirty = False
+        return True
 
     def changed(self):
         self.dirty = True

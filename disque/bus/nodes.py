@@ -179,8 +179,15 @@ class NodesFile:
     def save(self, myself, nodes):
         lines = [n.line(myself) for n in nodes if not n.has(M.HANDSHAKE)]
         tmp = self.path + ".tmp-%d" % os.getpid()
-        with open(tmp, "w") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                f.write("\n".join(lines) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            try:
+                os.unlink(tmp)      # a half-written file would hold the space it lacks
+            except OSError:
+                pass
+            raise

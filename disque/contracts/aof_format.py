@@ -101,11 +101,16 @@ def _parse_line(data, pos, prefix, path):
     return value, end + 2
 
 
-def read_records(path, data=None):
+RECORD_HEADS = (b"*2\r\n$7\r\nLOADJOB\r\n", b"*2\r\n$6\r\nDELJOB\r\n")
+
+
+def read_records(path, data=None, whole=True):
     """Yield (command, argument, offset_after) for every complete record.
 
     Raises AofCorrupt on malformed data and AofTruncated when the file ends inside a
-    record (after yielding everything before it)."""
+    record (after yielding everything before it). With `whole` (data is all the rest of
+    the file), a record cut short but followed by whole records is AofCorrupt: a torn
+    record in the middle, whose followers must not be dropped with it."""
     if data is None:
         with open(path, "rb") as f:
             data = f.read()
@@ -115,16 +120,14 @@ def read_records(path, data=None):
         start = pos
         argc, pos = _parse_line(data, pos, b"*", path)
         if argc is None:
-            raise AofTruncated(path, start, size)
+            raise cut_short(path, data, start, whole)
         if argc != 2:
             raise AofCorrupt(path, start, "expected 2 arguments, got %d" % argc)
         args = []
         for _ in range(2):
             n, pos = _parse_line(data, pos, b"$", path)
-            if n is None:
-                raise AofTruncated(path, start, size)
-            if pos + n + 2 > size:
-                raise AofTruncated(path, start, size)
+            if n is None or pos + n + 2 > size:
+                raise cut_short(path, data, start, whole)
             if data[pos + n:pos + n + 2] != b"\r\n":
                 raise AofCorrupt(path, pos + n, "bulk not terminated by CRLF")
             args.append(data[pos:pos + n])
@@ -133,6 +136,32 @@ def read_records(path, data=None):
         if cmd not in (LOADJOB, DELJOB):
             raise AofCorrupt(path, start, "unknown command %r" % args[0][:20])
         yield cmd, args[1], pos
+
+
+def cut_short(path, data, start, whole):
+    """The data ends inside the record at `start`: AofTruncated (a torn tail), unless
+    whole records run from some later record head to the end (AofCorrupt)."""
+    if whole:
+        for head in RECORD_HEADS:
+            at = data.find(head, start + 1)
+            while at >= 0:
+                if _records_follow(data[at:]):
+                    return AofCorrupt(path, start, "a record cut short, followed by whole "
+                                      "records %d bytes further" % (at - start))
+                at = data.find(head, at + 1)
+    return AofTruncated(path, start, len(data))
+
+
+def _records_follow(data):
+    count = 0
+    try:
+        for _ in read_records("", data, whole=False):
+            count += 1
+    except AofTruncated:
+        pass
+    except AofCorrupt:
+        return False
+    return count > 0
 
 
 def fsync_dir(path):

@@ -183,12 +183,11 @@ class ClusterRelay:
         elif sub == b"info" and n == 2:
             client.reply(resp.bulk(c.info_text().encode()))
         elif sub == b"saveconfig" and n == 2:
-            try:
-                c.save()
+            if c.save():
                 client.reply(resp.OK)
-            except OSError as e:
+            else:
                 client.reply(b"-ERR error saving the cluster node config: %s\r\n"
-                             % (e.strerror or str(e)).encode())
+                             % c.save_error.encode())
         elif sub == b"forget" and n == 3:
             self.forget(client, argv[2])
         elif sub == b"reset" and n in (2, 3):

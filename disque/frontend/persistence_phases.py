@@ -293,6 +293,17 @@ class PersistencePhases:
                 for item in r[5:]:
                     if type(item) is dict and "aof" in item:
                         status[w] = item["aof"]
+        self.update_error()
+
+    def worker_refusing(self, w, why):
+        """Worker w exited on an AOF write error (disque/worker_restart.py): -MISCONF at
+        once, until its next process reports a file it could rewrite."""
+        if self.aof_status_by_worker is not None:
+            self.aof_status_by_worker[w] = [why, False, "wait-rewrite"]
+            self.update_error()
+
+    def update_error(self):
+        status = self.aof_status_by_worker
         error = None
         for s in status:
             if s[0]:

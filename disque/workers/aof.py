@@ -4,7 +4,8 @@ Writes are buffered during a batch and written before the batch's replies leave 
 worker, so a reply never announces a job the file does not hold. `appendfsync always`
 fsyncs that write before the replies go out; `everysec` fsyncs from a background thread
 at most once a second; `no` leaves it to the kernel. A failed write puts the writer in an
-error state (the worker then answers write commands with -MISCONF) until a write works.
+error state (the worker then answers write commands with -MISCONF) until a write works; a
+failed background fsync is kept in `fsync_error` for the worker (which rewrites the file).
 """
 import os
 import threading
@@ -25,6 +26,7 @@ class AofWriter:
         self.size = os.fstat(self.fd).st_size
         self.base_size = self.size          # size after the last load/rewrite
         self.error = None                   # strerror of the last failed write
+        self.fsync_error = None             # a background fsync failed (the owner resets it)
         self.delayed_fsync = 0              # writes that waited 2 s for a slow fsync
         self.lock = threading.Lock()
         self.dirty_since_fsync = False
@@ -111,6 +113,11 @@ class AofWriter:
                 os.fsync(self.fd)
             except OSError as e:
                 self.error = e.strerror or str(e)
+                try:        # their replies never leave: the file must not hold them either
+                    os.ftruncate(self.fd, self.size - len(data))
+                    self.size -= len(data)
+                except OSError:
+                    pass
                 return False
         else:
             self.dirty_since_fsync = True
@@ -126,8 +133,10 @@ class AofWriter:
                     self.fsync_in_progress = True
                     try:
                         os.fsync(self.fd)
-                    except OSError:
-                        pass
+                    except OSError as e:
+                        # the kernel may have dropped the dirty pages ("fsyncgate"): a later
+                        # fsync would succeed without them, so the file must be rewritten
+                        self.fsync_error = e.strerror or str(e)
                     finally:
                         self.fsync_in_progress = False
 
@@ -156,6 +165,7 @@ class AofWriter:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self.size = self.base_size = os.fstat(self.fd).st_size
             self.dirty_since_fsync = False
+            self.fsync_error = None     # the old file's: the new one was fsynced whole
 
 
 def write_snapshot(path, records, tmp_path=None):

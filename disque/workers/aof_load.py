@@ -58,7 +58,7 @@ def scan_records(f, path, size):
                 need_more = not eof
         if not need_more:
             try:
-                cmd, arg, rel_end = next(read_records(path, buf[pos:]))
+                cmd, arg, rel_end = next(read_records(path, buf[pos:], whole=eof))
             except AofTruncated:
                 if eof:
                     raise AofTruncated(path, base + pos, size)

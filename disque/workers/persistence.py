@@ -12,8 +12,14 @@ Every worker k of the node on `port` owns one file, `<dir>/<stem>.<port>.w<k>.ao
   works the write commands this worker executes answer -MISCONF (their handlers are
   swapped, so the normal path pays nothing), and the front-end, which learns the error
   from the periodic memory poll, answers -MISCONF for PING and GETJOB too. With
-  `appendfsync always` a failed write stops the worker (and so the node), as upstream:
-  a reply already promised that the job is on disk.
+  `appendfsync always` a failed write or fsync makes the worker exit (WORKER_FATAL_EXIT)
+  before the batch's replies leave, since they may promise jobs that are not on disk;
+  the front-end restarts it (disque/worker_restart.py) with `refuse`: it answers -MISCONF
+  and takes no copies until it has rewritten its file, retried every second. A failed
+  background fsync (everysec) also refuses writes until a rewrite works: after a failed
+  fsync the kernel may have dropped the dirty pages, so the file is not trusted. While
+  refusing, REPLJOB gets no GOTJOB (`shard.aof_refusing`): copies go to nodes that can
+  write them.
 * Rewrite (BGREWRITEAOF, automatic, CONFIG SET appendonly yes, start-up). No fork: the
   worker takes the list of its jobs, serializes them in slices of a few milliseconds
   between batches (`aof_work`, called after each reply send) and a thread writes the
@@ -54,6 +60,7 @@ REWRITE_SLICE_S = 0.004         # serialization per loop turn while serving clie
 STARTUP_SLICE_S = 0.05          # ... while loading (no client is served)
 WRITE_RETRY_S = 1.0
 WAIT_REWRITE_RETRY_S = 5.0     # after a failed rewrite, before an automatic one is tried again
+REFUSE_RETRY_S = 1.0           # ... while refusing writes: the node serves again soon after
 
 
 def misconf_reply(error):
@@ -75,6 +82,7 @@ class Persistence:
     aof_loader = None           # Loader in progress (start-up)
     aof_busy = False            # the worker loop calls aof_work()
     aof_saved_handlers = None   # the write commands' handlers while answering -MISCONF
+    aof_refused = None          # why writes are refused until a rewrite works, or None
     aof_last_retry = 0.0
     aof_last_check = 0.0
     aof_last_rewrite_s = -1
@@ -125,7 +133,7 @@ class Persistence:
                 return False
             self.aof_last_retry = now
         if w.flush():
-            if self.aof_saved_handlers is not None:
+            if self.aof_saved_handlers is not None and self.aof_refused is None:
                 self.aof_misconf_off()
             return True
         self.aof_write_failed(w.error)
@@ -135,24 +143,45 @@ class Persistence:
         w = self.aof_writer
         self.aof_last_retry = time.monotonic()
         if w.policy == "always":
-            log.critical("Can't recover from AOF write error when the AOF fsync policy is "
-                         "'always' (%s: %s). Exiting...", w.path, error)
-            raise SystemExit(WORKER_FATAL_EXIT)     # the front-end stops the node
+            # the batch's replies may promise jobs the file does not hold: they must not
+            # leave. The file ends at its last whole record (AofWriter.flush cut it back)
+            log.critical("AOF write error with appendfsync always (%s: %s): exiting before "
+                         "this batch's replies leave; the node restarts this worker, which "
+                         "refuses writes until it rewrites its file", w.path, error)
+            raise SystemExit(WORKER_FATAL_EXIT)
         if self.aof_saved_handlers is None:
             log.warning("Error writing to the AOF file %s: %s (write commands get -MISCONF "
                         "until a write works again; retried every second)", w.path, error)
-            reply = misconf_reply(error)
-            saved = {}
-            for name in WRITE_COMMANDS:
-                if name in self.shard.handlers:
-                    saved[name] = self.shard.handlers[name]
-                    self.shard.handlers[name] = lambda argv, reply=reply: reply
-            self.aof_saved_handlers = saved
+            self.aof_misconf_on(error)
+
+    def aof_misconf_on(self, error):
+        """Write commands answer -MISCONF (their handlers swapped) and copies are refused."""
+        reply = misconf_reply(error)
+        saved = self.aof_saved_handlers or {}
+        for name in WRITE_COMMANDS:
+            if name in self.shard.handlers and name not in saved:
+                saved[name] = self.shard.handlers[name]
+                self.shard.handlers[name] = lambda argv, reply=reply: reply
+        self.aof_saved_handlers = saved
+        self.shard.aof_refusing = True
 
     def aof_misconf_off(self):
         self.shard.handlers.update(self.aof_saved_handlers)
         self.aof_saved_handlers = None
+        self.aof_refused = None
+        self.shard.aof_refusing = False
         log.warning("AOF write error looks solved, Disque can write again.")
+
+    def aof_refuse(self, why):
+        """Refuse writes until a rewrite of the whole file from memory works: the file on
+        disk is not trusted (a failed fsync, or the previous process could not write)."""
+        if self.aof_refused is None:
+            log.warning("AOF not trusted (%s): write commands get -MISCONF and copies are "
+                        "refused until the file is rewritten", why)
+        self.aof_refused = why
+        self.aof_misconf_on(why)
+        # aof_cron starts the rewrite REFUSE_RETRY_S from now
+        self.aof_rewrite_failed_at = time.monotonic() - WAIT_REWRITE_RETRY_S + REFUSE_RETRY_S
 
     def aof_close(self):
         """The worker stops: flush and fsync the file, drop a rewrite in progress."""
@@ -174,6 +203,8 @@ class Persistence:
 
     def aof_control(self, name, arg):
         if name == "aof_load":
+            if arg.get("refuse"):
+                self.aof_refuse(arg["refuse"])
             self.aof_loader = Loader(self.shard, arg["files"], arg["enqueue_once"], arg["load_truncated"],
                                      arg.get("own_only", False))
             self.aof_loader.reqid = arg["reqid"]
@@ -290,9 +321,15 @@ class Persistence:
             log.info("Background AOF rewrite finished successfully (%s, %d bytes)", rw.path,
                      self.aof_writer.size if self.aof_writer else os.path.getsize(rw.path))
             result = {"ok": True}
+            if self.aof_refused is not None:
+                self.aof_writer.error = None    # the new file holds every job: trusted
+                self.aof_misconf_off()
         else:
             log.warning("Background AOF rewrite failed: %s", error)
             self.aof_rewrite_failed_at = time.monotonic()
+            if self.aof_refused is not None:
+                self.aof_refused = error
+                self.aof_rewrite_failed_at -= WAIT_REWRITE_RETRY_S - REFUSE_RETRY_S
             result = {"ok": False, "error": error}
         for reqid in rw.reqids:
             self.shard.out.append(P.Reply.encode(reqid, result))
@@ -386,7 +423,14 @@ class Persistence:
         if self.aof_rw is not None:
             return
         w = self.aof_writer
-        if (self.aof_state == "on" and w is not None and w.error is None
+        if w is not None and w.fsync_error is not None:
+            error, w.fsync_error = w.fsync_error, None
+            self.aof_refuse("fsync failed: %s" % error)
+        if (self.aof_refused is not None and self.aof_state == "on"
+                and now - self.aof_rewrite_failed_at >= WAIT_REWRITE_RETRY_S):
+            self.aof_slice = REWRITE_SLICE_S
+            self.aof_start_rewrite(False, None)     # the file from memory, then trusted
+        elif (self.aof_state == "on" and w is not None and w.error is None
                 and now - self.aof_rewrite_failed_at >= WAIT_REWRITE_RETRY_S):
             pct = int(self.aof_cfg("auto-aof-rewrite-percentage", 100))
             min_size = int(self.aof_cfg("auto-aof-rewrite-min-size", 64 * 1024 * 1024))
@@ -406,8 +450,8 @@ class Persistence:
     def aof_status(self):
         """For the front-end's memory poll: {"aof": [write error or None, rewriting, state]}."""
         w = self.aof_writer
-        return {"aof": [w.error if w is not None else None, self.aof_rw is not None,
-                        self.aof_state]}
+        error = w.error if w is not None else None
+        return {"aof": [error or self.aof_refused, self.aof_rw is not None, self.aof_state]}
 
     def aof_memory(self):
         """Bytes the AOF holds in memory (SPEC 9 accounting, docs/memory.md): records not
@@ -433,7 +477,7 @@ class Persistence:
             "last_rewrite_s": self.aof_last_rewrite_s,
             "current_rewrite_s": int(time.monotonic() - rw.started) if rw is not None else -1,
             "bgrewrite_ok": self.aof_bgrewrite_ok,
-            "write_error": w.error if w is not None else None,
+            "write_error": (w.error if w is not None else None) or self.aof_refused,
             "size": w.size if w is not None else 0,
             "base_size": w.base_size if w is not None else 0,
             "buffer": w.buf_bytes if w is not None else 0,
