@@ -7,9 +7,15 @@ seconds (less the first, while connections open) give the fault-free rate; SIGUS
 faults are healed) starts the recovery clock: producing goes on until one second's adds
 reach RECOVERED of that rate (or --recover-max passed). Then producing stops, consuming
 goes on until nothing came for --quiet seconds (or --drain-max passed), and the record is
-written as JSON."""
+written as JSON.
+
+For the soak (faults/soak.py): --rate caps the adds per second, --backlog makes consumers
+take jobs only while more than that many acknowledged adds wait undelivered (the backlog
+rises to it, then stays there: consumption follows production), and --status gets the
+counters every second."""
 import argparse
 import json
+import os
 import random
 import signal
 import threading
@@ -41,6 +47,8 @@ class Record:
         self.last_delivery = time.monotonic()
         self.started = time.monotonic()
         self.added = Counter()      # bucket index since `started` -> acknowledged adds
+        self.first_deliveries = 0   # distinct jobs delivered (the backlog's other side)
+        self.draining = False       # producers stopped: consumers take everything
 
     def count_add(self):
         """Under the lock."""
@@ -62,11 +70,23 @@ def error_type(e):
     return type(e).__name__
 
 
+def pace(args, next_t):
+    """With --rate: wait for this producer's next slot (no burst to catch up after a stall)."""
+    if not args.rate:
+        return 0.0
+    now = time.monotonic()
+    if next_t > now:
+        time.sleep(next_t - now)
+    return max(next_t, now) + args.producers / args.rate
+
+
 def producer(args, rec, stop):
     rng = random.Random()
     conns = {}
     seq = 0
+    next_t = 0.0
     while not stop.is_set():
+        next_t = pace(args, next_t)
         node = rng.choice(args.addrs)
         repl = rng.choice((2, 3))
         seq += 1
@@ -90,6 +110,9 @@ def consumer(args, rec, stop):
     rng = random.Random()
     conns = {}
     while not stop.is_set():
+        if args.backlog and not rec.draining and backlog(rec) <= args.backlog:
+            time.sleep(0.02)
+            continue
         node = rng.choice(args.addrs)
         try:
             c = conns.get(node) or conns.setdefault(node, connect(node, args.port, 4))
@@ -99,7 +122,9 @@ def consumer(args, rec, stop):
             ids = [j[1] for j in jobs]
             with rec.lock:
                 for jid in ids:
-                    rec.deliveries[jid.decode()] += 1
+                    jid = jid.decode()
+                    rec.first_deliveries += jid not in rec.deliveries
+                    rec.deliveries[jid] += 1
                 rec.last_delivery = time.monotonic()
             c.execute_command("ACKJOB", *ids)
         except Exception as e:          # noqa: BLE001
@@ -107,6 +132,25 @@ def consumer(args, rec, stop):
             with rec.lock:
                 rec.consumer_errors[error_type(e)] += 1
             time.sleep(0.05)
+
+
+def backlog(rec):
+    """Acknowledged adds not delivered yet (jobs delivered without an acknowledged add make
+    it a little smaller)."""
+    return len(rec.acked) - rec.first_deliveries
+
+
+def write_status(args, rec):
+    """The counters, for the soak's sampler (replaced whole, never half written)."""
+    with rec.lock:
+        status = {"time": time.time(), "acked": len(rec.acked), "attempts": rec.attempts,
+                  "delivered": rec.first_deliveries,
+                  "deliveries": sum(rec.deliveries.values()), "backlog": backlog(rec),
+                  "errors": sum(rec.errors.values()),
+                  "consumer_errors": sum(rec.consumer_errors.values())}
+    with open(args.status + ".tmp", "w") as f:
+        json.dump(status, f)
+    os.replace(args.status + ".tmp", args.status)
 
 
 def reload_addrs(args):
@@ -156,6 +200,10 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=600.0)
     ap.add_argument("--warmup", type=float, default=4.0, help="fault-free seconds first")
     ap.add_argument("--recover-max", type=float, default=RECOVER_MAX)
+    ap.add_argument("--rate", type=float, default=0, help="adds per second at most (0: no cap)")
+    ap.add_argument("--backlog", type=int, default=0,
+                    help="consumers take jobs only above this backlog (0: always)")
+    ap.add_argument("--status", help="the counters, written every second")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.addrs = args.addrs.split(",")
@@ -170,12 +218,18 @@ def main():
     for t in threads:
         t.start()
     started = time.monotonic()
+    started_unix = time.time()
+    status_t = 0.0
     while not draining.wait(0.2):
         if time.monotonic() - started > args.max_seconds:
             break                       # bounded even if the harness never signals
         reload_addrs(args)
+        if args.status and time.monotonic() - status_t >= 1.0:
+            status_t = time.monotonic()
+            write_status(args, rec)
     recovery = measure_recovery(args, rec)
     stop_p.set()
+    rec.draining = True
     drain_start = time.monotonic()
     rec.last_delivery = drain_start
     while True:
@@ -191,7 +245,10 @@ def main():
     with rec.lock:
         out = {"acked": rec.acked, "attempts": rec.attempts, "errors": dict(rec.errors),
                "deliveries": dict(rec.deliveries), "consumer_errors": dict(rec.consumer_errors),
-               "drain_seconds": round(time.monotonic() - drain_start, 1), **recovery}
+               "drain_seconds": round(time.monotonic() - drain_start, 1),
+               # the wall-clock time of adds_per_second's first bucket
+               "started_unix": started_unix - (started - rec.started),
+               **recovery}
     with open(args.out, "w") as f:
         json.dump(out, f)
 

@@ -1,0 +1,196 @@
+"""The soak's figures (faults/soak.py): the memory growth verdict, the seconds to recover
+the rate after each fault, the picture.
+
+The verdict is computed, not eyeballed. Judged from `steady` (5 minutes into the run, or
+a third of a shorter one: the backlog has reached its target and the processes their
+working size) to the end:
+
+- the slope of a least-squares line through the samples, in MB per 10 minutes;
+- the ratio of the median of the last W seconds to the median of the first W seconds
+  after `steady` (W = 5 minutes, or half the judged span if shorter).
+
+A series grows when both its slope and its ratio pass the thresholds below. Kills restart
+processes and their RSS starts again from nothing, so RSS is judged per process, on the
+processes that lived through the whole judged span (every restart is counted and listed);
+a node's total RSS is reported too but not judged. A node's used_memory is judged whole: a
+restarted node or worker loads its jobs back from its AOF."""
+import statistics
+
+from faults.workload import BUCKET, RECOVERED
+
+STEADY_S = 300.0            # the backlog is steady after this (or a third of a short run)
+WINDOW_S = 300.0            # the first and last windows compared
+RSS_SLOPE_MB = 1.0          # MB per 10 minutes
+RSS_RATIO = 1.03
+USED_SLOPE_MB = 0.1
+USED_RATIO = 1.10
+
+
+def slope_per_10min(points):
+    """Least-squares slope of (t seconds, MB) points, in MB per 10 minutes."""
+    if len(points) < 3:
+        return None
+    mt = statistics.fmean(t for t, _ in points)
+    mv = statistics.fmean(v for _, v in points)
+    den = sum((t - mt) ** 2 for t, _ in points)
+    if den == 0:
+        return None
+    return 600.0 * sum((t - mt) * (v - mv) for t, v in points) / den
+
+
+def judge(points, lo, hi, w, slope_max, ratio_max):
+    """Slope, medians of the first and last windows, their ratio, and whether it grows."""
+    pts = [(t, v) for t, v in points if lo <= t <= hi]
+    early = [v for t, v in pts if t <= lo + w]
+    late = [v for t, v in pts if t >= hi - w]
+    slope = slope_per_10min(pts)
+    if slope is None or not early or not late:
+        return {"samples": len(pts), "slope_mb_per_10min": None, "ratio": None, "grows": None}
+    e, la = statistics.median(early), statistics.median(late)
+    ratio = la / e if e else None
+    return {"samples": len(pts), "slope_mb_per_10min": round(slope, 3),
+            "early_median_mb": round(e, 3), "late_median_mb": round(la, 3),
+            "ratio": round(ratio, 4) if ratio else None,
+            "grows": bool(slope > slope_max and ratio is not None and ratio > ratio_max)}
+
+
+def verdict(sampler, total, warmup):
+    """Per node: used_memory judged whole, RSS judged per process that was never restarted
+    within the judged span; restarts counted from the PIDs seen."""
+    end = warmup + total
+    steady = warmup + min(STEADY_S, total / 3.0)
+    w = min(WINDOW_S, (end - steady) / 2.0)
+    times = sorted({r[0] for r in sampler.procs})
+    first_judged = next((t for t in times if t >= steady), None)
+    last = times[-1] if times else None
+    nodes = {}
+    for n in sorted({r[1] for r in sampler.nodes}):
+        rows = [r for r in sampler.nodes if r[1] == n]
+        used = [(r[0], r[4]) for r in rows if r[4] != ""]
+        rss_total = [(r[0], r[3]) for r in rows if r[3]]
+        procs = {}
+        for t, node, pid, role, rss in sampler.procs:
+            if node == n:
+                p = procs.setdefault(pid, {"role": role, "points": []})
+                p["points"].append((t, rss))
+                if role != "proc":
+                    p["role"] = role
+        judged = {}
+        for pid, p in procs.items():
+            ts = [t for t, _ in p["points"]]
+            if first_judged is not None and ts[0] <= first_judged and ts[-1] >= last:
+                judged["%s (pid %d)" % (p["role"], pid)] = judge(
+                    p["points"], steady, end, w, RSS_SLOPE_MB, RSS_RATIO)
+        started_after = sum(1 for p in procs.values() if times and p["points"][0][0] > times[0])
+        nodes[str(n)] = {
+            "used_memory": judge(used, steady, end, w, USED_SLOPE_MB, USED_RATIO),
+            "rss_total": judge(rss_total, steady, end, w, float("inf"), float("inf")),
+            "processes_judged": judged,
+            "processes_seen": len(procs), "processes_started_during_run": started_after,
+        }
+    grows = [("node %s used_memory" % n) for n, v in nodes.items() if v["used_memory"]["grows"]]
+    grows += ["node %s %s" % (n, name) for n, v in nodes.items()
+              for name, j in v["processes_judged"].items() if j["grows"]]
+    unjudged = [n for n, v in nodes.items() if not v["processes_judged"]]
+    return {"steady_after_s": steady, "end_s": end, "window_s": w,
+            "thresholds": {"rss_slope_mb_per_10min": RSS_SLOPE_MB, "rss_ratio": RSS_RATIO,
+                           "used_slope_mb_per_10min": USED_SLOPE_MB, "used_ratio": USED_RATIO},
+            "nodes": nodes, "growing": grows, "nodes_without_unrestarted_process": unjudged,
+            "verdict": "grows: " + ", ".join(grows) if grows else "no growth"}
+
+
+def verdict_table(mem):
+    """One line per node: used_memory and the judged processes' RSS, slope and ratio."""
+    def fig(j):
+        if j["slope_mb_per_10min"] is None:
+            return "-"
+        return "%+.2f MB/10min, x%.3f" % (j["slope_mb_per_10min"], j["ratio"] or 0)
+    lines = ["| node | used_memory (MB, early -> late) | used_memory slope, ratio | "
+             "total RSS (MB, early -> late) | processes judged (RSS slope, ratio) | "
+             "processes started during the run |", "|---|---|---|---|---|---|"]
+    for n, v in mem["nodes"].items():
+        u, r = v["used_memory"], v["rss_total"]
+        procs = "; ".join("%s: %s" % (name.split(" ")[0], fig(j))
+                          for name, j in sorted(v["processes_judged"].items())) or "none"
+        lines.append("| %s | %s -> %s | %s | %s -> %s | %s | %d |" % (
+            n, u.get("early_median_mb", "-"), u.get("late_median_mb", "-"), fig(u),
+            r.get("early_median_mb", "-"), r.get("late_median_mb", "-"), procs,
+            v["processes_started_during_run"]))
+    lines.append("")
+    lines.append("verdict (from %.0f s to %.0f s): %s" % (
+        mem["steady_after_s"], mem["end_s"], mem["verdict"]))
+    return "\n".join(lines)
+
+
+def recoveries(record, faults):
+    """Seconds from each fault's heal until one second's adds reach RECOVERED of the
+    fault-free rate (None: not before the next fault)."""
+    rates = record.get("adds_per_second") or []
+    base = record.get("baseline_rate") or 0
+    per = int(round(1.0 / BUCKET))
+    out = []
+    for k, f in enumerate(faults):
+        start = int((f["heal_unix"] - record["started_unix"]) / BUCKET)
+        stop = len(rates)
+        if k + 1 < len(faults):
+            stop = min(stop, int((faults[k + 1]["heal_unix"] - record["started_unix"]) / BUCKET))
+        got = None
+        for b in range(start + per, stop):
+            if sum(rates[b - per:b]) / per >= RECOVERED * base:
+                got = round((b - start) * BUCKET, 2)
+                break
+        out.append(got)
+    return out
+
+
+def picture(sampler, faults, mem, path, label):
+    """Memory over time per node (RSS of each node's processes, used_memory), the
+    backlog and the rates below; faults shaded, restarts visible as drops."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    node_ids = sorted({r[1] for r in sampler.nodes})
+    for n in node_ids:
+        c = colours[n % len(colours)]
+        rows = [r for r in sampler.nodes if r[1] == n]
+        axes[0].plot([r[0] / 60 for r in rows if r[3]], [r[3] for r in rows if r[3]],
+                     color=c, label="node %d" % n)
+        axes[2].plot([r[0] / 60 for r in rows if r[4] != ""],
+                     [r[4] for r in rows if r[4] != ""], color=c, label="node %d" % n)
+        pids = {}
+        for t, node, pid, role, rss in sampler.procs:
+            if node == n:
+                pids.setdefault(pid, []).append((t / 60, rss))
+        for pts in pids.values():
+            axes[1].plot([t for t, _ in pts], [v for _, v in pts], color=c, linewidth=0.8)
+    load = sampler.load
+    axes[3].plot([r[0] / 60 for r in load], [r[3] for r in load], color="k",
+                 label="backlog (jobs)")
+    ax_r = axes[3].twinx()
+    ax_r.plot([r[0] / 60 for r in load if r[4] != ""], [r[4] for r in load if r[4] != ""],
+              color="tab:green", linewidth=0.7, label="adds/s")
+    ax_r.plot([r[0] / 60 for r in load if r[5] != ""], [r[5] for r in load if r[5] != ""],
+              color="tab:red", linewidth=0.7, label="deliveries/s")
+    ax_r.set_ylabel("per second")
+    ax_r.legend(loc="upper right", fontsize=7)
+    for ax in axes:
+        for f in faults:
+            ax.axvspan(f["start"] / 60, f["end"] / 60, color="orange", alpha=0.15, lw=0)
+        ax.axvline(mem["steady_after_s"] / 60, color="grey", linestyle="--", linewidth=0.8)
+    for f in faults:
+        axes[0].text(f["start"] / 60, 1.0, f["name"], rotation=90, fontsize=6, va="top",
+                     transform=axes[0].get_xaxis_transform())
+    axes[0].set_ylabel("node RSS, all processes (MB)")
+    axes[1].set_ylabel("RSS per process (MB)")
+    axes[2].set_ylabel("INFO used_memory (MB)")
+    axes[3].set_ylabel("backlog (jobs)")
+    axes[3].set_xlabel("minutes (faults shaded; dashed: judged from here)")
+    axes[0].legend(loc="lower right", fontsize=7, ncol=len(node_ids))
+    axes[3].legend(loc="upper left", fontsize=7)
+    fig.suptitle("Soak (%s): %s" % (label, mem["verdict"]), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
