@@ -58,8 +58,15 @@ def schedule_only(sc):
 
 
 def fault_pool(original):
-    return [name for name, sc in SCENARIOS.items()
-            if schedule_only(sc) and name not in LEFT_OUT and not (original and sc.ours_only)]
+    """One name per schedule (kill-worker and kill-worker-aof differ only by their AOF,
+    and the soak's nodes have theirs), in the catalogue's order."""
+    names, schedules = [], set()
+    for name, sc in SCENARIOS.items():
+        if (schedule_only(sc) and name not in LEFT_OUT and not (original and sc.ours_only)
+                and sc.schedule not in schedules):
+            names.append(name)
+            schedules.add(sc.schedule)
+    return names
 
 
 # ---- the sampler ----
