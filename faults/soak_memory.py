@@ -10,10 +10,12 @@ working size) to the end:
   after `steady` (W = 5 minutes, or half the judged span if shorter).
 
 A series grows when both its slope and its ratio pass the thresholds below. Kills restart
-processes and their RSS starts again from nothing, so RSS is judged per process, on the
-processes that lived through the whole judged span (every restart is counted and listed);
-a node's total RSS is reported too but not judged. A node's used_memory is judged whole: a
-restarted node or worker loads its jobs back from its AOF."""
+processes and their RSS starts again from nothing, so RSS is judged per process (by PID):
+a process that lived through the whole judged span on all of it; a process started during
+the run on its own life after its first RESTARTED_WARM_S seconds, when that is at least
+half the judged span; shorter lives are counted, not judged. A node's total RSS is
+reported, not judged. A node's used_memory is judged whole: a restarted node or worker
+loads its jobs back from its AOF."""
 import statistics
 
 from faults.workload import BUCKET, RECOVERED
@@ -24,6 +26,7 @@ RSS_SLOPE_MB = 1.0          # MB per 10 minutes
 RSS_RATIO = 1.03
 USED_SLOPE_MB = 0.1
 USED_RATIO = 1.10
+RESTARTED_WARM_S = 60.0     # a restarted process loads its AOF and grows to its working size
 
 
 def slope_per_10min(points):
@@ -81,6 +84,11 @@ def verdict(sampler, total, warmup):
             if first_judged is not None and ts[0] <= first_judged and ts[-1] >= last:
                 judged["%s (pid %d)" % (p["role"], pid)] = judge(
                     p["points"], steady, end, w, RSS_SLOPE_MB, RSS_RATIO)
+                continue
+            lo, hi = max(steady, ts[0] + RESTARTED_WARM_S), ts[-1]
+            if hi - lo >= (end - steady) / 2.0:
+                judged["%s (pid %d, %.0f-%.0f s)" % (p["role"], pid, lo, hi)] = judge(
+                    p["points"], lo, hi, min(WINDOW_S, (hi - lo) / 2.0), RSS_SLOPE_MB, RSS_RATIO)
         started_after = sum(1 for p in procs.values() if times and p["points"][0][0] > times[0])
         nodes[str(n)] = {
             "used_memory": judge(used, steady, end, w, USED_SLOPE_MB, USED_RATIO),
@@ -110,7 +118,8 @@ def verdict_table(mem):
              "processes started during the run |", "|---|---|---|---|---|---|"]
     for n, v in mem["nodes"].items():
         u, r = v["used_memory"], v["rss_total"]
-        procs = "; ".join("%s: %s" % (name.split(" ")[0], fig(j))
+        # "*": a process started during the run, judged on its own life
+        procs = "; ".join("%s%s: %s" % (name.split(" ")[0], "*" if " s)" in name else "", fig(j))
                           for name, j in sorted(v["processes_judged"].items())) or "none"
         lines.append("| %s | %s -> %s | %s | %s -> %s | %s | %d |" % (
             n, u.get("early_median_mb", "-"), u.get("late_median_mb", "-"), fig(u),
@@ -194,3 +203,46 @@ def picture(sampler, faults, mem, path, label):
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
+
+
+class Samples:
+    """A run's samples read back from its CSV files (the sampler's rows, typed)."""
+
+    def __init__(self, out):
+        import csv
+        import os
+
+        def read(name, kinds):
+            with open(os.path.join(out, name + ".csv"), newline="") as f:
+                rows = list(csv.reader(f))[1:]
+            return [tuple(v if v == "" else k(v) for k, v in zip(kinds, r)) for r in rows]
+        self.procs = read("processes", (float, int, int, str, float))
+        self.nodes = read("nodes", (float, int, int, float, float, int, int, int))
+        self.load = read("workload", (float, int, int, int, float, float, int, int))
+
+
+def main(argv=None):
+    """python -m faults.soak_memory OUT [PNG]: the verdict (and the picture) again from a
+    soak's samples, e.g. of a run still going or with other thresholds."""
+    import json
+    import os
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    out = argv[0]
+    path, res = os.path.join(out, "soak.json"), {}
+    if os.path.exists(path):            # else a run still going: judged up to now
+        with open(path) as f:
+            res = json.load(f)
+    samples = Samples(out)
+    warmup = res["memory"]["end_s"] - res["soak_seconds"] if "memory" in res else 4.0
+    total = res.get("soak_seconds") or max(r[0] for r in samples.nodes) - warmup
+    mem = verdict(samples, total, warmup)
+    print(verdict_table(mem))
+    with open(os.path.join(out, "verdict.json"), "w") as f:
+        json.dump(mem, f, indent=1)
+    if len(argv) > 1:
+        picture(samples, res.get("faults", []), mem, argv[1], "replay")
+
+
+if __name__ == "__main__":
+    main()
