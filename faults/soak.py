@@ -170,7 +170,7 @@ class Sampler(threading.Thread):
 
 # ---- the run ----
 
-def inject(ctx, name, hold, faults, t0):
+def inject(ctx, name, hold, faults, t0, out):
     """One fault of the pool, held `hold` seconds, then everything healed."""
     from faults import harness
     sc = SCENARIOS[name]
@@ -184,6 +184,8 @@ def inject(ctx, name, hold, faults, t0):
         harness.heal_all(ctx)
         faults.append({"name": name, "start": round(start - t0, 1),
                        "end": round(time.monotonic() - t0, 1), "heal_unix": time.time()})
+        with open(os.path.join(out, "faults.json"), "w") as f:
+            json.dump(faults, f, indent=1)      # for a look at a run still going
 
 
 def soak_seconds(args):
@@ -225,7 +227,7 @@ def run(args, root, out, log):
             if not deck:                # every fault of the pool once, in a seeded order
                 deck = list(pool)
                 rng.shuffle(deck)
-            inject(ctx, deck.pop(), rng.uniform(*HOLD) * args.soak_period, faults, t0)
+            inject(ctx, deck.pop(), rng.uniform(*HOLD) * args.soak_period, faults, t0, out)
             period_start += args.soak_period
             time.sleep(max(0.0, period_start - time.monotonic()))
         ctx.note("end of the soak")

@@ -14,8 +14,10 @@ processes and their RSS starts again from nothing, so RSS is judged per process 
 a process that lived through the whole judged span on all of it; a process started during
 the run on its own life after its first RESTARTED_WARM_S seconds, when that is at least
 half the judged span; shorter lives are counted, not judged. A node's total RSS is
-reported, not judged. A node's used_memory is judged whole: a restarted node or worker
-loads its jobs back from its AOF."""
+reported, not judged. used_memory is judged on the cluster's sum (the workload holds the
+cluster's backlog steady, not each node's share of it, which moves with the consumers);
+each node's used_memory and jobs are reported. A restarted node or worker loads its jobs
+back from its AOF, so used_memory does not start again from nothing."""
 import statistics
 
 from faults.workload import BUCKET, RECOVERED
@@ -26,6 +28,7 @@ RSS_SLOPE_MB = 1.0          # MB per 10 minutes
 RSS_RATIO = 1.03
 USED_SLOPE_MB = 0.1
 USED_RATIO = 1.10
+INF = float("inf")          # reported, not judged
 RESTARTED_WARM_S = 60.0     # a restarted process loads its AOF and grows to its working size
 
 
@@ -57,9 +60,18 @@ def judge(points, lo, hi, w, slope_max, ratio_max):
             "grows": bool(slope > slope_max and ratio is not None and ratio > ratio_max)}
 
 
+def cluster_sum(rows, col, n_nodes):
+    """(t, sum over the nodes) at the samples where every node answered."""
+    by_t = {}
+    for r in rows:
+        by_t.setdefault(r[0], []).append(r[col])
+    return [(t, sum(vs)) for t, vs in sorted(by_t.items())
+            if len(vs) == n_nodes and all(v != "" for v in vs)]
+
+
 def verdict(sampler, total, warmup):
-    """Per node: used_memory judged whole, RSS judged per process that was never restarted
-    within the judged span; restarts counted from the PIDs seen."""
+    """used_memory judged on the cluster's sum, RSS per process; restarts counted from the
+    PIDs seen."""
     end = warmup + total
     steady = warmup + min(STEADY_S, total / 3.0)
     w = min(WINDOW_S, (end - steady) / 2.0)
@@ -70,6 +82,7 @@ def verdict(sampler, total, warmup):
     for n in sorted({r[1] for r in sampler.nodes}):
         rows = [r for r in sampler.nodes if r[1] == n]
         used = [(r[0], r[4]) for r in rows if r[4] != ""]
+        jobs = [(r[0], r[5] / 1000.0) for r in rows if r[5] != ""]
         rss_total = [(r[0], r[3]) for r in rows if r[3]]
         procs = {}
         for t, node, pid, role, rss in sampler.procs:
@@ -91,18 +104,24 @@ def verdict(sampler, total, warmup):
                     p["points"], lo, hi, min(WINDOW_S, (hi - lo) / 2.0), RSS_SLOPE_MB, RSS_RATIO)
         started_after = sum(1 for p in procs.values() if times and p["points"][0][0] > times[0])
         nodes[str(n)] = {
-            "used_memory": judge(used, steady, end, w, USED_SLOPE_MB, USED_RATIO),
-            "rss_total": judge(rss_total, steady, end, w, float("inf"), float("inf")),
+            "used_memory": judge(used, steady, end, w, INF, INF),
+            "kjobs": judge(jobs, steady, end, w, INF, INF),
+            "rss_total": judge(rss_total, steady, end, w, INF, INF),
             "processes_judged": judged,
             "processes_seen": len(procs), "processes_started_during_run": started_after,
         }
-    grows = [("node %s used_memory" % n) for n, v in nodes.items() if v["used_memory"]["grows"]]
+    n_nodes = len(nodes)
+    used = judge(cluster_sum(sampler.nodes, 4, n_nodes), steady, end, w, USED_SLOPE_MB, USED_RATIO)
+    kjobs = [(t, v / 1000.0) for t, v in cluster_sum(sampler.nodes, 5, n_nodes)]
+    grows = ["cluster used_memory"] if used["grows"] else []
     grows += ["node %s %s" % (n, name) for n, v in nodes.items()
               for name, j in v["processes_judged"].items() if j["grows"]]
     unjudged = [n for n, v in nodes.items() if not v["processes_judged"]]
     return {"steady_after_s": steady, "end_s": end, "window_s": w,
             "thresholds": {"rss_slope_mb_per_10min": RSS_SLOPE_MB, "rss_ratio": RSS_RATIO,
                            "used_slope_mb_per_10min": USED_SLOPE_MB, "used_ratio": USED_RATIO},
+            "cluster_used_memory": used,
+            "cluster_kjobs": judge(kjobs, steady, end, w, INF, INF),
             "nodes": nodes, "growing": grows, "nodes_without_unrestarted_process": unjudged,
             "verdict": "grows: " + ", ".join(grows) if grows else "no growth"}
 
@@ -113,17 +132,21 @@ def verdict_table(mem):
         if j["slope_mb_per_10min"] is None:
             return "-"
         return "%+.2f MB/10min, x%.3f" % (j["slope_mb_per_10min"], j["ratio"] or 0)
+    def span(j):
+        return "%s -> %s" % (j.get("early_median_mb", "-"), j.get("late_median_mb", "-"))
     lines = ["| node | used_memory (MB, early -> late) | used_memory slope, ratio | "
-             "total RSS (MB, early -> late) | processes judged (RSS slope, ratio) | "
-             "processes started during the run |", "|---|---|---|---|---|---|"]
+             "jobs (thousands, early -> late) | total RSS (MB, early -> late) | "
+             "processes judged (RSS slope, ratio) | processes started during the run |",
+             "|---|---|---|---|---|---|---|"]
+    u, k = mem["cluster_used_memory"], mem["cluster_kjobs"]
+    lines.append("| all (judged) | %s | %s | %s | | | |" % (span(u), fig(u), span(k)))
     for n, v in mem["nodes"].items():
         u, r = v["used_memory"], v["rss_total"]
         # "*": a process started during the run, judged on its own life
         procs = "; ".join("%s%s: %s" % (name.split(" ")[0], "*" if " s)" in name else "", fig(j))
                           for name, j in sorted(v["processes_judged"].items())) or "none"
-        lines.append("| %s | %s -> %s | %s | %s -> %s | %s | %d |" % (
-            n, u.get("early_median_mb", "-"), u.get("late_median_mb", "-"), fig(u),
-            r.get("early_median_mb", "-"), r.get("late_median_mb", "-"), procs,
+        lines.append("| %s | %s | %s | %s | %s | %s | %d |" % (
+            n, span(u), fig(u), span(v["kjobs"]), span(r), procs,
             v["processes_started_during_run"]))
     lines.append("")
     lines.append("verdict (from %.0f s to %.0f s): %s" % (
@@ -240,8 +263,12 @@ def main(argv=None):
     print(verdict_table(mem))
     with open(os.path.join(out, "verdict.json"), "w") as f:
         json.dump(mem, f, indent=1)
+    faults = res.get("faults")
+    if faults is None and os.path.exists(os.path.join(out, "faults.json")):
+        with open(os.path.join(out, "faults.json")) as f:
+            faults = json.load(f)
     if len(argv) > 1:
-        picture(samples, res.get("faults", []), mem, argv[1], "replay")
+        picture(samples, faults or [], mem, argv[1], "replay")
 
 
 if __name__ == "__main__":
