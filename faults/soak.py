@@ -281,10 +281,13 @@ def main(args):
             shutil.rmtree(root, ignore_errors=True)
     res["seconds"] = round(time.monotonic() - t_start, 1)
     res["out"] = out
-    if sampler is not None:
-        res["picture"] = picture(sampler, faults, res["memory"],
-                                 args.soak_picture or os.path.join(out, "memory.png"),
-                                 "original" if args.disque_binary else "ours")
+    if sampler is not None and "memory" in res:
+        try:
+            res["picture"] = picture(sampler, faults, res["memory"],
+                                     args.soak_picture or os.path.join(out, "memory.png"),
+                                     "original" if args.disque_binary else "ours")
+        except ImportError:             # matplotlib comes with the spark extra
+            log("   no picture: matplotlib is not installed (pip install -e '.[spark]')")
     with open(os.path.join(out, "soak.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(table([res]))
