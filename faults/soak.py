@@ -24,7 +24,7 @@ import psutil
 from faults import netns, nodes as N
 from faults.catalog import SCENARIOS
 from faults.scenario import Scenario
-from faults.soak_memory import recoveries, verdict, verdict_table
+from faults.soak_memory import recoveries, recovery_summary, verdict, verdict_table
 
 BACKLOG = 2000          # jobs waiting undelivered once steady (the workload's --backlog)
 RATE = 200.0            # adds per second, all producers together
@@ -240,6 +240,7 @@ def run(args, root, out, log):
             record = json.load(f)
         res = harness.check("soak", AOF, record, ctx)
         res["fault_recoveries"] = recoveries(record, faults)
+        res["fault_recovery"] = recovery_summary(res["fault_recoveries"])
         res["faults"] = faults
         res["soak_seconds"] = total
         res["sampler_errors"] = sampler.errors
@@ -292,6 +293,7 @@ def main(args):
         json.dump(res, f, indent=1)
     print(table([res]))
     if "memory" in res:
+        print("recovery after each fault: %s" % json.dumps(res["fault_recovery"]))
         print(verdict_table(res["memory"]))
     if args.json:
         with open(args.json, "w") as f:

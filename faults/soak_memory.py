@@ -175,6 +175,14 @@ def recoveries(record, faults):
     return out
 
 
+def recovery_summary(secs):
+    """The recovery times after the faults: median, largest, and how many did not recover
+    before the next fault."""
+    got = sorted(s for s in secs if s is not None)
+    return {"faults": len(secs), "median_s": statistics.median(got) if got else None,
+            "max_s": got[-1] if got else None, "not_recovered": len(secs) - len(got)}
+
+
 def picture(sampler, faults, mem, path, label):
     """Memory over time per node (RSS of each node's processes, used_memory), the
     backlog and the rates below; faults shaded, restarts visible as drops."""
