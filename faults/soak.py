@@ -135,6 +135,8 @@ class Sampler(threading.Thread):
                     rss = p.memory_info().rss / 1e6
                 except psutil.Error:
                     continue            # gone between the listing and the reading
+                if rss == 0:
+                    continue            # a zombie: killed, not reaped yet
                 role = "front" if p.pid == node.pid else workers.get(p.pid, {}).get("role")
                 role = self.roles.setdefault(p.pid, role or "proc") if role is None else role
                 self.roles[p.pid] = role
