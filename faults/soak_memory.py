@@ -192,16 +192,23 @@ def picture(sampler, faults, mem, path, label):
     fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     node_ids = sorted({r[1] for r in sampler.nodes})
+    count = {}                          # (t, node) -> processes sampled
+    for t, node, pid, role, rss in sampler.procs:
+        count[t, node] = count.get((t, node), 0) + 1
     for n in node_ids:
         c = colours[n % len(colours)]
         rows = [r for r in sampler.nodes if r[1] == n]
-        axes[0].plot([r[0] / 60 for r in rows if r[3]], [r[3] for r in rows if r[3]],
+        # a node's total only where all its processes were there (not halfway through a
+        # restart, which would draw a drop that is not memory)
+        full = max([count.get((r[0], n), 0) for r in rows] or [0])
+        rows_full = [r for r in rows if r[3] and count.get((r[0], n)) == full]
+        axes[0].plot([r[0] / 60 for r in rows_full], [r[3] for r in rows_full],
                      color=c, label="node %d" % n)
         axes[2].plot([r[0] / 60 for r in rows if r[4] != ""],
                      [r[4] for r in rows if r[4] != ""], color=c, label="node %d" % n)
         pids = {}
         for t, node, pid, role, rss in sampler.procs:
-            if node == n:
+            if node == n and rss > 0:
                 pids.setdefault(pid, []).append((t / 60, rss))
         for pts in pids.values():
             axes[1].plot([t for t, _ in pts], [v for _, v in pts], color=c, linewidth=0.8)
@@ -253,7 +260,7 @@ class Samples:
 
 
 def main(argv=None):
-    """python -m faults.soak_memory OUT [PNG]: the verdict (and the picture) again from a
+    """python -m faults.soak_memory OUT [PNG [LABEL]]: the verdict (and the picture) again from a
     soak's samples, e.g. of a run still going or with other thresholds."""
     import json
     import os
@@ -276,7 +283,7 @@ def main(argv=None):
         with open(os.path.join(out, "faults.json")) as f:
             faults = json.load(f)
     if len(argv) > 1:
-        picture(samples, faults or [], mem, argv[1], "replay")
+        picture(samples, faults or [], mem, argv[1], argv[2] if len(argv) > 2 else "replay")
 
 
 if __name__ == "__main__":
