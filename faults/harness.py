@@ -3,6 +3,7 @@ after another (faults, heal, drain, check), a results table. See docs/faults.md.
 
     faults/run [--long] [--nodes 5] [--workers 2] [--scenarios a,b] [--json out.json]
                [--disque-binary /path/to/original/disque-server]
+    faults/run --soak [--soak-minutes 30]       (docs/faults-soak.md)
 """
 import argparse
 import fcntl
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from faults import netns, nodes as N
+from faults import netns, nodes as N, soak
 from faults.checker import check, table
 from faults.catalog import SCENARIOS
 
@@ -44,6 +45,7 @@ class Context:
         self.extra = {}                 # a scenario's own counters, added to its result
         self.node_timeout_s = N.NODE_TIMEOUT_MS / 1000.0
         self.worker_kills = 0
+        self.worker_kill_times = {}     # node index -> times of its worker kills (crash-loop guard)
         self.unexpected_exits = 0       # nodes found dead that the harness did not kill
         self.addrs_path = os.path.join(sdir, "addrs")
         self.t0 = time.monotonic()
@@ -153,6 +155,7 @@ def main(argv=None):
                     help="fault-free seconds before the faults (the rate to recover to)")
     ap.add_argument("--disque-binary", help="run the original C disque-server instead of ours "
                     "(scenarios that need worker processes are skipped)")
+    soak.add_arguments(ap)
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("faults/run: needs root (network namespaces, iptables)")
@@ -172,6 +175,8 @@ def main(argv=None):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         sys.exit("faults/run: another run holds %s (the namespaces are shared)" % LOCK_PATH)
+    if args.soak:                       # one long run, a fault every minute: faults/soak.py
+        return soak.main(args)
     root = tempfile.mkdtemp(prefix="dqf-run-")
     results = []
 

@@ -98,7 +98,7 @@ def kill_worker(ctx, until):
     that lost MAX_RESTARTS workers in the last RESTART_WINDOW_S is left alone: one more
     death would be a crash loop, which stops the node on purpose (disque/worker_restart.py),
     and the 2-minute run used to count that as a crash."""
-    kills = {}                          # node index -> monotonic times of its worker kills
+    kills = ctx.worker_kill_times       # node index -> monotonic times of its worker kills
     while time.monotonic() < until:
         now = time.monotonic()
         node = ctx.rng.choice(ctx.nodes)

@@ -7,9 +7,15 @@ seconds (less the first, while connections open) give the fault-free rate; SIGUS
 faults are healed) starts the recovery clock: producing goes on until one second's adds
 reach RECOVERED of that rate (or --recover-max passed). Then producing stops, consuming
 goes on until nothing came for --quiet seconds (or --drain-max passed), and the record is
-written as JSON."""
+written as JSON.
+
+For the soak (faults/soak.py): --rate caps the adds per second, --backlog makes consumers
+take jobs only while more than that many acknowledged adds wait undelivered (the backlog
+rises to it, then stays there: consumption follows production), and --status gets the
+counters every second."""
 import argparse
 import json
+import os
 import random
 import signal
 import threading
@@ -50,6 +56,8 @@ class Record:
         self.probes = {}            # id -> [kind, monotonic send time, deliveries' times]
         self.order_pairs = 0        # pairs of one producer's jobs on one node in one GETJOB
         self.order_inverted = 0     # ... delivered in the opposite order of their adds
+        self.first_deliveries = 0   # distinct jobs delivered (the backlog's other side)
+        self.draining = False       # producers stopped: consumers take everything
 
     def count_add(self):
         """Under the lock."""
@@ -71,11 +79,23 @@ def error_type(e):
     return type(e).__name__
 
 
+def pace(args, next_t):
+    """With --rate: wait for this producer's next slot (no burst to catch up after a stall)."""
+    if not args.rate:
+        return 0.0
+    now = time.monotonic()
+    if next_t > now:
+        time.sleep(next_t - now)
+    return max(next_t, now) + args.producers / args.rate
+
+
 def producer(args, rec, stop, index=0):
     rng = random.Random()
     conns = {}
     seq = 0
+    next_t = 0.0
     while not stop.is_set():
+        next_t = pace(args, next_t)
         node = rng.choice(args.addrs)
         repl = rng.choice((2, 3))
         seq += 1
@@ -112,6 +132,9 @@ def consumer(args, rec, stop):
     rng = random.Random()
     conns = {}
     while not stop.is_set():
+        if args.backlog and not rec.draining and backlog(rec) <= args.backlog:
+            time.sleep(0.02)
+            continue
         node = rng.choice(args.consumer_addrs or args.addrs)
         try:
             c = conns.get(node) or conns.setdefault(node, connect(node, args.port, 4))
@@ -122,7 +145,9 @@ def consumer(args, rec, stop):
             now = time.monotonic()
             with rec.lock:
                 for jid in ids:
-                    rec.deliveries[jid.decode()] += 1
+                    jid = jid.decode()
+                    rec.first_deliveries += jid not in rec.deliveries
+                    rec.deliveries[jid] += 1
                 rec.last_delivery = now
                 check_order(rec, jobs)
                 keep = retry_probes_to_keep(rec, jobs, now)
@@ -163,6 +188,25 @@ def retry_probes_to_keep(rec, jobs, now):
             if probe[0] == "r" and len(probe[2]) == 1:
                 keep.add(jid)
     return keep
+
+
+def backlog(rec):
+    """Acknowledged adds not delivered yet (jobs delivered without an acknowledged add make
+    it a little smaller)."""
+    return len(rec.acked) - rec.first_deliveries
+
+
+def write_status(args, rec):
+    """The counters, for the soak's sampler (replaced whole, never half written)."""
+    with rec.lock:
+        status = {"time": time.time(), "acked": len(rec.acked), "attempts": rec.attempts,
+                  "delivered": rec.first_deliveries,
+                  "deliveries": sum(rec.deliveries.values()), "backlog": backlog(rec),
+                  "errors": sum(rec.errors.values()),
+                  "consumer_errors": sum(rec.consumer_errors.values())}
+    with open(args.status + ".tmp", "w") as f:
+        json.dump(status, f)
+    os.replace(args.status + ".tmp", args.status)
 
 
 def reload_addrs(args):
@@ -219,6 +263,10 @@ def main():
     ap.add_argument("--probe-delay", type=int, default=3)
     ap.add_argument("--probe-retry", type=int, default=3)
     ap.add_argument("--probe-ttl", type=int, default=3600)
+    ap.add_argument("--rate", type=float, default=0, help="adds per second at most (0: no cap)")
+    ap.add_argument("--backlog", type=int, default=0,
+                    help="consumers take jobs only above this backlog (0: always)")
+    ap.add_argument("--status", help="the counters, written every second")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.addrs = args.addrs.split(",")
@@ -234,12 +282,18 @@ def main():
     for t in threads:
         t.start()
     started = time.monotonic()
+    started_unix = time.time()
+    status_t = 0.0
     while not draining.wait(0.2):
         if time.monotonic() - started > args.max_seconds:
             break                       # bounded even if the harness never signals
         reload_addrs(args)
+        if args.status and time.monotonic() - status_t >= 1.0:
+            status_t = time.monotonic()
+            write_status(args, rec)
     recovery = measure_recovery(args, rec)
     stop_p.set()
+    rec.draining = True
     drain_start = time.monotonic()
     rec.last_delivery = drain_start
     while True:
@@ -259,7 +313,9 @@ def main():
                "id_reuse": rec.id_reuse, "order_pairs": rec.order_pairs,
                "order_inverted": rec.order_inverted, "ended": time.monotonic(),
                "probes": rec.probes, "probe_options": {"d": args.probe_delay,
-                                                       "r": args.probe_retry, "t": args.probe_ttl}}
+                                                       "r": args.probe_retry, "t": args.probe_ttl},
+               # the wall-clock time of adds_per_second's first bucket
+               "started_unix": started_unix - (started - rec.started)}
     with open(args.out, "w") as f:
         json.dump(out, f)
 
