@@ -45,6 +45,7 @@ class Context:
         self.node_timeout_s = N.NODE_TIMEOUT_MS / 1000.0
         self.worker_kills = 0
         self.unexpected_exits = 0       # nodes found dead that the harness did not kill
+        self.extra = {}                 # a schedule's own figures, added to the result
         self.addrs_path = os.path.join(sdir, "addrs")
         self.t0 = time.monotonic()
 
@@ -129,7 +130,7 @@ def run_scenario(name, args, root, log):
         scenario.settled(ctx)
         with open(out) as f:
             record = json.load(f)
-        return check(name, scenario.aof, record, ctx)
+        return {**check(name, scenario.aof, record, ctx), **ctx.extra}
     finally:
         if workload is not None and workload.poll() is None:
             workload.kill()
