@@ -67,27 +67,34 @@ def unshape(net, n):
 
 def clear(ctx):
     n = len(ctx.all_nodes)
-    netns.heal(n)
+    ctx.net.heal(n)
     unshape(ctx.net, n)
 
 
-def round_trips(ns, addr, count=5, timeout=5.0):
-    """PING round trips (ms) from namespace ns to the node at addr over one connection,
-    through whatever faults are in place; a lost or late answer counts as `timeout`."""
-    code = ("import socket,time,sys\n"
+def round_trips(ns, addr, count=5, timeout=1.0):
+    """Start timing PING round trips (ms) from namespace ns to the node at addr over one
+    connection, through whatever faults are in place (a lost or late answer counts as
+    `timeout`); `collect` reads them."""
+    code = ("import socket,time\n"
             "s=socket.create_connection((%r,%d),timeout=%r)\n"
             "for _ in range(%d):\n"
             " t=time.monotonic()\n"
             " try:\n"
             "  s.sendall(b'*1\\r\\n$4\\r\\nPING\\r\\n'); s.recv(64)\n"
             " except OSError: pass\n"
-            " print(round(1000*(time.monotonic()-t),1))\n" % (addr, PORT, timeout, count))
+            " print(round(1000*(time.monotonic()-t),1),flush=True)\n" % (addr, PORT, timeout, count))
+    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def collect(proc, until):
+    """The round trips `proc` timed by `until` (monotonic); it is killed then if not done."""
     try:
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code],
-                           capture_output=True, text=True, timeout=count * timeout + 5)
+        out, _ = proc.communicate(timeout=max(0.1, until - time.monotonic()))
     except subprocess.TimeoutExpired:
-        return []
-    return [float(x) for x in r.stdout.split()]
+        proc.kill()
+        out, _ = proc.communicate()
+    return [float(x) for x in out.split()]
 
 
 # ---- the schedules ----
@@ -147,8 +154,8 @@ def deaf_node(ctx, until):
 
 def slow_nodes(ctx, until):
     """Each period: one or two nodes rate-limited both ways (tbf), every other period with
-    5-20 % loss on their links too; one PING round trip sample per period through a slow
-    node, from the clients and from a peer, under the workload (ctx.extra)."""
+    5-20 % loss on their links too; PING round trips through a slow node, from the clients
+    and from a peer, under the workload, timed in each period (ctx.extra)."""
     n, net, rng = len(ctx.nodes), ctx.net, ctx.rng
     samples = ctx.extra.setdefault("round_trips_ms", [])
     lossy_period = False
@@ -167,10 +174,12 @@ def slow_nodes(ctx, until):
                 what[-1] += " loss %.0f%%" % (100 * p)
         load_rules(net, n, rules)
         ctx.note("slow " + ", ".join(what))
+        # timed while this period's shaping holds: from the clients and from a peer
         i = slow[0]
-        peer = (i + 1) % n
-        sample = {"node": what[0], "clients": round_trips(net.client, net.node_addr(i)),
-                  "peer": round_trips(net.node_ns(peer), net.node_addr(i))}
+        clients = round_trips(net.client, net.node_addr(i))
+        peer = round_trips(net.node_ns((i + 1) % n), net.node_addr(i))
+        sample = {"node": what[0], "clients": collect(clients, min(t_end, until)),
+                  "peer": collect(peer, min(t_end, until))}
         ctx.note("round trips ms %s" % sample)
         samples.append(sample)
         lossy_period = not lossy_period

@@ -21,48 +21,17 @@ from support.waits import wait_until
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from disque.harness import node as harness  # noqa: E402
-from faults.netns import Net, in_ns  # noqa: E402
+from faults import netns, nodes as N  # noqa: E402
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("iptables")
     or not shutil.which("redis-cli"),
     reason="network namespaces need root, iproute2, iptables and redis-cli")
 
-N, WORKERS, PORT, TIMEOUT_MS = 3, 2, 7711, 1000
-# beside a fault run's namespaces (DQF_PREFIX): its prefix plus "s"
-NET = Net(os.environ.get("DQF_PREFIX", "dqf-") + "s", os.environ.get("DQF_SUBNET", "10.77.0."))
-
-
-def cli(i, *args, timeout=5):
-    try:
-        r = subprocess.run(["ip", "netns", "exec", NET.client, "redis-cli", "-h", NET.node_addr(i),
-                            "-p", str(PORT), *map(str, args)],
-                           capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-    return r.stdout.strip() if r.returncode == 0 else None
-
-
-def start_nodes(root):
-    NET.setup(N)
-    nodes = []
-    for i in range(N):
-        d = os.path.join(root, "n%d" % i)
-        os.makedirs(d)
-        argv = harness.disque_argv(PORT, WORKERS, "--cluster-node-timeout", TIMEOUT_MS,
-                                   "--dir", d, host=NET.node_addr(i))
-        node = harness.Node(argv, port=PORT, host=NET.node_addr(i), cwd=d,
-                            env=harness.checkout_env(ROOT), log_path=os.path.join(d, "node.log"),
-                            prefix=["ip", "netns", "exec", NET.node_ns(i)],
-                            ready=lambda node, i=i: cli(i, "PING") == "PONG",
-                            call=lambda node, *a, i=i: cli(i, *a), label="node %d" % i)
-        node.poll_interval = 0.2
-        nodes.append(node)
-        node.spawn()
-    for node in nodes:
-        node.wait_ready(30)
-    return nodes
+# the fault harness' namespaces (DQF_PREFIX, DQF_SUBNET): not while a fault run goes on
+NODES, WORKERS = 3, 2
+NET = netns.HARNESS
+cli = N.cli
 
 
 def info(i):
@@ -71,7 +40,7 @@ def info(i):
 
 
 def replicated(i, timeout_ms=500):
-    reply = cli(i, "ADDJOB", "stallq", "x", timeout_ms, "REPLICATE", N, "RETRY", 5)
+    reply = cli(i, "ADDJOB", "stallq", "x", timeout_ms, "REPLICATE", NODES, "RETRY", 5)
     return reply is not None and reply.startswith("D-")
 
 
@@ -79,7 +48,7 @@ def blackhole_connections():
     """Node 1 drops, from now on, every packet of each TCP connection now open between
     nodes 0 and 1 (its two ports); a new connection has a new port and passes."""
     a, b = NET.node_addr(0), NET.node_addr(1)
-    out = in_ns(NET.node_ns(0), "ss", "-tnH", "state", "established", "dst", b)
+    out = netns.in_ns(NET.node_ns(0), "ss", "-tnH", "state", "established", "dst", b)
     lines = []
     for row in out.splitlines():
         local, peer = row.split()[-2:]
@@ -101,11 +70,15 @@ def blackhole_connections():
 def test_stalled_connections_are_made_again(tmp_path):
     nodes = []
     try:
-        nodes = start_nodes(str(tmp_path))
-        for j in range(1, N):
-            assert cli(0, "CLUSTER", "MEET", NET.node_addr(j), PORT) == "OK"
+        NET.setup(NODES)
+        nodes = [N.Node(i, str(tmp_path), WORKERS, None, extra_args=["--cluster-node-timeout", 1000])
+                 for i in range(NODES)]
+        for node in nodes:
+            node.start()
+        assert all(node.wait_ready() for node in nodes)
+        assert N.join(nodes)
         wait_until(lambda: all(int(info(i).get("cluster_job_links_up", 0)) == WORKERS * WORKERS
-                               * (N - 1) for i in range(N)),
+                               * (NODES - 1) for i in range(NODES)),
                    timeout=30, interval=0.2, message="the job links did not come up")
         wait_until(lambda: replicated(0) and replicated(1), timeout=20, interval=0.2)
         # the bus (both ways) and the job links (worker to worker, both ways)
