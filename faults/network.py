@@ -140,6 +140,19 @@ def one_way(ctx, until):
         _sleep_until(time.monotonic() + PERIOD, until)
 
 
+def one_way_held(ctx, until):
+    """Two random one-way cuts a->b held for the whole run: TCP connections stalled that
+    long back off for as long (docs/faults-network.md, "Bugs found")."""
+    n, net, rng = len(ctx.nodes), ctx.net, ctx.rng
+    cut = rng.sample([(a, b) for a in range(n) for b in range(n) if a != b], 2)
+    rules = {}
+    for a, b in cut:
+        rules.setdefault(a, []).append(drop("OUTPUT", net.node_addr(b)))
+    ctx.note("one-way cuts held %s" % " ".join("%d->%d" % ab for ab in sorted(cut)))
+    load_rules(net, n, rules)
+    _sleep_until(until, until)
+
+
 def deaf_node(ctx, until):
     """Each period: one node hears nothing from its peers; what it sends is delivered
     (the clients still reach it both ways)."""
@@ -195,6 +208,7 @@ SCENARIOS = {
     "lossy-links": _scenario(lossy(False), "5-40 % loss on random node links"),
     "lossy-clients": _scenario(lossy(True), "lossy node links and lossy client links"),
     "one-way": _scenario(one_way, "random links dropping one direction"),
+    "one-way-held": _scenario(one_way_held, "two one-way cuts held for the whole run"),
     "deaf-node": _scenario(deaf_node, "a node that sends but hears no peer"),
     "slow-nodes": _scenario(slow_nodes, "tbf rate-limited nodes, with loss every other period"),
 }
