@@ -71,30 +71,50 @@ def clear(ctx):
     unshape(ctx.net, n)
 
 
-def round_trips(ns, addr, count=5, timeout=1.0):
-    """Start timing PING round trips (ms) from namespace ns to the node at addr over one
-    connection, through whatever faults are in place (a lost or late answer counts as
-    `timeout`); `collect` reads them."""
-    code = ("import socket,time\n"
-            "s=socket.create_connection((%r,%d),timeout=%r)\n"
-            "for _ in range(%d):\n"
-            " t=time.monotonic()\n"
-            " try:\n"
-            "  s.sendall(b'*1\\r\\n$4\\r\\nPING\\r\\n'); s.recv(64)\n"
-            " except OSError: pass\n"
-            " print(round(1000*(time.monotonic()-t),1),flush=True)\n" % (addr, PORT, timeout, count))
-    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+PROBE = """
+import socket, sys, time
+addrs, port = sys.argv[1].split(","), int(sys.argv[2])
+conns = {}
+while True:
+    for i, addr in enumerate(addrs):
+        t = time.monotonic()
+        try:
+            c = conns.get(i) or conns.setdefault(i, socket.create_connection((addr, port), 2.0))
+            c.sendall(b"*1\\r\\n$4\\r\\nPING\\r\\n")
+            if not c.recv(64):
+                raise OSError
+        except OSError:
+            conns.pop(i, None)
+        print("%.3f %d %.1f" % (t, i, 1000 * (time.monotonic() - t)), flush=True)
+    time.sleep(0.1)
+"""
 
 
-def collect(proc, until):
-    """The round trips `proc` timed by `until` (monotonic); it is killed then if not done."""
-    try:
-        out, _ = proc.communicate(timeout=max(0.1, until - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    return [float(x) for x in out.split()]
+def start_probe(ctx):
+    """PING round trips from the clients' namespace to every node, over one connection
+    each, in turn, for the whole schedule: one line `monotonic-start node ms` each (a lost
+    or late answer: about 2000 ms, and a new connection)."""
+    path = ctx.dir + "/round_trips"
+    with open(path, "w") as out:
+        proc = subprocess.Popen(["ip", "netns", "exec", ctx.net.client, sys.executable, "-c", PROBE,
+                                 ",".join(ctx.net.node_addr(n.i) for n in ctx.nodes), str(PORT)],
+                                stdout=out, stderr=subprocess.DEVNULL)
+    return proc, path
+
+
+def stop_probe(proc, path, periods):
+    """periods: [(from, to, node, what)]: each one's round trips to that node, and to the
+    others, in ms."""
+    proc.kill()
+    proc.wait()
+    with open(path) as f:
+        rows = [line.split() for line in f if line.count(" ") == 2]
+    out = []
+    for t0, t1, node, what in periods:
+        inside = [(int(i), float(ms)) for t, i, ms in rows if t0 <= float(t) < t1]
+        out.append({"shaped": what, "to_it": [ms for i, ms in inside if i == node],
+                    "to_others": [ms for i, ms in inside if i != node]})
+    return out
 
 
 # ---- the schedules ----
@@ -167,36 +187,34 @@ def deaf_node(ctx, until):
 
 def slow_nodes(ctx, until):
     """Each period: one or two nodes rate-limited both ways (tbf), every other period with
-    5-20 % loss on their links too; PING round trips through a slow node, from the clients
-    and from a peer, under the workload, timed in each period (ctx.extra)."""
+    5-20 % loss on their links too. PING round trips from the clients to every node are
+    timed throughout, under the workload, and split by period (ctx.extra)."""
     n, net, rng = len(ctx.nodes), ctx.net, ctx.rng
-    samples = ctx.extra.setdefault("round_trips_ms", [])
+    probe, path = start_probe(ctx)
+    periods = []
     lossy_period = False
-    while time.monotonic() < until:
-        t_end = time.monotonic() + PERIOD
-        unshape(net, n)
-        slow = rng.sample(range(n), rng.choice((1, 2)))
-        rules, what = {}, []
-        for i in slow:
-            kbit, queue_ms = rng.choice(RATES_KBIT), rng.randint(*QUEUE_MS)
-            shape(net, i, kbit, queue_ms)
-            what.append("%d at %dkbit queue %dms" % (i, kbit, queue_ms))
-            if lossy_period:
-                p = rng.uniform(0.05, 0.20)
-                rules[i] = [drop("OUTPUT", net.node_addr(j), p) for j in range(n) if j != i]
-                what[-1] += " loss %.0f%%" % (100 * p)
-        load_rules(net, n, rules)
-        ctx.note("slow " + ", ".join(what))
-        # timed while this period's shaping holds: from the clients and from a peer
-        i = slow[0]
-        clients = round_trips(net.client, net.node_addr(i))
-        peer = round_trips(net.node_ns((i + 1) % n), net.node_addr(i))
-        sample = {"node": what[0], "clients": collect(clients, min(t_end, until)),
-                  "peer": collect(peer, min(t_end, until))}
-        ctx.note("round trips ms %s" % sample)
-        samples.append(sample)
-        lossy_period = not lossy_period
-        _sleep_until(t_end, until)
+    try:
+        while time.monotonic() < until:
+            t_end = time.monotonic() + PERIOD
+            unshape(net, n)
+            slow = rng.sample(range(n), rng.choice((1, 2)))
+            rules, what = {}, []
+            for i in slow:
+                kbit, queue_ms = rng.choice(RATES_KBIT), rng.randint(*QUEUE_MS)
+                shape(net, i, kbit, queue_ms)
+                what.append("%d at %dkbit queue %dms" % (i, kbit, queue_ms))
+                if lossy_period:
+                    p = rng.uniform(0.05, 0.20)
+                    rules[i] = [drop("OUTPUT", net.node_addr(j), p) for j in range(n) if j != i]
+                    what[-1] += " loss %.0f%%" % (100 * p)
+            load_rules(net, n, rules)
+            ctx.note("slow " + ", ".join(what))
+            shaped = time.monotonic()
+            lossy_period = not lossy_period
+            _sleep_until(t_end, until)
+            periods.append((shaped, time.monotonic(), slow[0], what[0]))
+    finally:
+        ctx.extra["round_trips_ms"] = stop_probe(probe, path, periods)
 
 
 def _scenario(schedule, summary):
