@@ -47,6 +47,7 @@ class Context:
         self.worker_kills = 0
         self.worker_kill_times = {}     # node index -> times of its worker kills (crash-loop guard)
         self.unexpected_exits = 0       # nodes found dead that the harness did not kill
+        self.extra = {}                 # a schedule's own figures, added to the result
         self.addrs_path = os.path.join(sdir, "addrs")
         self.t0 = time.monotonic()
 
@@ -131,7 +132,7 @@ def run_scenario(name, args, root, log):
         scenario.settled(ctx)
         with open(out) as f:
             record = json.load(f)
-        return check(name, scenario.aof, record, ctx)
+        return {**check(name, scenario.aof, record, ctx), **ctx.extra}
     finally:
         if workload is not None and workload.poll() is None:
             workload.kill()

@@ -407,7 +407,14 @@ class Cluster:
                 self.ping(min(sample, key=lambda n: n.pong_received))
         resend = min(timeout // 2, 1000)
         for n in candidates:
-            if not n.ping_sent and now - n.pong_received > timeout // 2:
+            if (n.ping_sent and now - n.ping_sent > timeout // 2
+                    and self.transport.renew(n.id, timeout)):
+                # SPEC 10.5: a link waiting for its PONG is made again (a stalled TCP
+                # connection recovers minutes after the path); the workers renew their
+                # job links to that node with it (cluster_relay push: relinks)
+                n.relinks += 1
+                self.ping(n)
+            elif not n.ping_sent and now - n.pong_received > timeout // 2:
                 self.ping(n)
             elif n.ping_sent and now - n.ping_tx > resend:
                 # ZeroMQ reconnects silently and drops what it could not deliver: keep

@@ -51,7 +51,8 @@ def random_id():
 
 class Node:
     __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "created",
-                 "fail_reports", "last_seen", "linked", "ping_tx", "job_ports", "cport")
+                 "fail_reports", "last_seen", "linked", "ping_tx", "job_ports", "cport",
+                 "relinks")
 
     def __init__(self, node_id, ip="", port=0, flags=0, cport=0):
         self.id = node_id
@@ -67,6 +68,7 @@ class Node:
         self.linked = False
         self.ping_tx = 0            # ms of the last PING actually sent (resends included)
         self.job_ports = ()         # its workers' direct job link ports (LINKS), if any
+        self.relinks = 0            # our links to it made again (stalled): workers follow
 
     @property
     def bus_port(self):

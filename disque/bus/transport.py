@@ -12,6 +12,8 @@ secret too, each link holds one DEALER per secret and sends on the one whose han
 completed (ZMQ_IMMEDIATE makes the others refuse with EAGAIN): peers serving either secret
 stay reachable while a rotation restarts nodes one by one.
 """
+import time
+
 import zmq
 
 from disque.bus.guard import BusGuard
@@ -27,12 +29,13 @@ SPARE_RECONNECT_IVL_MS = 1000  # a DEALER with the other secret retries slower: 
 class Link:
     """The outgoing link to one node: `sock` is the DEALER last seen working, `spares` the
     DEALERs holding the other secrets' keys (only while a previous secret is configured)."""
-    __slots__ = ("sock", "endpoint", "spares")
+    __slots__ = ("sock", "endpoint", "spares", "created")
 
     def __init__(self, sock, endpoint, spares):
         self.sock = sock
         self.endpoint = endpoint
         self.spares = spares
+        self.created = time.monotonic()
 
     def send_spare(self, data):
         """The chosen DEALER has no completed connection: try the others, keep what works."""
@@ -108,6 +111,19 @@ class Transport:
             s.setsockopt(zmq.IPV6, 1)
         s.connect("tcp://%s:%d" % (host, bus_port))
         return s
+
+    def renew(self, node_id, older_than_ms):
+        """Close the link to a node and make it again, when it is older than older_than_ms.
+        A TCP connection whose packets were dropped stays open but stalled (retransmissions
+        back off to minutes, and ZeroMQ sees no error): a new one works as soon as the path
+        does. True when renewed."""
+        link = self.links.get(node_id)
+        if link is None or (time.monotonic() - link.created) * 1000 < older_than_ms:
+            return False
+        ip, port = link.endpoint.rsplit(":", 1)
+        self.disconnect(node_id)
+        self.connect(node_id, ip, int(port))
+        return True
 
     def rename(self, old_id, new_id):
         if old_id in self.links:

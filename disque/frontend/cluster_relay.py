@@ -143,7 +143,7 @@ class ClusterRelay:
             "leaving": bool(me.flags & M.LEAVING),
             # direct job links (docs/design.md): where each other node's workers take them,
             # and whether DEBUG BUS cuts this node off (the workers then use the bus only)
-            "links": ({n.id.encode(): [n.ip, list(n.job_ports)] for n in c.others()
+            "links": ({n.id.encode(): [n.ip, list(n.job_ports), n.relinks] for n in c.others()
                        if n.job_ports and n.ip and not n.has(M.HANDSHAKE)}
                       if c.job_ports else {}),
             "drop": c.drop_in or c.drop_out,

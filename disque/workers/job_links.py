@@ -72,12 +72,13 @@ def monotonic_ms():
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
     __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
-                 "tls", "inc", "outb")
+                 "tls", "inc", "outb", "relinks")
 
-    def __init__(self, node, w, addr):
+    def __init__(self, node, w, addr, relinks=0):
         self.node = node
         self.w = w
         self.addr = addr
+        self.relinks = relinks      # the bus's count of stalled links to that node
         self.sock = None
         self.fd = -1
         self.up = False
@@ -153,22 +154,28 @@ class JobLinks:
             self.links = {}
         self.everyone = tuple(n for n in state["known"] if n != myid)
         self.drop = bool(state.get("drop"))
-        endpoints = {node: (ip, tuple(ports))
-                     for node, (ip, ports) in state.get("links", {}).items()}
+        endpoints = {node: (ip, tuple(ports), relinks)
+                     for node, (ip, ports, relinks) in state.get("links", {}).items()}
         for key, link in list(self.links.items()):
             ep = endpoints.get(key[0])
             if ep is None or key[1] >= len(ep[1]) or (ep[0], ep[1][key[1]]) != link.addr:
                 self.close_out(link)
                 del self.links[key]
+            elif ep[2] != link.relinks:
+                # the bus made its link to that node again (its PONG was late, SPEC 10.5):
+                # this connection may be stalled the same way; cron makes it again
+                self.close_out(link)
+                link.relinks = ep[2]
+                link.failed_at = None
         self.boxes = {}
         if self.drop:
             return                              # every message to the bus, which drops it
-        for node, (ip, ports) in endpoints.items():
+        for node, (ip, ports, relinks) in endpoints.items():
             slots = self.boxes[node] = [None] * len(ports)
             for w, port in enumerate(ports):
                 link = self.links.get((node, w))
                 if link is None:
-                    link = self.links[(node, w)] = OutLink(node, w, (ip, port))
+                    link = self.links[(node, w)] = OutLink(node, w, (ip, port), relinks)
                     self.connect(link)
                 elif link.up:
                     slots[w] = link.box
