@@ -4,7 +4,6 @@ no acknowledged job lost, no process crashed, every node answers afterwards (abo
 And the heal: no loss rule and no qdisc is left (a few seconds). Needs root, iproute2,
 iptables and tc (CI has them)."""
 import os
-import shutil
 import sys
 
 import pytest
@@ -14,18 +13,16 @@ sys.path.insert(0, ROOT)
 
 from faults import network  # noqa: E402
 from faults.netns import Net, in_ns  # noqa: E402
-from test_faults_harness import run  # noqa: E402  (lost 0, crashed 0, every node answers)
+from support.faults_runs import needs_namespaces, run_faults  # noqa: E402
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "iptables", "tc")),
-    reason="network namespaces need root, iproute2, iptables and tc")
+needs_root = needs_namespaces("tc")
 
 
 @needs_root
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_one_way_links_lose_and_crash_nothing(tmp_path):
-    results = run(tmp_path, "--nodes", "3", "--duration", "5", "--scenarios", "one-way")
+    results = run_faults(tmp_path, "--nodes", "3", "--duration", "5", "--scenarios", "one-way")
     assert [r["scenario"] for r in results] == ["one-way"]
 
 

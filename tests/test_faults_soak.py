@@ -8,7 +8,6 @@ below (unit tests)."""
 import csv
 import json
 import os
-import shutil
 import sys
 
 import pytest
@@ -16,11 +15,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from faults import harness  # noqa: E402
+from support.faults_runs import needs_namespaces, run_faults  # noqa: E402
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("iptables"),
-    reason="network namespaces need root, iproute2 and iptables")
+needs_root = needs_namespaces()
 
 
 def rows(path):
@@ -33,13 +30,9 @@ def rows(path):
 @pytest.mark.slow
 def test_short_soak_loses_nothing_and_records_memory(tmp_path):
     out, png = tmp_path / "soak", tmp_path / "memory.png"
-    code = harness.main(["--soak", "--soak-seconds", "24", "--soak-period", "12",
-                         "--soak-every", "2", "--nodes", "3", "--soak-out", str(out),
-                         "--soak-picture", str(png), "--json", str(tmp_path / "r.json")])
-    [res] = json.loads((tmp_path / "r.json").read_text())
-    assert not res.get("error"), res
-    assert res["lost"] == 0 and res["crashed"] == 0 and res["all_answer"], res
-    assert res["acked"] > 0 and code == 0
+    [res] = run_faults(tmp_path, "--soak", "--soak-seconds", "24", "--soak-period", "12",
+                       "--soak-every", "2", "--nodes", "3", "--soak-out", str(out),
+                       "--soak-picture", str(png))
     assert len(res["faults"]) == 2 and len(res["fault_recoveries"]) == 2
     # every node's processes sampled by PID (a front-end and 2 workers each), each node's
     # used_memory, the workload's counters; the verdict has figures for every node
