@@ -67,12 +67,14 @@ def test_info_every_section_and_field_in_order(server, section):
         got = _fields(secs[name])
         if name == "Server":
             # ours: the number of workers, the connections they serve themselves
-            # (docs/design.md), their restarts (docs/faults.md)
+            # (docs/design.md), their restarts (docs/faults.md), those after an AOF write error
+            # (docs/faults-disks.md)
             assert got == fields + ["workers", "connection_affinity",
                                     "connections_served_by_workers", "connection_handoffs",
                                     "connection_handbacks", "connection_follows", "worker_restarts", "worker_restarting",
                                     "worker_last_restart_unavailable_ms",
-                                    "worker_max_restart_unavailable_ms"], got
+                                    "worker_max_restart_unavailable_ms",
+                                    "worker_aof_restarts"], got
         else:
             assert got == fields, (name, got)
     assert text.endswith(b"\r\n") and not text.endswith(b"\r\n\r\n")
