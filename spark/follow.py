@@ -76,7 +76,8 @@ class Follower:
         ckpt = self.path("_follow", "checkpoint")
         if not storage.exists(spark, ckpt):
             from disque_spark.increment import STATE_DIR     # a later batch run must not append to these
-            for name in ingest.TABLES + (ingest.STAGING, ingest.FOLLOW_DIR, ingest.REPORT_DIR, STATE_DIR):
+            from disque_spark.samples import SAMPLES
+            for name in ingest.TABLES + (SAMPLES, ingest.STAGING, ingest.FOLLOW_DIR, ingest.REPORT_DIR, STATE_DIR):
                 storage.delete(spark, self.path(name))
             pr.say(f"follow: fresh start, tables under {self.output}")
         else:

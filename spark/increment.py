@@ -14,7 +14,7 @@ offset). Non-local inputs (hdfs://, s3a://...) have no inode: they are always re
 full (say so, never guess).
 
 The rest of the state (the last sample of every worker and queue, the counts, the node
-time grid) is written by ingest.BatchPipeline; this module only reads and writes the
+time grid) is written by batch.BatchPipeline; this module only reads and writes the
 manifest file and computes the segments.
 """
 from __future__ import annotations

@@ -180,7 +180,22 @@ def _previous(cols: list[str], w, prev: str | None) -> Column:
     return F.coalesce(lagged, F.col(prev)) if prev else lagged
 
 
-def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, prev: str | None = None) -> DataFrame:
+def _with_edges(df: DataFrame, w, prev_col, edges, keep: list[str]) -> DataFrame:
+    """Add the previous-sample struct ``_p`` (one window operator); with ``edges`` (an
+    Observation), also gather, while the window runs, each key's last row (its ``keep``
+    columns: what the next run's state needs) and each key's first row (node, ts), so no
+    second pass over the samples is needed for them."""
+    if edges is None:
+        return df.select("*", prev_col.alias("_p"))
+    one = F.lit(1)
+    df = df.select("*", prev_col.alias("_p"), F.lead(one).over(w).isNull().alias("_last"),
+                   F.lag(one).over(w).isNull().alias("_first_new"))
+    return df.observe(edges, F.collect_list(F.when(F.col("_last"), F.struct(*keep))).alias("last"),
+                      F.collect_list(F.when(F.col("_first_new"), F.struct("node", "ts"))).alias("first"))
+
+
+def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, prev: str | None = None,
+                 edges=None) -> DataFrame:
     """Per (node, worker, sample): deltas and rates of every counter, gauges, latency.
 
     ``samples`` are good rows as produced by schema.parse_lines (top_queues not needed);
@@ -190,9 +205,11 @@ def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, p
     last sample of an earlier run, null for a worker seen for the first time: an incremental
     run's first delta is taken against it (no union with the old rows, so a cached input
     that is already partitioned and sorted by (node, worker, ts) needs no shuffle or sort).
+    ``edges``: an Observation that gets every worker's last row and first (node, ts).
     """
     w = Window.partitionBy("node", "worker").orderBy("ts")
-    df = samples.select("*", _previous(WORKER_PREV_COLS, w, prev).alias("_p"))
+    keep = [c for c in samples.columns if c not in ("_tail", prev)]
+    df = _with_edges(samples, w, _previous(WORKER_PREV_COLS, w, prev), edges, keep)
     first, restart, fresh, start = _interval_flags("_p", first_sample)
     df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
                    start.alias("_start"))
@@ -284,14 +301,16 @@ def queue_samples(samples: DataFrame) -> DataFrame:
                      ).where(F.col("queue").isNotNull())
 
 
-def queue_backlog(qsamples: DataFrame, first_sample: str = "start", prev: str | None = None) -> DataFrame:
+def queue_backlog(qsamples: DataFrame, first_sample: str = "start", prev: str | None = None,
+                  edges=None) -> DataFrame:
     """Per (node, queue, sample): len, growth, in/out/nack/redelivery deltas and rates.
 
     ``prev``: as for worker_rates, a struct column (QUEUE_PREV_COLS) with the queue's last
-    sample of an earlier run.
+    sample of an earlier run; ``edges`` as for worker_rates (every queue's last row).
     """
     w = Window.partitionBy("node", "worker", "queue").orderBy("ts")
-    df = qsamples.select("*", _previous(QUEUE_PREV_COLS, w, prev).alias("_p"))
+    keep = [c for c in qsamples.columns if c not in ("_tail", prev)]
+    df = _with_edges(qsamples, w, _previous(QUEUE_PREV_COLS, w, prev), edges, keep)
     first, restart, fresh, start = _interval_flags("_p", first_sample)
     df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
                    start.alias("_start"))
