@@ -14,6 +14,7 @@ JVM, sampled with psutil every 0.2 s) for each, and the bytes per line.
     .venv/bin/python bench/bench_spark.py                   # the full day (needs ~9 GB of disk)
     .venv/bin/python bench/bench_spark.py --scale 0.1 --json /tmp/bench_spark.json
     .venv/bin/python bench/bench_spark.py --scale 0.1 --schema v2 --floor   # + the per-sample floor
+    .venv/bin/python bench/bench_spark.py --scale 1 --schema v2 --new-hour  # + one new hour of the day
 
 --scale shortens the day (seconds = 86400 * scale); nodes and workers stay 10 x 8. The
 generated input goes to a temporary directory (removed unless --keep; --dir reuses one).
@@ -326,6 +327,85 @@ def per_sample_floor(spark, inp: str, out: str) -> float:
     return time.monotonic() - t
 
 
+TS_RE = None
+
+
+def line_ts(line: bytes):
+    """A stats line's ts (v1 "ts" or v2 "t"), None for a line without one (a bad line)."""
+    global TS_RE
+    if TS_RE is None:
+        import re
+        TS_RE = re.compile(rb'"ts?": ?([0-9.]+)')
+    m = TS_RE.search(line, 0, 80)
+    return float(m.group(1)) if m else None
+
+
+def hold_back(src: str, dst: str, cutoff: float) -> dict:
+    """A copy of the input without its lines at or after ``cutoff`` (the day's last hour).
+
+    Files wholly before the cutoff are hard links; the file the cutoff falls in is copied up
+    to it; later files are left out. Returns {copied file: the held-back lines (bytes), in
+    time order}: appended to that file, they make the input whole again the way a server
+    appends to its open file (same inode, so an incremental run reads only them).
+    """
+    held = {}
+    for root, _, names in os.walk(src):
+        # the generator's rotation: stats.jsonl.1 is the oldest, stats.jsonl the newest
+        order = sorted(names, key=lambda n: int(n.rsplit(".", 1)[1]) if n[-1].isdigit() else 1 << 30)
+        out_dir = os.path.join(dst, os.path.relpath(root, src))
+        os.makedirs(out_dir, exist_ok=True)
+        target, rest = None, []
+        for name in order:
+            path = os.path.join(root, name)
+            if target is not None:
+                with open(path, "rb") as f:
+                    rest.append(f.read())
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            last = None
+            for line in data[-4096:].splitlines()[::-1]:
+                last = line_ts(line)
+                if last is not None:
+                    break
+            if last is not None and last < cutoff:
+                os.link(path, os.path.join(out_dir, name))
+                continue
+            pos = 0
+            for line in data.splitlines(keepends=True):
+                t = line_ts(line)
+                if t is not None and t >= cutoff:
+                    break
+                pos += len(line)
+            target = os.path.join(out_dir, name)
+            with open(target, "wb") as f:
+                f.write(data[:pos])
+            rest.append(data[pos:])
+        if target is not None:
+            held[target] = b"".join(rest)
+    return held
+
+
+def new_hour_run(spark, inp: str, work: str, sampler, seconds: int, no_report: bool):
+    """One new hour of an ingested day: a run over the day without its last hour, then the
+    hour appended to each node's open file and an incremental run timed (it reads only those
+    bytes, and the state's last samples for the rates at the boundary)."""
+    from disque_spark import ingest
+    part, out = os.path.join(work, "in-hour"), os.path.join(work, "out-hour")
+    shutil.rmtree(part, ignore_errors=True)
+    held = hold_back(inp, part, T0 + seconds - 3600)
+    _, before, _, _, _ = measure(sampler, lambda: ingest.run(
+        part, out, spark=spark, report=not no_report, full=True, progress=False))
+    for path, data in held.items():
+        with open(path, "ab") as f:
+            f.write(data)
+    res, hour, cpu, _, _ = measure(sampler, lambda: ingest.run(
+        part, out, spark=spark, report=not no_report, progress=True))
+    shutil.rmtree(part, ignore_errors=True)
+    return {"day_but_last_hour_seconds": before, "new_hour_seconds": hour, "new_hour_cpu_seconds": cpu,
+            "new_hour_bytes": res.new_bytes, "new_hour_lines": sum(d.count(b"\n") for d in held.values()), "mode": res.mode, "stages": res.stages}
+
+
 def measure(sampler, fn):
     sampler.reset_peaks()
     c0 = sampler.snapshot()
@@ -352,6 +432,9 @@ def main(argv=None):
     ap.add_argument("--floor", action="store_true",
                     help="also time the per-sample floor: only the rows of worker_rates and queue_backlog "
                          "written from the parsed lines, nothing computed (see per_sample_floor)")
+    ap.add_argument("--new-hour", action="store_true",
+                    help="also time one new hour of an ingested day: a run over the day without its last "
+                         "hour, then that hour appended and an incremental run (see new_hour_run)")
     ap.add_argument("--warm-run", action="store_true",
                     help="run the job a second time in the same session and print that time too "
                          "(the first run pays the JIT warm-up of every generated plan)")
@@ -412,6 +495,7 @@ def main(argv=None):
         if args.floor:
             _, floor, floor_cpu, _, _ = measure(sampler, lambda: per_sample_floor(
                 spark, inp, os.path.join(work, f"floor-v{v}")))
+        hour = new_hour_run(spark, inp, work, sampler, seconds, args.no_report) if args.new_hour else None
         f = {"lines": res.rows_read, "bad_lines": res.bad_lines, "input_bytes": res.input_bytes,
              "bytes_per_line": (res.input_bytes or 0) / max(1, res.rows_read), "files": res.files,
              "job_seconds": job, "bare_scan_seconds": [b1, b2], "ratio": job / bare if bare else None,
@@ -423,7 +507,7 @@ def main(argv=None):
              "warm_job_seconds": warm, "warm_ratio": warm / bare if warm and bare else None,
              "warm_cpu_seconds": warm_cpu if warm else None,
              "floor_seconds": floor, "floor_ratio": floor / bare if floor and bare else None,
-             "floor_cpu_seconds": floor_cpu if floor else None}
+             "floor_cpu_seconds": floor_cpu if floor else None, "new_hour": hour}
         figs["versions"][f"v{v}"] = f
         print()
         print(f"schema v{v}: {res.rows_read:,} lines, {(res.input_bytes or 0) / 1e6:,.0f} MB "
@@ -442,6 +526,13 @@ def main(argv=None):
         if floor:
             print(f"  per-sample floor   {floor:8.1f} s   ({floor / bare:.2f} x the bare scan, CPU {floor_cpu:.1f} s: "
                   f"only the worker and queue rows written, nothing computed; job / floor {job / floor:.2f} x)")
+        if hour:
+            print(f"  one new hour       {hour['new_hour_seconds']:8.1f} s   ({hour['new_hour_seconds'] / job:.3f} of the job "
+                  f"over the whole input; {hour['new_hour_lines']:,} new lines, {hour['mode']}; CPU "
+                  f"{hour['new_hour_cpu_seconds']:.1f} s; the run over all but the last hour before it: "
+                  f"{hour['day_but_last_hour_seconds']:.1f} s)")
+            for name, sec in hour["stages"]:
+                print(f"      {name:46s} {sec:8.1f} s")
         if threads:
             print("  JVM CPU by thread   " + ", ".join(f"{k} {threads.get(k, 0.0):.1f} s" for k in
                                                       ("tasks", "JIT compiler", "GC", "other")))

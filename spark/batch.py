@@ -215,12 +215,13 @@ class BatchPipeline:
             if not bucket:
                 bucket = bucket_from_median(self.observed["worker_rates"].get("median_interval"))
             res.bucket_s = bucket
-            n = self._node_rates(wr_all, bucket, k, incremental=meta is not None)
+            codes = transform.Codes.of(wr_all)      # addresses and bounds, for node_rates and summary
+            n = self._node_rates(wr_all, bucket, k, codes, incremental=meta is not None)
             st.detail = f"{fmt_int(n)} rows, bucket {bucket:g}s"
 
         with pr.stage("summary + answers") as st:
             nr = spark.read.parquet(self.path("node_rates"))
-            n1 = self._write("summary", transform.summary(wr_all, nr, bucket, k), partitioned=False)
+            n1 = self._write("summary", transform.summary(wr_all, nr, bucket, k, codes), partitioned=False)
             qb_all = spark.read.parquet(self.path("queue_backlog"))
             n2 = self._write("queue_summary", transform.queue_summary(qb_all), partitioned=False)
             st.detail = f"summary {n1} rows, queue_summary {n2} rows"
@@ -322,7 +323,7 @@ class BatchPipeline:
             storage.delete(self.spark, old)
         storage.delete(self.spark, storage.join(state_dir, increment.SEGMENTS))
 
-    def _node_rates(self, wr_all, bucket: float, k: int, incremental: bool) -> int:
+    def _node_rates(self, wr_all, bucket: float, k: int, codes, incremental: bool) -> int:
         """Full: every bucket. Incremental: the days the new samples touch are recomputed from
         worker_rates (a bucket at the boundary gets its samples from both runs) and replace
         those date partitions; earlier days stay as they are."""
@@ -336,7 +337,7 @@ class BatchPipeline:
             # worker_rates to find it
             self.node_t0 = dict(self._new_node_min)
             grid = spark.createDataFrame(sorted(self.node_t0.items()), "node string, t0 double")
-            return self._write("node_rates", transform.node_rates(wr_all, bucket, grid, k))
+            return self._write("node_rates", transform.node_rates(wr_all, bucket, grid, k, codes))
         # nodes first seen now anchor their grid at their first sample
         for node, t0 in self._new_node_min.items():
             known.setdefault(node, t0)
@@ -348,7 +349,7 @@ class BatchPipeline:
         grid = spark.createDataFrame(sorted(known.items()), "node string, t0 double")
         src = wr_all.where((F.col("date") >= transform.date_of(F.lit(day * 86400.0 - 86400.0)))
                            & (F.col("ts") >= day * 86400.0 - bucket))
-        nr = transform.node_rates(src, bucket, grid, k).where(
+        nr = transform.node_rates(src, bucket, grid, k, codes).where(
             F.col("date") >= transform.date_of(F.lit(day * 86400.0)))
         nr.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy("date").parquet(
             self.path("node_rates"))

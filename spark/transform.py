@@ -334,13 +334,64 @@ def queue_backlog(qsamples: DataFrame, first_sample: str = "start", prev: str | 
 
 
 # ---------------------------------------------------------------------------
+# text and array values inside aggregations
+# ---------------------------------------------------------------------------
+
+class Codes:
+    """Integer codes for the few distinct values of ``addr`` and ``lat_bounds``.
+
+    An aggregation whose buffer holds a string or an array (a node's address, its histogram
+    bounds) cannot use Spark's hash aggregation: the planner falls back to sorting every row
+    by the group keys first (SortAggregate; node_rates sorted its input four times). The
+    aggregations take the smallest code of the group instead (a long, hash-aggregated) and
+    the code is turned back into its value afterwards.
+    """
+
+    TYPES = {"addr": "string", "lat_bounds": "array<bigint>"}
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    @classmethod
+    def of(cls, df: DataFrame) -> "Codes":
+        rows = df.select(*cls.TYPES).distinct().collect()
+        values = {}
+        for c in cls.TYPES:
+            seen = {tuple(r[c]) if isinstance(r[c], list) else r[c] for r in rows if r[c] is not None}
+            values[c] = [list(v) if isinstance(v, tuple) else v for v in sorted(seen)]
+        return cls(values)
+
+    def _array(self, c: str) -> Column:
+        vals = self.values[c]
+        if c == "lat_bounds":
+            return F.array(*[F.array(*[F.lit(int(x)).cast("long") for x in v]) if v
+                             else F.array().cast("array<bigint>") for v in vals])
+        return F.array(*[F.lit(v) for v in vals])
+
+    def smallest(self, c: str, src: Column | None = None) -> Column:
+        """Aggregate: the smallest code of column ``c`` in the group (null when all are null);
+        ``src``: a code column of an earlier aggregation level instead of the value."""
+        if src is not None:
+            return F.min(src)
+        if not self.values[c]:
+            return F.min(F.lit(None).cast("int"))
+        pos = F.array_position(self._array(c), F.col(c))
+        return F.min(F.when(pos > 0, pos))
+
+    def value(self, c: str, code: Column) -> Column:
+        if not self.values[c]:
+            return F.lit(None).cast(self.TYPES[c])
+        return F.element_at(self._array(c), code.cast("int"))
+
+
+# ---------------------------------------------------------------------------
 # node_rates
 # ---------------------------------------------------------------------------
 
 _NODE_SUMS = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
 
 
-def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int) -> DataFrame:
+def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: Codes | None = None) -> DataFrame:
     """Per (node, time bucket): rates summed over the node's workers, skew, latency.
 
     ``grid`` is (node, t0): each node's first sample, which anchors its time buckets.
@@ -349,25 +400,26 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int) -> DataF
     that fall into the bucket (normally exactly one); the node rate is the sum over its
     workers. Buckets are ``bucket_s`` wide, centred on t0 + i * bucket_s per node, so the
     one-line-per-worker-per-interval pattern lands one sample per worker per bucket even
-    with a little timing jitter.
+    with a little timing jitter. ``codes``: Codes.of(wr) when the caller has them already.
     """
+    codes = codes or Codes.of(wr)
     df = wr.join(F.broadcast(grid), "node")
     df = df.withColumn("_idx", F.round((F.col("ts") - F.col("t0")) / F.lit(float(bucket_s))).cast("long"))
     dtv = F.when(F.col("interval_s") > 0, F.col("interval_s"))
     # gauges: the max over the worker's samples in the bucket (normally exactly one)
-    agg1 = [F.first("addr", ignorenulls=True).alias("addr"),
+    agg1 = [codes.smallest("addr").alias("_addr"),
             F.sum(dtv).alias("_dt"),
             F.max(F.col("restart").cast("int")).alias("_restart"),
             F.sum("cpu_s").alias("cpu_s"),
             F.max("rss").alias("rss"),
             *[F.max(g).alias(g) for g in GAUGES],
-            F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+            codes.smallest("lat_bounds").alias("_lb"),
             sum_arrays("lat_counts", k).alias("lat_counts")]
     agg1 += [F.sum(c).alias(c) for c in _NODE_SUMS]
     per_worker = df.groupBy("node", "t0", "_idx", "worker").agg(*agg1)
     dt = F.col("_dt")
     per_worker = per_worker.withColumn("_wrate", _rate(F.col("commands"), dt))
-    agg2 = [F.first("addr", ignorenulls=True).alias("addr"),
+    agg2 = [codes.smallest("addr", F.col("_addr")).alias("_addr"),
             F.count(F.lit(1)).alias("workers"),
             F.sum("_restart").cast("long").alias("restarts")]
     for c in _NODE_SUMS:
@@ -379,10 +431,12 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int) -> DataF
         F.max("_wrate").alias("max_worker_commands_per_s"),
         F.avg("_wrate").alias("mean_worker_commands_per_s"),
         F.max_by("worker", "_wrate").alias("busiest_worker"),
-        F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+        codes.smallest("lat_bounds", F.col("_lb")).alias("_lb"),
         sum_arrays("lat_counts", k).alias("lat_counts"),
     ]
     nr = per_worker.groupBy("node", "t0", "_idx").agg(*agg2)
+    nr = nr.select("*", codes.value("addr", F.col("_addr")).alias("addr"),
+                   codes.value("lat_bounds", F.col("_lb")).alias("lat_bounds"))
     ts = F.col("t0") + F.col("_idx") * F.lit(float(bucket_s))
     nr = nr.select(
         date_of(ts).alias("date"), F.timestamp_seconds(ts).alias("time"), ts.alias("ts"),
@@ -404,10 +458,11 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int) -> DataF
 TOTAL_NODE = "TOTAL"
 
 
-def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int) -> DataFrame:
+def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int, codes: Codes | None = None) -> DataFrame:
     """One row per node plus a TOTAL row: totals, averages, peaks, skew, latency."""
+    codes = codes or Codes.of(wr)
     sums = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
-    w_aggs = [F.first("addr", ignorenulls=True).alias("addr"),
+    w_aggs = [codes.smallest("addr").alias("_addr"),
               F.countDistinct("worker").alias("workers"),
               F.count(F.lit(1)).alias("samples"),
               F.min(F.col("ts") - F.coalesce(F.col("interval_s"), F.lit(0.0))).alias("start_ts"),
@@ -427,9 +482,11 @@ def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int) -> DataFrame:
               F.avg("skew").alias("mean_skew"),
               F.percentile_approx("skew", 0.95).alias("p95_skew"),
               F.max("skew").alias("max_skew"),
-              F.first("lat_bounds", ignorenulls=True).alias("lat_bounds"),
+              codes.smallest("lat_bounds").alias("_lb"),
               sum_arrays("lat_counts", k).alias("lat_counts")]
     per_node_n = nr.groupBy("node").agg(*n_aggs)
+    per_node_w = per_node_w.select("*", codes.value("addr", F.col("_addr")).alias("addr")).drop("_addr")
+    per_node_n = per_node_n.select("*", codes.value("lat_bounds", F.col("_lb")).alias("lat_bounds")).drop("_lb")
     # materialized once (a few rows): the TOTAL row and the output both read it
     nodes = per_node_w.join(per_node_n, "node", "left").localCheckpoint(eager=True)
 
