@@ -147,7 +147,8 @@ def _empty_map() -> Column:
 _V2_SCALARS = {"ts": "t", "node": "n", "addr": "a", "worker": "w", "pid": "p", "uptime_s": "up"}
 
 
-def _v1(name: str, j) -> Column:
+def _v1(name: str) -> Column:
+    j = F.col("j")
     if name in JOB_COUNTERS:
         return j.getField("jobs").getField(name)
     if name in GAUGES:
@@ -163,8 +164,9 @@ def _v1(name: str, j) -> Column:
     return j.getField(name)
 
 
-def _v2(name: str, j) -> Column:
+def _v2(name: str) -> Column:
     """A v2 line's value for a flat sample column: what v2 leaves out counts as zero / empty."""
+    j = F.col("j")
     zero = F.lit(0).cast("long")
     if name in _V2_SCALARS:
         return j.getField(_V2_SCALARS[name])
@@ -188,28 +190,15 @@ def _v2(name: str, j) -> Column:
     return None
 
 
-class _Fields:
-    """The parsed record's top-level fields: of a struct column (from_json) or of the row
-    itself (the JSON data source)."""
-
-    def __init__(self, struct: Column | None = None):
-        self.struct = struct
-
-    def getField(self, name: str) -> Column:  # noqa: N802  (reads like Column.getField)
-        return F.col(name) if self.struct is None else self.struct.getField(name)
-
-
-def _flat(name: str, j=None) -> Column:
-    j = j or _Fields(F.col("j"))
+def _flat(name: str) -> Column:
     if name == "top_queues":
-        return j.getField("top_queues").alias(name)
+        return F.col("j").getField("top_queues").alias(name)
     if name == "qmap":                  # v2 top queues: name -> [len, in, out, nacks, additional]
-        return j.getField("q").alias(name)
+        return F.col("j").getField("q").alias(name)
     if name == "v":
-        return j.getField("v").alias(name)
-    v2 = _v2(name, j)
-    v1 = _v1(name, j)
+        return F.col("j").getField("v").alias(name)
+    v2 = _v2(name)
+    v1 = _v1(name)
     if name in _V2_SCALARS:             # both spellings: whichever the line has
         return F.coalesce(v1, v2).alias(name)
-    return F.when(F.coalesce(j.getField("v"), F.lit(1)) >= 2, v2).otherwise(v1).alias(name)
-
+    return F.when(F.coalesce(F.col("j").getField("v"), F.lit(1)) >= 2, v2).otherwise(v1).alias(name)
