@@ -362,15 +362,18 @@ def hold_back(src: str, dst: str, cutoff: float) -> dict:
                     rest.append(f.read())
                 continue
             with open(path, "rb") as f:
-                data = f.read()
+                f.seek(max(0, os.path.getsize(path) - 8192))
+                tail = f.read()
             last = None
-            for line in data[-4096:].splitlines()[::-1]:
+            for line in tail.splitlines()[:0:-1]:      # the first one may be cut
                 last = line_ts(line)
                 if last is not None:
                     break
             if last is not None and last < cutoff:
                 os.link(path, os.path.join(out_dir, name))
                 continue
+            with open(path, "rb") as f:
+                data = f.read()
             pos = 0
             for line in data.splitlines(keepends=True):
                 t = line_ts(line)

@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true",
                    help="rebuild every table from all the input (default: a re-run over the same --output "
                         "processes only the lines added since the last run)")
-    p.add_argument("--keep-staging", action="store_true", help="keep the parsed samples (_staging/)")
+    p.add_argument("--keep-staging", action="store_true",
+                   help="(kept for old scripts: the parsed samples are always kept, under OUTPUT/samples/)")
     p.add_argument("--max-files-per-trigger", type=int, default=10, help="--follow: files per micro-batch")
     p.add_argument("--trigger", type=float, default=2.0, metavar="SECONDS",
                    help="--follow: micro-batch interval (default 2s)")
