@@ -498,7 +498,6 @@ def main(argv=None):
         if args.floor:
             _, floor, floor_cpu, _, _ = measure(sampler, lambda: per_sample_floor(
                 spark, inp, os.path.join(work, f"floor-v{v}")))
-        hour = new_hour_run(spark, inp, work, sampler, seconds, args.no_report) if args.new_hour else None
         f = {"lines": res.rows_read, "bad_lines": res.bad_lines, "input_bytes": res.input_bytes,
              "bytes_per_line": (res.input_bytes or 0) / max(1, res.rows_read), "files": res.files,
              "job_seconds": job, "bare_scan_seconds": [b1, b2], "ratio": job / bare if bare else None,
@@ -510,7 +509,7 @@ def main(argv=None):
              "warm_job_seconds": warm, "warm_ratio": warm / bare if warm and bare else None,
              "warm_cpu_seconds": warm_cpu if warm else None,
              "floor_seconds": floor, "floor_ratio": floor / bare if floor and bare else None,
-             "floor_cpu_seconds": floor_cpu if floor else None, "new_hour": hour}
+             "floor_cpu_seconds": floor_cpu if floor else None}
         figs["versions"][f"v{v}"] = f
         print()
         print(f"schema v{v}: {res.rows_read:,} lines, {(res.input_bytes or 0) / 1e6:,.0f} MB "
@@ -529,13 +528,6 @@ def main(argv=None):
         if floor:
             print(f"  per-sample floor   {floor:8.1f} s   ({floor / bare:.2f} x the bare scan, CPU {floor_cpu:.1f} s: "
                   f"only the worker and queue rows written, nothing computed; job / floor {job / floor:.2f} x)")
-        if hour:
-            print(f"  one new hour       {hour['new_hour_seconds']:8.1f} s   ({hour['new_hour_seconds'] / job:.3f} of the job "
-                  f"over the whole input; {hour['new_hour_lines']:,} new lines, {hour['mode']}; CPU "
-                  f"{hour['new_hour_cpu_seconds']:.1f} s; the run over all but the last hour before it: "
-                  f"{hour['day_but_last_hour_seconds']:.1f} s)")
-            for name, sec in hour["stages"]:
-                print(f"      {name:46s} {sec:8.1f} s")
         if threads:
             print("  JVM CPU by thread   " + ", ".join(f"{k} {threads.get(k, 0.0):.1f} s" for k in
                                                       ("tasks", "JIT compiler", "GC", "other")))
@@ -543,7 +535,18 @@ def main(argv=None):
             print(f"    {name:48s} {sec:8.1f} s")
         print("  tables: " + ", ".join(f"{k} {n:,}" for k, n in res.tables.items()))
         la = os.getloadavg()
-        print(f"  load average: {la[0]:.1f} {la[1]:.1f} {la[2]:.1f} ({os.cpu_count()} cpus)")
+        print(f"  load average: {la[0]:.1f} {la[1]:.1f} {la[2]:.1f} ({os.cpu_count()} cpus)", flush=True)
+        if args.json:       # written now too: the new-hour runs below take as long again
+            with open(args.json, "w") as fh:
+                json.dump(figs, fh, indent=2, default=str)
+        if args.new_hour:
+            hour = f["new_hour"] = new_hour_run(spark, inp, work, sampler, seconds, args.no_report)
+            print(f"  one new hour       {hour['new_hour_seconds']:8.1f} s   ({hour['new_hour_seconds'] / job:.3f} of the "
+                  f"job over the whole input; {hour['new_hour_lines']:,} new lines, {hour['mode']}; CPU "
+                  f"{hour['new_hour_cpu_seconds']:.1f} s; the run over all but the last hour before it: "
+                  f"{hour['day_but_last_hour_seconds']:.1f} s)")
+            for name, sec in hour["stages"]:
+                print(f"      {name:46s} {sec:8.1f} s")
     spark.stop()
     sampler.stop.set()
     sampler.join()

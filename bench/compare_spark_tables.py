@@ -55,6 +55,8 @@ def same_value(a, b, dtype):
     if isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, (T.DoubleType, T.FloatType)):
         return (a.isNull() & b.isNull()) | F.coalesce(
             (F.size(a) == F.size(b)) & F.forall(F.zip_with(a, b, close), lambda v: v), F.lit(False))
+    if isinstance(dtype, T.MapType):          # maps are not comparable: their sorted entries are
+        return F.array_sort(F.map_entries(a)).eqNullSafe(F.array_sort(F.map_entries(b)))
     return a.eqNullSafe(b)
 
 
