@@ -406,7 +406,8 @@ def new_hour_run(spark, inp: str, work: str, sampler, seconds: int, no_report: b
         part, out, spark=spark, report=not no_report, progress=True))
     shutil.rmtree(part, ignore_errors=True)
     return {"day_but_last_hour_seconds": before, "new_hour_seconds": hour, "new_hour_cpu_seconds": cpu,
-            "new_hour_bytes": res.new_bytes, "new_hour_lines": sum(d.count(b"\n") for d in held.values()), "mode": res.mode, "stages": res.stages}
+            "new_hour_bytes": res.new_bytes, "new_hour_lines": sum(d.count(b"\n") for d in held.values()),
+            "mode": res.mode, "stages": res.stages}
 
 
 def measure(sampler, fn):
@@ -541,8 +542,8 @@ def main(argv=None):
                 json.dump(figs, fh, indent=2, default=str)
         if args.new_hour:
             hour = f["new_hour"] = new_hour_run(spark, inp, work, sampler, seconds, args.no_report)
-            print(f"  one new hour       {hour['new_hour_seconds']:8.1f} s   ({hour['new_hour_seconds'] / job:.3f} of the "
-                  f"job over the whole input; {hour['new_hour_lines']:,} new lines, {hour['mode']}; CPU "
+            print(f"  one new hour       {hour['new_hour_seconds']:8.1f} s   "
+                  f"({hour['new_hour_seconds'] / job:.3f} of the job over the whole input; {hour['new_hour_lines']:,} new lines, {hour['mode']}; CPU "
                   f"{hour['new_hour_cpu_seconds']:.1f} s; the run over all but the last hour before it: "
                   f"{hour['day_but_last_hour_seconds']:.1f} s)")
             for name, sec in hour["stages"]:

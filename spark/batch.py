@@ -175,8 +175,7 @@ class BatchPipeline:
             wr = transform.worker_rates(ws.select(*wcols, *([prev] if prev else [])), self.first_sample, k,
                                         prev=prev, edges=edges)
             metrics = [F.min("ts").alias("start_ts"), F.max("ts").alias("end_ts")]
-            self._bucket_known = bool(self.bucket_s or (meta or {}).get("bucket_s"))
-            if not self._bucket_known:      # the median interval, observed during this write
+            if not (self.bucket_s or (meta or {}).get("bucket_s")):   # the median interval, observed now
                 metrics.append(F.percentile_approx(F.when(
                     ~F.col("first_sample") & ~F.col("restart") & (F.col("interval_s") > 0),
                     F.col("interval_s")), 0.5, 10000).alias("median_interval"))
@@ -199,7 +198,8 @@ class BatchPipeline:
             qtail_dir, qprev = self.state_path("queue_tail"), None
             if meta is not None and storage.exists(spark, qtail_dir):
                 qtail = spark.read.parquet(qtail_dir)
-                qmarks = qtail.select("node", "worker", "queue", transform.prev_struct(qtail, transform.QUEUE_PREV_COLS).alias("_qprev"))
+                qmarks = qtail.select("node", "worker", "queue",
+                                      transform.prev_struct(qtail, transform.QUEUE_PREV_COLS).alias("_qprev"))
                 qs, qprev = qs.join(F.broadcast(qmarks), ["node", "worker", "queue"], "left"), "_qprev"
             qcols = [c for c in qs.columns if c != "_qprev"]
             self._merge_old_tail("queue_tail", qtail_dir if qprev else None, qs.select(*qcols).schema)
