@@ -324,12 +324,9 @@ class BatchPipeline:
         storage.delete(self.spark, storage.join(state_dir, increment.SEGMENTS))
 
     def _node_rates(self, wr_all, bucket: float, k: int, codes, incremental: bool) -> int:
-        """Full: every bucket. Incremental: the days the new samples touch are recomputed from
-        worker_rates (a bucket at the boundary gets its samples from both runs) and replace
-        those date partitions; earlier days stay as they are."""
-        from pyspark.sql import functions as F
-
-        from disque_spark import transform
+        """Full: every bucket. Incremental: only the buckets from each node's first new sample
+        on are recomputed and replaced (spark/buckets.py); earlier buckets stay as written."""
+        from disque_spark import buckets, transform
         spark = self.spark
         known = dict((self.meta or {}).get("nodes") or {})
         if not incremental:
@@ -342,17 +339,8 @@ class BatchPipeline:
         for node, t0 in self._new_node_min.items():
             known.setdefault(node, t0)
         self.node_t0 = known
-        if not self._new_node_min:
-            return self._count("node_rates")
-        lo = min(self._new_node_min.values())
-        day = int((lo - bucket) // 86400)
-        grid = spark.createDataFrame(sorted(known.items()), "node string, t0 double")
-        src = wr_all.where((F.col("date") >= transform.date_of(F.lit(day * 86400.0 - 86400.0)))
-                           & (F.col("ts") >= day * 86400.0 - bucket))
-        nr = transform.node_rates(src, bucket, grid, k, codes).where(
-            F.col("date") >= transform.date_of(F.lit(day * 86400.0)))
-        nr.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy("date").parquet(
-            self.path("node_rates"))
+        buckets.replace(spark, wr_all, self.path("node_rates"), buckets.cuts(self._new_node_min, known, bucket),
+                        known, bucket, k, codes)
         return self._count("node_rates")
 
     def _apply_meta_counts(self, meta) -> None:
