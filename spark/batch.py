@@ -63,7 +63,9 @@ class BatchPipeline:
         self.report = report
         self.keep_staging = keep_staging     # the samples are always kept now (OUT/samples/)
         self.observed = {}          # table -> metrics observed while it was written
-        self.tails = {}             # state name -> (schema, [last rows]) for the next run
+        self.tails = {}             # state name -> (schema, {key: last row}) for the next run
+        self.written = {}           # table -> the rows this run wrote to it (a DataFrame)
+        self.totals = {}            # state name -> (schema, [partial totals]) for the next run
 
     def path(self, *parts: str) -> str:
         return storage.join(self.output, *parts)
@@ -113,7 +115,7 @@ class BatchPipeline:
     def _run(self):
         from pyspark.sql import functions as F
 
-        from disque_spark import transform
+        from disque_spark import partials, transform
 
         spark, res, pr = self.spark, self.result, self.progress
         # partitioned writes without a sort of every row by partition first: concurrent
@@ -179,7 +181,9 @@ class BatchPipeline:
                 metrics.append(F.percentile_approx(F.when(
                     ~F.col("first_sample") & ~F.col("restart") & (F.col("interval_s") > 0),
                     F.col("interval_s")), 0.5, 10000).alias("median_interval"))
+            before = storage.list_files(spark, self.path("worker_rates")) if meta is not None else None
             n = self._write("worker_rates", wr, append=meta is not None, metrics=metrics)
+            self.written["worker_rates"] = self._new_rows("worker_rates", before)
             e = edges.get
             self._add_tail_rows("worker_tail", e["last"], ["node", "worker"])
             self._new_node_min = {}
@@ -205,7 +209,9 @@ class BatchPipeline:
             self._merge_old_tail("queue_tail", qtail_dir if qprev else None, qs.select(*qcols).schema)
             edges = self._observation("queue_edges")
             qb = transform.queue_backlog(qs, self.first_sample, prev=qprev, edges=edges)
+            before = storage.list_files(spark, self.path("queue_backlog")) if meta is not None else None
             n = self._write("queue_backlog", qb, append=meta is not None)
+            self.written["queue_backlog"] = self._new_rows("queue_backlog", before)
             self._add_tail_rows("queue_tail", edges.get["last"], ["node", "worker", "queue"])
             st.detail = f"{fmt_int(n)} rows"
 
@@ -215,15 +221,24 @@ class BatchPipeline:
             if not bucket:
                 bucket = bucket_from_median(self.observed["worker_rates"].get("median_interval"))
             res.bucket_s = bucket
-            codes = transform.Codes.of(wr_all)      # addresses and bounds, for node_rates and summary
+            # addresses and bounds as codes (a full run: of every row; an incremental run: of
+            # the rows of the buckets it recomputes)
+            codes = transform.Codes.of(wr_all) if meta is None else None
             n = self._node_rates(wr_all, bucket, k, codes, incremental=meta is not None)
             st.detail = f"{fmt_int(n)} rows, bucket {bucket:g}s"
 
         with pr.stage("summary + answers") as st:
+            # from partial totals: a full run's of every row, an incremental run's of its new
+            # rows merged with the saved ones (spark/partials.py)
             nr = spark.read.parquet(self.path("node_rates"))
-            n1 = self._write("summary", transform.summary(wr_all, nr, bucket, k, codes), partitioned=False)
-            qb_all = spark.read.parquet(self.path("queue_backlog"))
-            n2 = self._write("queue_summary", transform.queue_summary(qb_all), partitioned=False)
+            self._totals("worker_totals", partials.worker_partials(self.written["worker_rates"]),
+                                  ("node", "worker", "addr"), partials.merge_worker)
+            n1 = self._write("summary", transform.summary(self._frame("worker_totals"), nr, bucket, k, codes),
+                             partitioned=False)
+            qparts = self._totals("queue_totals", partials.queue_partials(self.written["queue_backlog"]),
+                                  partials.QUEUE_KEY, partials.merge_queue)
+            qsum = transform.queue_summary(self._frame("queue_totals", partials.per_queue(qparts)))
+            n2 = self._write("queue_summary", qsum, partitioned=False)
             st.detail = f"summary {n1} rows, queue_summary {n2} rows"
 
         if self.state_dir is not None:
@@ -237,7 +252,7 @@ class BatchPipeline:
         if self.report:
             with pr.stage("report (HTML + PNG charts)") as st:
                 from disque_spark.ingest import write_report
-                res.report_path = write_report(spark, self.output, res)
+                res.report_path = write_report(spark, self.output, res, self.totals["worker_totals"][1])
                 st.detail = res.report_path
         return res
 
@@ -272,6 +287,36 @@ class BatchPipeline:
         for r in last_rows:
             rows[(r["node"], r["worker"], r["queue"] if "queue" in keys else None)] = r
 
+
+    # -- the summaries' partial totals --------------------------------------------------
+    def _new_rows(self, table: str, before: set | None):
+        """The rows this run wrote to ``table``: all of it when it was replaced, else the
+        files that were not there before the append."""
+        path = self.path(table)
+        if before is None:
+            return self.spark.read.parquet(path)
+        new = sorted(storage.list_files(self.spark, path) - before)
+        schema = self.spark.read.parquet(path).schema
+        if not new:
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).option("basePath", path).parquet(*new)
+
+    def _totals(self, name: str, new_parts, key, merge_fn) -> list:
+        """This run's partial totals merged with the saved ones (an incremental run)."""
+        from disque_spark import partials
+        merged = {}
+        old_dir = self.state_path(name)
+        if self.meta is not None and storage.exists(self.spark, old_dir):
+            partials.merge([r.asDict() for r in self.spark.read.parquet(old_dir).collect()], key, merge_fn, merged)
+        partials.merge([r.asDict() for r in new_parts.collect()], key, merge_fn, merged)
+        rows = list(merged.values())
+        self.totals[name] = (new_parts.schema, rows)
+        return rows
+
+    def _frame(self, name: str, rows: list | None = None):
+        from disque_spark import partials
+        schema, saved = self.totals[name]
+        return partials.frame(self.spark, schema, saved if rows is None else rows)
 
     # -- incremental state ------------------------------------------------------------
     def state_path(self, *parts: str) -> str:
@@ -312,6 +357,8 @@ class BatchPipeline:
             for name, (schema, rows) in self.tails.items():
                 self.spark.createDataFrame(list(rows.values()), schema).coalesce(1).write.mode(
                     "overwrite").parquet(self.state_path(name))
+            for name in self.totals:
+                self._frame(name).coalesce(1).write.mode("overwrite").parquet(self.state_path(name))
         except Exception:
             self.meta = new_meta_holder
             raise

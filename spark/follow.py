@@ -352,7 +352,7 @@ class Follower:
     # -- summaries / report -----------------------------------------------------
     def refresh(self):
         """Recompute summary + queue_summary from the tables and rewrite the report."""
-        from disque_spark import ingest, transform
+        from disque_spark import ingest, partials, transform
         spark = self.spark
         self.last_refresh = time.monotonic()
         with self._lock:
@@ -364,10 +364,10 @@ class Follower:
             wr = spark.read.parquet(paths["worker_rates"])
             if storage.exists(spark, paths["node_rates"]):
                 nr = spark.read.parquet(paths["node_rates"])
-                transform.summary(wr, nr, b, k).write.mode("overwrite").parquet(self.path("summary"))
+                transform.summary(partials.worker_partials(wr), nr, b, k).write.mode("overwrite").parquet(self.path("summary"))
             if storage.exists(spark, paths["queue_backlog"]):
                 qb = spark.read.parquet(paths["queue_backlog"])
-                transform.queue_summary(qb).write.mode("overwrite").parquet(self.path("queue_summary"))
+                transform.queue_summary(partials.queue_summary_input(spark, qb)).write.mode("overwrite").parquet(self.path("queue_summary"))
             self._count_tables()
             if self.report and storage.exists(spark, self.path("summary")):
                 self.result.report_path = ingest.write_report(spark, self.output, self.result)

@@ -98,14 +98,16 @@ def detect_bucket(wr, default: float | None = 1.0) -> float | None:
     return bucket_from_median(v, default)
 
 
-def write_report(spark, output: str, result: IngestResult) -> str:
+def write_report(spark, output: str, result: IngestResult, worker_totals: list | None = None) -> str:
+    """``worker_totals``: the run's partial totals per (node, worker) (spark/partials.py),
+    so the report does not aggregate worker_rates again for its per-worker table."""
     from disque_spark import report
     if storage.is_local(output):
         out = os.path.join(storage.local_path(output), REPORT_DIR)
-        return report.make_report(spark, output, out, result)
+        return report.make_report(spark, output, out, result, worker_totals)
     import tempfile
     tmp = tempfile.mkdtemp(prefix="disque-report-")
-    report.make_report(spark, output, tmp, result)
+    report.make_report(spark, output, tmp, result, worker_totals)
     dest = storage.join(output, REPORT_DIR)
     storage.copy_from_local(spark, tmp, dest)
     return storage.join(dest, "index.html")

@@ -99,7 +99,22 @@ def _finish(fig, ax, path, has_data, legend=True):
     plt.close(fig)
 
 
-def make_report(spark, output: str, out_dir: str, result) -> str:
+def _worker_rows(totals: list) -> list[dict]:
+    """The per-worker table's rows from the partial totals per (node, worker, addr)."""
+    from disque_spark import partials
+    merged = partials.merge(totals, partials.WORKER_KEY, partials.merge_worker)
+    rows = []
+    for (node, worker), t in sorted(merged.items()):
+        secs = t["seconds"]
+        rows.append({"node": node, "worker": worker, "samples": t["samples"],
+                     "avg": t["commands"] / secs if secs and t["commands"] is not None else None,
+                     "peak": t["peak_commands_per_s"],
+                     "cpu": t["cpu_s"] / secs * 100 if secs and t["cpu_s"] is not None else None,
+                     "rss": t["rss"], "restarts": t["restarts"], "commands": t["commands"]})
+    return rows
+
+
+def make_report(spark, output: str, out_dir: str, result, worker_totals: list | None = None) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,16 +156,9 @@ def make_report(spark, output: str, out_dir: str, result) -> str:
                 .orderBy("node", "worker", "t").collect())
         for r in rows:
             worker_series.setdefault(r["node"], {}).setdefault(r["worker"], []).append(r)
-        dtv = F.when(F.col("interval_s") > 0, F.col("interval_s"))
-        worker_rows = (wr.groupBy("node", "worker")
-                       .agg(F.count(F.lit(1)).alias("samples"),
-                            (F.sum("commands") / F.sum(dtv)).alias("avg"),
-                            F.max("commands_per_s").alias("peak"),
-                            (F.sum("cpu_s") / F.sum(dtv) * 100).alias("cpu"),
-                            F.max("rss").alias("rss"),
-                            F.sum(F.col("restart").cast("int")).alias("restarts"),
-                            F.sum("commands").alias("commands"))
-                       .orderBy("node", "worker").collect())
+        from disque_spark import partials
+        worker_rows = _worker_rows(worker_totals if worker_totals is not None
+                                   else [r.asDict() for r in partials.worker_partials(wr).collect()])
 
     growing, largest, redelivery = [], [], []
     backlog = {}

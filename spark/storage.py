@@ -110,3 +110,17 @@ def copy_from_local(spark, local_dir: str, dest: str) -> None:
     fs, hp = _fs(spark, dest)
     jvm = spark.sparkContext._jvm
     fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path("file://" + os.path.abspath(local_dir)), hp)
+
+
+def list_files(spark, path: str) -> set:
+    """Every data file under ``path`` (recursively; not the hidden ``_``/``.`` ones), as URIs."""
+    fs, hp = _fs(spark, path)
+    out = set()
+    if not fs.exists(hp):
+        return out
+    it = fs.listFiles(hp, True)
+    while it.hasNext():
+        p = it.next().getPath()
+        if not _hidden(p.getName()):
+            out.add(p.toString())
+    return out

@@ -458,20 +458,23 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: C
 TOTAL_NODE = "TOTAL"
 
 
-def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int, codes: Codes | None = None) -> DataFrame:
-    """One row per node plus a TOTAL row: totals, averages, peaks, skew, latency."""
-    codes = codes or Codes.of(wr)
+def summary(wparts: DataFrame, nr: DataFrame, bucket_s: float, k: int, codes: Codes | None = None) -> DataFrame:
+    """One row per node plus a TOTAL row: totals, averages, peaks, skew, latency.
+
+    ``wparts``: the worker_rates totals per (node, worker, addr) (partials.worker_partials,
+    or the merged ones an incremental run keeps); ``nr``: node_rates."""
+    codes = codes or Codes.of(nr)
     sums = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
-    w_aggs = [codes.smallest("addr").alias("_addr"),
+    w_aggs = [F.min("addr").alias("addr"),
               F.countDistinct("worker").alias("workers"),
-              F.count(F.lit(1)).alias("samples"),
-              F.min(F.col("ts") - F.coalesce(F.col("interval_s"), F.lit(0.0))).alias("start_ts"),
-              F.max("ts").alias("end_ts"),
-              F.sum(F.col("restart").cast("int")).cast("long").alias("restarts"),
+              F.sum("samples").cast("long").alias("samples"),
+              F.min("start_ts").alias("start_ts"),
+              F.max("end_ts").alias("end_ts"),
+              F.sum("restarts").cast("long").alias("restarts"),
               *[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in sums],
               F.sum("cpu_s").alias("cpu_s"),
               F.max("rss").alias("max_worker_rss")]
-    per_node_w = wr.groupBy("node").agg(*w_aggs)
+    per_node_w = wparts.groupBy("node").agg(*w_aggs)
     n_aggs = [F.avg("commands_per_s").alias("avg_commands_per_s"),
               F.avg("added_per_s").alias("avg_added_per_s"),
               F.avg("acked_per_s").alias("avg_acked_per_s"),
@@ -485,7 +488,6 @@ def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int, codes: Codes 
               codes.smallest("lat_bounds").alias("_lb"),
               sum_arrays("lat_counts", k).alias("lat_counts")]
     per_node_n = nr.groupBy("node").agg(*n_aggs)
-    per_node_w = per_node_w.select("*", codes.value("addr", F.col("_addr")).alias("addr")).drop("_addr")
     per_node_n = per_node_n.select("*", codes.value("lat_bounds", F.col("_lb")).alias("lat_bounds")).drop("_lb")
     # materialized once (a few rows): the TOTAL row and the output both read it
     nodes = per_node_w.join(per_node_n, "node", "left").localCheckpoint(eager=True)
@@ -525,27 +527,29 @@ def summary(wr: DataFrame, nr: DataFrame, bucket_s: float, k: int, codes: Codes 
     return add_percentiles(allrows, k).orderBy("_o", "node").drop("_o")
 
 
-def queue_summary(qb: DataFrame, min_r2: float = 0.5, min_up_fraction: float = 0.5) -> DataFrame:
+def queue_summary(qparts: DataFrame, min_r2: float = 0.5, min_up_fraction: float = 0.5) -> DataFrame:
     """Per (node, queue): backlog trend (growing?) and the redelivery ratio.
 
-    growing = the least-squares slope of len over time is positive and the linear trend
-    explains at least ``min_r2`` of len's variance (R^2; so an oscillating queue is not
-    "growing"), the last len is above the first, and len went up in at least
-    ``min_up_fraction`` of the intervals that changed it (intervals with growth != 0).
+    ``qparts``: one row per (node, queue) of merged partials (partials.per_queue): counts,
+    first and last len, and the state of the least-squares fit of len over ts, evaluated here
+    as Spark's regr_slope and regr_r2 evaluate theirs.
+    growing = the fit's slope is positive and the linear trend explains at least ``min_r2``
+    of len's variance (R^2; so an oscillating queue is not "growing"), the last len is above
+    the first, and len went up in at least ``min_up_fraction`` of the intervals that changed
+    it (intervals with growth != 0).
     redelivery_ratio = (additional_deliveries + nacks) / jobs_out over the run.
     """
-    g = qb.groupBy("node", "queue").agg(
-        F.count(F.lit(1)).alias("samples"),
-        F.countDistinct("worker").alias("workers"),
-        F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"),
-        F.min_by("len", "ts").alias("first_len"), F.max_by("len", "ts").alias("last_len"),
-        F.max("len").alias("max_len"),
-        F.regr_slope(F.col("len").cast("double"), F.col("ts")).alias("len_slope_per_s"),
-        F.regr_r2(F.col("len").cast("double"), F.col("ts")).alias("len_r2"),
-        F.sum(F.when(F.col("growth") > 0, 1).otherwise(0)).alias("intervals_up"),
-        F.sum(F.when(F.col("growth") < 0, 1).otherwise(0)).alias("intervals_down"),
-        F.count("growth").alias("intervals"),
-        *[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in QUEUE_COUNTERS])
+    n, ck, m2x, m2y = F.col("fit_n"), F.col("fit_ck"), F.col("fit_m2x"), F.col("fit_m2y")
+    slope = F.when((n > 0) & (m2x != 0), (ck / n) / (m2x / n))
+    r2 = F.when((n > 0) & (m2x != 0), F.when(m2y == 0, F.lit(1.0)).otherwise(ck * ck / m2x / m2y))
+    g = qparts.select(
+        "node", "queue", F.col("samples").cast("long").alias("samples"),
+        F.col("workers").cast("long").alias("workers"), "first_ts", "last_ts", "first_len", "last_len",
+        "max_len", slope.alias("len_slope_per_s"), r2.alias("len_r2"),
+        F.col("intervals_up").cast("long").alias("intervals_up"),
+        F.col("intervals_down").cast("long").alias("intervals_down"),
+        F.col("intervals").cast("long").alias("intervals"),
+        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in QUEUE_COUNTERS])
     changed = F.col("intervals_up") + F.col("intervals_down")
     up_frac = F.when(changed > 0, F.col("intervals_up") / changed)
     g = g.select("*", up_frac.alias("up_fraction"))
