@@ -29,6 +29,9 @@ REPORT_DIR = "report"
 PARTITION_BYTES = 64 << 20
 WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false", "spark.sql.maxConcurrentOutputFileWriters": "16"}
 QUEUE_INPUT = ["node", "worker", "pid", "ts", "uptime_s", "top_queues", "qmap"]
+#: worker_rates rows kept per worker in the state: the next run's boundary node_rates buckets
+#: are recomputed from them instead of a scan of worker_rates (spark/buckets.py)
+RECENT_ROWS = 64
 
 
 class IngestError(Exception):
@@ -66,6 +69,8 @@ class BatchPipeline:
         self.tails = {}             # state name -> (schema, {key: last row}) for the next run
         self.written = {}           # table -> the rows this run wrote to it (a DataFrame)
         self.totals = {}            # state name -> (schema, [partial totals]) for the next run
+        self.recent = None          # (schema, rows): each worker's last worker_rates rows, saved
+        self.recent_old = None      # (DataFrame, rows): the ones the previous run saved
 
     def path(self, *parts: str) -> str:
         return storage.join(self.output, *parts)
@@ -143,19 +148,22 @@ class BatchPipeline:
             opts = {"recursiveFileLookup": "true"}
             if files is None and not any(c in self.input for c in "*?[{"):
                 opts["pathGlobFilter"] = storage.DIR_PATTERN
+            before = storage.list_files(spark, samples_dir) if meta is not None else None
             seen = samples.write(spark, spark_paths, samples_dir, run_no, append=meta is not None,
                                  segment_names=self.segment_names, reader_options=opts)
+            # an incremental run reads back the files it wrote, not the table's every footer
+            new_files = sorted(storage.list_files(spark, samples_dir) - before) if before is not None else None
             counts = self._counts(seen["rows"], seen["bad"], seen["k"])
             k = counts["k"]
             nbad = sum(seen["bad"].values())
             if nbad:
-                bad = samples.bad_lines(spark, samples_dir, run=run_no)
+                bad = samples.bad_lines(spark, samples_dir, run=run_no, files=new_files)
                 self._write("bad_lines", bad, partitioned=False, append=meta is not None)
                 res.bad_examples = [tuple(r) for r in bad.limit(5).collect()]
             st.detail = (f"rows read {fmt_int(seen['rows'])}, bad lines {fmt_int(nbad)}"
                          + (f" {seen['bad']}" if nbad else "") + f", samples under {samples_dir}")
 
-        new = samples.read(spark, samples_dir, run=run_no if meta is not None else None)
+        new = samples.read(spark, samples_dir, run=run_no if meta is not None else None, files=new_files)
         parts = self._partitions(res.new_bytes if res.new_bytes is not None else res.input_bytes)
         wcols = [c for c in new.columns if c not in ("top_queues", "qmap")]
         marks = None
@@ -175,15 +183,20 @@ class BatchPipeline:
             self._merge_old_tail("worker_tail", tail_dir if prev else None, ws.select(*wcols).schema)
             edges = self._observation("worker_edges")
             wr = transform.worker_rates(ws.select(*wcols, *([prev] if prev else [])), self.first_sample, k,
-                                        prev=prev, edges=edges)
+                                        prev=prev, edges=edges, recent=RECENT_ROWS if self.state_dir else 0)
+            out_cols = [c for c in wr.columns if c != "_recent"]
             metrics = [F.min("ts").alias("start_ts"), F.max("ts").alias("end_ts")]
+            if "_recent" in wr.columns:     # each worker's last rows, for the next run's boundary
+                metrics.append(F.collect_list(F.when(F.col("_recent"), F.struct(*out_cols))).alias("recent"))
             if not (self.bucket_s or (meta or {}).get("bucket_s")):   # the median interval, observed now
                 metrics.append(F.percentile_approx(F.when(
                     ~F.col("first_sample") & ~F.col("restart") & (F.col("interval_s") > 0),
                     F.col("interval_s")), 0.5, 10000).alias("median_interval"))
             before = storage.list_files(spark, self.path("worker_rates")) if meta is not None else None
-            n = self._write("worker_rates", wr, append=meta is not None, metrics=metrics)
+            n = self._write("worker_rates", wr, append=meta is not None, metrics=metrics, drop=["_recent"])
             self.written["worker_rates"] = self._new_rows("worker_rates", before)
+            self.recent_old = self._recent_rows(self.written["worker_rates"].schema,
+                                                self.observed["worker_rates"].pop("recent", None))
             e = edges.get
             self._add_tail_rows("worker_tail", e["last"], ["node", "worker"])
             self._new_node_min = {}
@@ -288,6 +301,27 @@ class BatchPipeline:
             rows[(r["node"], r["worker"], r["queue"] if "queue" in keys else None)] = r
 
 
+    # -- each worker's recent rows ----------------------------------------------------
+    def _recent_rows(self, schema, new_rows):
+        """Merge the saved recent worker_rates rows with this run's (each worker's last
+        RECENT_ROWS, by time) into the state; returns the saved ones as (DataFrame, rows) for
+        this run's boundary, or None when there are none."""
+        if new_rows is None:
+            return None
+        old_dir = self.state_path("recent_rates")
+        old = []
+        if self.meta is not None and storage.exists(self.spark, old_dir):
+            old = self.spark.read.parquet(old_dir).select(*schema.names).collect()
+        by_worker = {}
+        for r in list(old) + list(new_rows):
+            by_worker.setdefault((r["node"], r["worker"]), []).append(tuple(r[c] for c in schema.names))
+        ts = schema.names.index("ts")
+        keep = [row for rows in by_worker.values() for row in sorted(rows, key=lambda x: x[ts])[-RECENT_ROWS:]]
+        self.recent = (schema, keep)
+        if self.meta is None or not old:
+            return None
+        return self.spark.createDataFrame(old, schema), [r.asDict() for r in old]
+
     # -- the summaries' partial totals --------------------------------------------------
     def _new_rows(self, table: str, before: set | None):
         """The rows this run wrote to ``table``: all of it when it was replaced, else the
@@ -359,6 +393,9 @@ class BatchPipeline:
                     "overwrite").parquet(self.state_path(name))
             for name in self.totals:
                 self._frame(name).coalesce(1).write.mode("overwrite").parquet(self.state_path(name))
+            if self.recent is not None:
+                self.spark.createDataFrame(self.recent[1], self.recent[0]).coalesce(1).write.mode(
+                    "overwrite").parquet(self.state_path("recent_rates"))
         except Exception:
             self.meta = new_meta_holder
             raise
@@ -381,13 +418,19 @@ class BatchPipeline:
             # worker_rates to find it
             self.node_t0 = dict(self._new_node_min)
             grid = spark.createDataFrame(sorted(self.node_t0.items()), "node string, t0 double")
-            return self._write("node_rates", transform.node_rates(wr_all, bucket, grid, k, codes))
+            seen = self.observed["worker_rates"]
+            return self._write("node_rates", transform.node_rates(
+                wr_all, bucket, grid, k, codes, hours=buckets.hours(seen["start_ts"], seen["end_ts"], bucket)))
         # nodes first seen now anchor their grid at their first sample
         for node, t0 in self._new_node_min.items():
             known.setdefault(node, t0)
         self.node_t0 = known
-        buckets.replace(spark, wr_all, self.path("node_rates"), buckets.cuts(self._new_node_min, known, bucket),
-                        known, bucket, k, codes)
+        cut = buckets.cuts(self._new_node_min, known, bucket)
+        src = wr_all                # the boundary's old rows from the saved recent rows when they hold them
+        if self.recent_old is not None and buckets.recent_cover(self.recent_old[1], cut, bucket, RECENT_ROWS):
+            src = self.written["worker_rates"].unionByName(self.recent_old[0])
+        buckets.replace(spark, src, self.path("node_rates"), cut, known, bucket, k, codes,
+                        self.observed["worker_rates"]["end_ts"])
         return self._count("node_rates")
 
     def _apply_meta_counts(self, meta) -> None:
@@ -423,7 +466,7 @@ class BatchPipeline:
             res.start_ts, res.end_ts = agg[0], agg[1]
 
     def _write(self, name: str, df, partitioned: bool | None = None, append: bool = False,
-               metrics: list | None = None) -> int:
+               metrics: list | None = None, drop: list | None = None) -> int:
         """Write a table (replace it, or append to it); returns the table's row count.
 
         The rows written (and ``metrics``, kept in self.observed[name]) are observed while
@@ -433,6 +476,8 @@ class BatchPipeline:
         path = self.path(name)
         obs = Observation(name)
         df = df.observe(obs, F.count(F.lit(1)).alias("rows"), *(metrics or []))
+        if drop:
+            df = df.drop(*drop)
         w = df.write.mode("append" if append else "overwrite")
         if partitioned is None:
             partitioned = name in PARTITIONED

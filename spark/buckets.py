@@ -27,8 +27,38 @@ def cuts(first_new: dict, grid: dict, bucket: float) -> dict:
     return {node: grid[node] + bucket_index(lo, grid[node], bucket) * bucket for node, lo in first_new.items()}
 
 
-def replace(spark, wr_all, nr_path: str, cut: dict, grid: dict, bucket: float, k: int, codes) -> None:
-    """Recompute the buckets from each node's cut on and replace them in ``nr_path``."""
+def recent_cover(rows: list, cut: dict, bucket: float, per_worker: int) -> bool:
+    """Whether the saved recent worker_rates ``rows`` (each worker's last ``per_worker``, as
+    dicts) hold every old row of the buckets from each node's cut on: for every worker of such
+    a node whose rows reach the cut, the saved rows start before the cut's bucket, or they
+    are all the rows the worker ever had (fewer than ``per_worker``)."""
+    first, last, count = {}, {}, {}
+    for r in rows:
+        key = (r["node"], r["worker"])
+        first[key] = min(r["ts"], first.get(key, r["ts"]))
+        last[key] = max(r["ts"], last.get(key, r["ts"]))
+        count[key] = count.get(key, 0) + 1
+    for (node, worker), lo in first.items():
+        if node not in cut:
+            continue
+        edge = cut[node] - bucket / 2.0 - bucket / 4.0      # a bucket's samples start after this
+        if last[(node, worker)] >= edge and count[(node, worker)] >= per_worker and lo > edge:
+            return False
+    return True
+
+
+def hours(start_ts, end_ts, bucket: float) -> int:
+    """The number of clock hours the buckets of samples from ``start_ts`` to ``end_ts`` fall
+    in: node_rates' partitions, one hour (or a few, when their hashes meet) per output file."""
+    if start_ts is None or end_ts is None:
+        return 0
+    return int((end_ts + bucket) // 3600 - (start_ts - bucket) // 3600) + 1
+
+
+def replace(spark, wr_all, nr_path: str, cut: dict, grid: dict, bucket: float, k: int, codes,
+            end_ts: float | None) -> None:
+    """Recompute the buckets from each node's cut on and replace them in ``nr_path``
+    (``end_ts``: the last new sample)."""
     from pyspark.sql import functions as F
 
     from disque_spark import transform
@@ -40,7 +70,8 @@ def replace(spark, wr_all, nr_path: str, cut: dict, grid: dict, bucket: float, k
     grid_df = spark.createDataFrame(sorted(grid.items()), "node string, t0 double")
     # every sample of a bucket from the cut on is at or after the cut minus half a bucket
     src = wr_all.where((F.col("date") >= transform.date_of(F.lit(low - bucket))) & (F.col("ts") >= low - bucket))
-    new = (transform.node_rates(src, bucket, grid_df, k, codes).join(cut_df, "node")
+    new = (transform.node_rates(src, bucket, grid_df, k, codes, hours=hours(low - bucket, end_ts, bucket))
+           .join(cut_df, "node")
            .where(F.col("ts") >= F.col("_cut") - half).drop("_cut"))
     old_files = []
     if storage.exists(spark, nr_path):

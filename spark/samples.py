@@ -88,20 +88,31 @@ def write(spark, paths: list[str], dest: str, run: int, append: bool, segment_na
     return {"rows": int(m["rows"]), "bad": bad, "k": int(m["k"] or 0)}
 
 
-def read(spark, path: str, run: int | None = None):
-    """The good samples (all of them, or only those one run ingested): the columns
-    schema.parse_lines gives a good line, node included."""
+def _table(spark, path: str, files: list | None):
+    """The table, or only ``files`` of it (the partition columns still read from their paths)."""
+    reader = spark.read.schema(table_schema(spark))
+    if files is None:
+        return reader.parquet(path)
+    if not files:
+        return spark.createDataFrame([], table_schema(spark))
+    return reader.option("basePath", path).parquet(*files)
+
+
+def read(spark, path: str, run: int | None = None, files: list | None = None):
+    """The good samples (all of them, or only those one run ingested; ``files``: the files
+    that run wrote, when known): the columns schema.parse_lines gives a good line, node
+    included."""
     from pyspark.sql import functions as F
-    df = spark.read.schema(table_schema(spark)).parquet(path).where(F.col("node").isNotNull())
+    df = _table(spark, path, files).where(F.col("node").isNotNull())
     if run is not None:
         df = df.where(F.col("run") == run)
     return df.drop("bad_reason", "line", "file", "run", "hour")
 
 
-def bad_lines(spark, path: str, run: int | None = None):
+def bad_lines(spark, path: str, run: int | None = None, files: list | None = None):
     """The bad lines (file, bad_reason, line): the null partition only."""
     from pyspark.sql import functions as F
-    df = spark.read.schema(table_schema(spark)).parquet(path).where(F.col("node").isNull())
+    df = _table(spark, path, files).where(F.col("node").isNull())
     if run is not None:
         df = df.where(F.col("run") == run)
     return df.select("file", "bad_reason", "line")

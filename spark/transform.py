@@ -180,14 +180,17 @@ def _previous(cols: list[str], w, prev: str | None) -> Column:
     return F.coalesce(lagged, F.col(prev)) if prev else lagged
 
 
-def _with_edges(df: DataFrame, w, prev_col, edges, keep: list[str]) -> DataFrame:
+def _with_edges(df: DataFrame, w, prev_col, edges, keep: list[str], recent: int = 0) -> DataFrame:
     """Add the previous-sample struct ``_p`` (one window operator); with ``edges`` (an
     Observation), also gather, while the window runs, each key's last row (its ``keep``
     columns: what the next run's state needs) and each key's first row (node, ts), so no
-    second pass over the samples is needed for them."""
+    second pass over the samples is needed for them. ``recent`` > 0 adds ``_recent``, true
+    for each key's last ``recent`` rows."""
+    one = F.lit(1)
+    if recent > 0:
+        df = df.select("*", F.lead(one, recent).over(w).isNull().alias("_recent"))
     if edges is None:
         return df.select("*", prev_col.alias("_p"))
-    one = F.lit(1)
     df = df.select("*", prev_col.alias("_p"), F.lead(one).over(w).isNull().alias("_last"),
                    F.lag(one).over(w).isNull().alias("_first_new"))
     return df.observe(edges, F.collect_list(F.when(F.col("_last"), F.struct(*keep))).alias("last"),
@@ -195,7 +198,7 @@ def _with_edges(df: DataFrame, w, prev_col, edges, keep: list[str]) -> DataFrame
 
 
 def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, prev: str | None = None,
-                 edges=None) -> DataFrame:
+                 edges=None, recent: int = 0) -> DataFrame:
     """Per (node, worker, sample): deltas and rates of every counter, gauges, latency.
 
     ``samples`` are good rows as produced by schema.parse_lines (top_queues not needed);
@@ -206,10 +209,11 @@ def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, p
     run's first delta is taken against it (no union with the old rows, so a cached input
     that is already partitioned and sorted by (node, worker, ts) needs no shuffle or sort).
     ``edges``: an Observation that gets every worker's last row and first (node, ts).
+    ``recent`` > 0: a boolean ``_recent`` column marks each worker's last ``recent`` rows.
     """
     w = Window.partitionBy("node", "worker").orderBy("ts")
     keep = [c for c in samples.columns if c not in ("_tail", prev)]
-    df = _with_edges(samples, w, _previous(WORKER_PREV_COLS, w, prev), edges, keep)
+    df = _with_edges(samples, w, _previous(WORKER_PREV_COLS, w, prev), edges, keep, recent)
     first, restart, fresh, start = _interval_flags("_p", first_sample)
     df = df.select("*", first.alias("_first"), restart.alias("restart"), fresh.alias("_fresh"),
                    start.alias("_start"))
@@ -265,8 +269,7 @@ def worker_rates(samples: DataFrame, first_sample: str = "start", k: int = 14, p
         "lat_bounds",
         F.when(zero, F.lit(None)).otherwise(F.col("_lat")).alias("lat_counts"),
     ]
-    if "_tail" in samples.columns:
-        cols.append("_tail")
+    cols += [c for c in ("_tail", "_recent") if c in df.columns]
     out = df.select(*cols)
     return add_percentiles(out, k)
 
@@ -391,7 +394,8 @@ class Codes:
 _NODE_SUMS = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
 
 
-def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: Codes | None = None) -> DataFrame:
+def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: Codes | None = None,
+               hours: int = 0) -> DataFrame:
     """Per (node, time bucket): rates summed over the node's workers, skew, latency.
 
     ``grid`` is (node, t0): each node's first sample, which anchors its time buckets.
@@ -401,10 +405,17 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: C
     workers. Buckets are ``bucket_s`` wide, centred on t0 + i * bucket_s per node, so the
     one-line-per-worker-per-interval pattern lands one sample per worker per bucket even
     with a little timing jitter. ``codes``: Codes.of(wr) when the caller has them already.
+    ``hours``: when > 0, the rows are hash-partitioned by the hour of their bucket into that
+    many partitions before the first aggregation, so both levels run without another exchange
+    and every output file holds whole hours (an incremental run rewrites only the files that
+    hold the hours it recomputes: spark/buckets.py).
     """
     codes = codes or Codes.of(wr)
     df = wr.join(F.broadcast(grid), "node")
     df = df.withColumn("_idx", F.round((F.col("ts") - F.col("t0")) / F.lit(float(bucket_s))).cast("long"))
+    df = df.withColumn("_hour", F.floor((F.col("t0") + F.col("_idx") * F.lit(float(bucket_s))) / 3600))
+    if hours > 0:
+        df = df.repartition(hours, "_hour")
     dtv = F.when(F.col("interval_s") > 0, F.col("interval_s"))
     # gauges: the max over the worker's samples in the bucket (normally exactly one)
     agg1 = [codes.smallest("addr").alias("_addr"),
@@ -416,7 +427,7 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: C
             codes.smallest("lat_bounds").alias("_lb"),
             sum_arrays("lat_counts", k).alias("lat_counts")]
     agg1 += [F.sum(c).alias(c) for c in _NODE_SUMS]
-    per_worker = df.groupBy("node", "t0", "_idx", "worker").agg(*agg1)
+    per_worker = df.groupBy("node", "t0", "_hour", "_idx", "worker").agg(*agg1)
     dt = F.col("_dt")
     per_worker = per_worker.withColumn("_wrate", _rate(F.col("commands"), dt))
     agg2 = [codes.smallest("addr", F.col("_addr")).alias("_addr"),
@@ -434,7 +445,7 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: C
         codes.smallest("lat_bounds", F.col("_lb")).alias("_lb"),
         sum_arrays("lat_counts", k).alias("lat_counts"),
     ]
-    nr = per_worker.groupBy("node", "t0", "_idx").agg(*agg2)
+    nr = per_worker.groupBy("node", "t0", "_hour", "_idx").agg(*agg2)
     nr = nr.select("*", codes.value("addr", F.col("_addr")).alias("addr"),
                    codes.value("lat_bounds", F.col("_lb")).alias("lat_bounds"))
     ts = F.col("t0") + F.col("_idx") * F.lit(float(bucket_s))
