@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -392,20 +393,32 @@ def hold_back(src: str, dst: str, cutoff: float) -> dict:
 def new_hour_run(spark, inp: str, work: str, sampler, seconds: int, no_report: bool):
     """One new hour of an ingested day: a run over the day without its last hour, then the
     hour appended to each node's open file and an incremental run timed (it reads only those
-    bytes, and the state's last samples for the rates at the boundary)."""
+    bytes, and the state's last samples for the rates at the boundary). The same incremental
+    run is timed twice: in this session (its JVM warm from the day) and as a cron job runs it,
+    ``disque-stats-ingest`` in a new process (a new JVM), over a copy of the day's output."""
     from disque_spark import ingest
     part, out = os.path.join(work, "in-hour"), os.path.join(work, "out-hour")
+    cold_out = out + "-new-process"
     shutil.rmtree(part, ignore_errors=True)
+    shutil.rmtree(cold_out, ignore_errors=True)
     held = hold_back(inp, part, T0 + seconds - 3600)
     _, before, _, _, _ = measure(sampler, lambda: ingest.run(
         part, out, spark=spark, report=not no_report, full=True, progress=False))
+    subprocess.run(["cp", "-a", out, cold_out], check=True)
     for path, data in held.items():
         with open(path, "ab") as f:
             f.write(data)
     res, hour, cpu, _, _ = measure(sampler, lambda: ingest.run(
         part, out, spark=spark, report=not no_report, progress=True))
+    cmd = [sys.executable, "-c", "import sys; from disque_spark.ingest import main; sys.exit(main())",
+           "--input", part, "--output", cold_out, "--master", "local[2]", "-q"] + (["--no-report"] if no_report else [])
+    t = time.monotonic()
+    subprocess.run(cmd, check=True, env=dict(os.environ, SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
+    cold = time.monotonic() - t
     shutil.rmtree(part, ignore_errors=True)
+    shutil.rmtree(cold_out, ignore_errors=True)
     return {"day_but_last_hour_seconds": before, "new_hour_seconds": hour, "new_hour_cpu_seconds": cpu,
+            "new_hour_new_process_seconds": cold,
             "new_hour_bytes": res.new_bytes, "new_hour_lines": sum(d.count(b"\n") for d in held.values()),
             "mode": res.mode, "stages": res.stages}
 
@@ -548,6 +561,9 @@ def main(argv=None):
                   f"{hour['day_but_last_hour_seconds']:.1f} s)")
             for name, sec in hour["stages"]:
                 print(f"      {name:46s} {sec:8.1f} s")
+            cold = hour["new_hour_new_process_seconds"]
+            print(f"  the same hour in a new process (disque-stats-ingest, a new JVM, as cron runs it) "
+                  f"{cold:.1f} s ({cold / job:.3f} of the job over the whole input)")
     spark.stop()
     sampler.stop.set()
     sampler.join()

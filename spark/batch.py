@@ -184,10 +184,10 @@ class BatchPipeline:
             edges = self._observation("worker_edges")
             wr = transform.worker_rates(ws.select(*wcols, *([prev] if prev else [])), self.first_sample, k,
                                         prev=prev, edges=edges, recent=RECENT_ROWS if self.state_dir else 0)
-            out_cols = [c for c in wr.columns if c != "_recent"]
             metrics = [F.min("ts").alias("start_ts"), F.max("ts").alias("end_ts")]
             if "_recent" in wr.columns:     # each worker's last rows, for the next run's boundary
-                metrics.append(F.collect_list(F.when(F.col("_recent"), F.struct(*out_cols))).alias("recent"))
+                metrics.append(F.collect_list(F.when(F.col("_recent"), F.struct(
+                    *transform.NODE_RATES_INPUT))).alias("recent"))
             if not (self.bucket_s or (meta or {}).get("bucket_s")):   # the median interval, observed now
                 metrics.append(F.percentile_approx(F.when(
                     ~F.col("first_sample") & ~F.col("restart") & (F.col("interval_s") > 0),
@@ -195,8 +195,9 @@ class BatchPipeline:
             before = storage.list_files(spark, self.path("worker_rates")) if meta is not None else None
             n = self._write("worker_rates", wr, append=meta is not None, metrics=metrics, drop=["_recent"])
             self.written["worker_rates"] = self._new_rows("worker_rates", before)
-            self.recent_old = self._recent_rows(self.written["worker_rates"].schema,
-                                                self.observed["worker_rates"].pop("recent", None))
+            self.recent_old = self._recent_rows(
+                self.written["worker_rates"].select(*transform.NODE_RATES_INPUT).schema,
+                self.observed["worker_rates"].pop("recent", None))
             e = edges.get
             self._add_tail_rows("worker_tail", e["last"], ["node", "worker"])
             self._new_node_min = {}
@@ -428,7 +429,7 @@ class BatchPipeline:
         cut = buckets.cuts(self._new_node_min, known, bucket)
         src = wr_all                # the boundary's old rows from the saved recent rows when they hold them
         if self.recent_old is not None and buckets.recent_cover(self.recent_old[1], cut, bucket, RECENT_ROWS):
-            src = self.written["worker_rates"].unionByName(self.recent_old[0])
+            src = self.written["worker_rates"].select(*transform.NODE_RATES_INPUT).unionByName(self.recent_old[0])
         buckets.replace(spark, src, self.path("node_rates"), cut, known, bucket, k, codes,
                         self.observed["worker_rates"]["end_ts"])
         return self._count("node_rates")

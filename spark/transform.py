@@ -187,12 +187,12 @@ def _with_edges(df: DataFrame, w, prev_col, edges, keep: list[str], recent: int 
     second pass over the samples is needed for them. ``recent`` > 0 adds ``_recent``, true
     for each key's last ``recent`` rows."""
     one = F.lit(1)
-    if recent > 0:
-        df = df.select("*", F.lead(one, recent).over(w).isNull().alias("_recent"))
+    # every window function in one select: one window operator, one buffering of each key's rows
+    marks = [F.lead(one, recent).over(w).isNull().alias("_recent")] if recent > 0 else []
     if edges is None:
-        return df.select("*", prev_col.alias("_p"))
+        return df.select("*", prev_col.alias("_p"), *marks)
     df = df.select("*", prev_col.alias("_p"), F.lead(one).over(w).isNull().alias("_last"),
-                   F.lag(one).over(w).isNull().alias("_first_new"))
+                   F.lag(one).over(w).isNull().alias("_first_new"), *marks)
     return df.observe(edges, F.collect_list(F.when(F.col("_last"), F.struct(*keep))).alias("last"),
                       F.collect_list(F.when(F.col("_first_new"), F.struct("node", "ts"))).alias("first"))
 
@@ -392,6 +392,9 @@ class Codes:
 # ---------------------------------------------------------------------------
 
 _NODE_SUMS = ["commands"] + _SCALAR_COUNTERS + ["bus_in", "bus_out"]
+#: the worker_rates columns node_rates reads
+NODE_RATES_INPUT = (["date", "ts", "node", "addr", "worker", "interval_s", "restart", "cpu_s", "rss"]
+                    + list(GAUGES) + ["lat_bounds", "lat_counts"] + _NODE_SUMS)
 
 
 def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: Codes | None = None,
@@ -406,16 +409,17 @@ def node_rates(wr: DataFrame, bucket_s: float, grid: DataFrame, k: int, codes: C
     one-line-per-worker-per-interval pattern lands one sample per worker per bucket even
     with a little timing jitter. ``codes``: Codes.of(wr) when the caller has them already.
     ``hours``: when > 0, the rows are hash-partitioned by the hour of their bucket into that
-    many partitions before the first aggregation, so both levels run without another exchange
-    and every output file holds whole hours (an incremental run rewrites only the files that
-    hold the hours it recomputes: spark/buckets.py).
+    many partitions before the first aggregation (by hour and node into 8 when the hours are
+    fewer), so both levels run without another exchange and every output file holds whole
+    hours (an incremental run rewrites only the files that hold the hours it recomputes:
+    spark/buckets.py).
     """
     codes = codes or Codes.of(wr)
     df = wr.join(F.broadcast(grid), "node")
     df = df.withColumn("_idx", F.round((F.col("ts") - F.col("t0")) / F.lit(float(bucket_s))).cast("long"))
     df = df.withColumn("_hour", F.floor((F.col("t0") + F.col("_idx") * F.lit(float(bucket_s))) / 3600))
-    if hours > 0:
-        df = df.repartition(hours, "_hour")
+    if hours > 0:       # a few hours (an incremental run): by node too, for every core
+        df = df.repartition(*((hours, "_hour") if hours >= 8 else (8, "_hour", "node")))
     dtv = F.when(F.col("interval_s") > 0, F.col("interval_s"))
     # gauges: the max over the worker's samples in the bucket (normally exactly one)
     agg1 = [codes.smallest("addr").alias("_addr"),
