@@ -498,7 +498,8 @@ def summary(wparts: DataFrame, nr: DataFrame, bucket_s: float, k: int, codes: Co
               F.max("rss").alias("peak_rss"),
               F.max("queued").alias("peak_queued"),
               F.avg("skew").alias("mean_skew"),
-              F.percentile_approx("skew", 0.95).alias("p95_skew"),
+              # exact: an approximate percentile depends on how node_rates' rows are laid out
+              F.percentile("skew", 0.95).alias("p95_skew"),
               F.max("skew").alias("max_skew"),
               codes.smallest("lat_bounds").alias("_lb"),
               sum_arrays("lat_counts", k).alias("lat_counts")]
