@@ -249,7 +249,9 @@ class BatchPipeline:
                                   ("node", "worker", "addr"), partials.merge_worker)
             n1 = self._write("summary", transform.summary(self._frame("worker_totals"), nr, bucket, k, codes),
                              partitioned=False)
-            qparts = self._totals("queue_totals", partials.queue_partials(self.written["queue_backlog"]),
+            start = self.observed["worker_rates"]["start_ts"]
+            origin = float(int(start)) if start is not None else 0.0
+            qparts = self._totals("queue_totals", partials.queue_partials(self.written["queue_backlog"], origin),
                                   partials.QUEUE_KEY, partials.merge_queue)
             qsum = transform.queue_summary(self._frame("queue_totals", partials.per_queue(qparts)))
             n2 = self._write("queue_summary", qsum, partitioned=False)

@@ -20,7 +20,7 @@ from disque_spark.schema import JOB_COUNTERS, QUEUE_COUNTERS
 WORKER_KEY = ("node", "worker")
 QUEUE_KEY = ("node", "queue", "worker")
 WORKER_SUMS = ["commands"] + list(JOB_COUNTERS) + ["bus_in", "bus_out"]
-_FIT = ("fit_n", "fit_x", "fit_y", "fit_ck", "fit_m2x", "fit_m2y")
+_FIT = ("fit_origin", "fit_n", "fit_x", "fit_y", "fit_ck", "fit_m2x", "fit_m2y")
 
 
 def worker_partials(wr: DataFrame) -> DataFrame:
@@ -37,11 +37,13 @@ def worker_partials(wr: DataFrame) -> DataFrame:
         F.sum(dtv).alias("seconds"), F.max("commands_per_s").alias("peak_commands_per_s"))
 
 
-def queue_partials(qb: DataFrame) -> DataFrame:
+def queue_partials(qb: DataFrame, origin: float = 0.0) -> DataFrame:
     """Per (node, queue, worker) totals of queue_backlog rows, the fit of len over ts as
     (n, mean x, mean y, co-moment, second moments): Spark's own state for regr_slope/regr_r2,
-    over the rows where both are set."""
-    x = F.when(F.col("len").isNotNull(), F.col("ts"))
+    over the rows where both are set. ``x`` is ts - ``origin`` (a whole second near the rows'
+    first, kept as ``fit_origin``): the moments do not change, but the mean of times near
+    1.8e9 would lose the digits the merge of two partials needs."""
+    x = F.when(F.col("len").isNotNull(), F.col("ts") - F.lit(float(origin)))
     y = F.when(F.col("ts").isNotNull(), F.col("len").cast("double"))
     n = F.count(x)
     return qb.groupBy(*QUEUE_KEY).agg(
@@ -49,7 +51,7 @@ def queue_partials(qb: DataFrame) -> DataFrame:
         F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"),
         F.min_by("len", "ts").alias("first_len"), F.max_by("len", "ts").alias("last_len"),
         F.max("len").alias("max_len"),
-        n.cast("double").alias("fit_n"), F.avg(x).alias("fit_x"), F.avg(y).alias("fit_y"),
+        F.lit(float(origin)).alias("fit_origin"), n.cast("double").alias("fit_n"), F.avg(x).alias("fit_x"), F.avg(y).alias("fit_y"),
         (F.covar_pop(x, y) * n).alias("fit_ck"), (F.var_pop(x) * n).alias("fit_m2x"),
         (F.var_pop(y) * n).alias("fit_m2y"),
         F.sum(F.when(F.col("growth") > 0, 1).otherwise(0)).cast("long").alias("intervals_up"),
@@ -67,16 +69,19 @@ def _pick(fn, a, b):
 
 
 def _merge_fit(a: dict, b: dict) -> dict:
-    """Spark's merge of two covariance/variance buffers (CentralMomentAgg, Covariance)."""
+    """Spark's merge of two covariance/variance buffers (CentralMomentAgg, Covariance), b's
+    mean time first moved to a's origin (whole seconds apart: an exact difference)."""
     n1, n2 = a["fit_n"] or 0.0, b["fit_n"] or 0.0
     if n1 == 0:
-        return {k: b[k] for k in _FIT}
+        return {k: b.get(k) for k in _FIT}
     if n2 == 0:
-        return {k: a[k] for k in _FIT}
+        return {k: a.get(k) for k in _FIT}
     n = n1 + n2
-    dx, dy = b["fit_x"] - a["fit_x"], b["fit_y"] - a["fit_y"]
+    # a partial saved without an origin measured time from 0
+    dx = b["fit_x"] + ((b.get("fit_origin") or 0.0) - (a.get("fit_origin") or 0.0)) - a["fit_x"]
+    dy = b["fit_y"] - a["fit_y"]
     dxn, dyn = dx / n, dy / n
-    return {"fit_n": n, "fit_x": a["fit_x"] + dxn * n2, "fit_y": a["fit_y"] + dyn * n2,
+    return {"fit_origin": a.get("fit_origin") or 0.0, "fit_n": n, "fit_x": a["fit_x"] + dxn * n2, "fit_y": a["fit_y"] + dyn * n2,
             "fit_ck": a["fit_ck"] + b["fit_ck"] + dx * dyn * n1 * n2,
             "fit_m2x": a["fit_m2x"] + b["fit_m2x"] + dx * dxn * n1 * n2,
             "fit_m2y": a["fit_m2y"] + b["fit_m2y"] + dy * dyn * n1 * n2}
@@ -142,5 +147,6 @@ def frame(spark, schema, rows: list) -> DataFrame:
 
 def queue_summary_input(spark, qb: DataFrame) -> DataFrame:
     """queue_summary's input from a whole queue_backlog (no saved totals to merge)."""
-    qp = queue_partials(qb)
+    first = qb.agg(F.min("ts")).first()[0]
+    qp = queue_partials(qb, float(int(first)) if first is not None else 0.0)
     return frame(spark, qp.schema, per_queue([r.asDict() for r in qp.collect()]))
