@@ -312,9 +312,10 @@ class BatchPipeline:
         if new_rows is None:
             return None
         old_dir = self.state_path("recent_rates")
-        old = []
+        old, old_df = [], None
         if self.meta is not None and storage.exists(self.spark, old_dir):
-            old = self.spark.read.parquet(old_dir).select(*schema.names).collect()
+            old_df = self.spark.read.schema(schema).parquet(old_dir)
+            old = old_df.collect()
         by_worker = {}
         for r in list(old) + list(new_rows):
             by_worker.setdefault((r["node"], r["worker"]), []).append(tuple(r[c] for c in schema.names))
@@ -323,7 +324,7 @@ class BatchPipeline:
         self.recent = (schema, keep)
         if self.meta is None or not old:
             return None
-        return self.spark.createDataFrame(old, schema), [r.asDict() for r in old]
+        return old_df, [r.asDict() for r in old]
 
     # -- the summaries' partial totals --------------------------------------------------
     def _new_rows(self, table: str, before: set | None):
