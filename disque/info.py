@@ -76,24 +76,32 @@ def _memory(fe, workers):
         # upstream's definition, rss / used: here mostly the interpreters' fixed footprint
         ("mem_fragmentation_ratio", "%.2f" % (rss_total / used if used else 0)),
         ("mem_allocator", "libc"),
-    ] + _spill(fe, workers)
+    ] + _spill(fe, workers, used)
 
 
-SPILL_SUMS = ("spilled_jobs", "spill_index_bytes", "spill_segments", "spill_disk_bytes",
+SPILL_SUMS = ("spilled_jobs", "spill_index_bytes", "spilled_job_bytes", "spill_segments",
+              "spill_disk_bytes",
               "spill_jobs_written", "spill_jobs_read", "spill_bytes_written", "spill_bytes_read",
               "spill_writes_per_sec", "spill_reads_per_sec", "spill_faults", "spill_compactions",
               "spill_errors")
 
 
-def _spill(fe, workers):
-    """Jobs spilled to disk (docs/memory.md, "Spilling"), summed over the workers."""
+def _spill(fe, workers, used):
+    """Jobs spilled to disk (docs/memory.md, "Spilling"), summed over the workers, and the
+    memory levels the node acts on (as of the last memory poll): of used_memory, and of
+    used_memory_with_spilled, which counts the spilled jobs as if they were in RAM
+    ("Spilling and the memory levels")."""
     parts = [w["spill"] for w in workers if "spill" in w]
     cfg = fe.cfg
     failing = "; ".join(sorted({p["spill_failing"] for p in parts if p["spill_failing"]}))
     limit = cfg.maxmemory // 100 * cfg.spill_threshold if cfg.spill and cfg.maxmemory > 0 else 0
+    sums = [(name, sum(p.get(name, 0) for p in parts)) for name in SPILL_SUMS]
+    held = used + max(0, dict(sums)["spilled_job_bytes"] - dict(sums)["spill_index_bytes"])
     return ([("spill_enabled", int(bool(cfg.spill))), ("spill_threshold_bytes", limit)]
-            + [(name, sum(p.get(name, 0) for p in parts)) for name in SPILL_SUMS]
-            + [("spill_disk_ok", 0 if failing else 1), ("spill_disk_error", failing)])
+            + sums
+            + [("spill_disk_ok", 0 if failing else 1), ("spill_disk_error", failing),
+               ("used_memory_with_spilled", held), ("memory_level", fe.memory.level),
+               ("memory_level_with_spilled", fe.memory.held_level)])
 
 
 def _deadletter(fe, workers):

@@ -1,14 +1,12 @@
 """used_memory counts the node's data and clients, not the interpreters (SPEC 9,
-docs/memory.md): a fresh node is tiny, jobs add about their size, acks give it back, and a
-`maxmemory` sized for jobs behaves as upstream (75%: external replication; 95%: -OOM)."""
+docs/memory.md): a fresh node is tiny, jobs add about their size, acks give it back. The
+levels a `maxmemory` sized for jobs sets are in tests/test_memory_levels.py."""
 import time
 
 import pytest
 
 import conftest as _c
 from support.info import parse_info
-from support.jobs import show
-from support.resp_client import RawConn
 from support.waits import wait_until
 
 FRESH_NODE_MAX = 512 * 1024      # well under a 3 MB maxmemory
@@ -67,45 +65,3 @@ def test_used_memory_follows_job_bytes(start_server):
         assert r.execute("ACKJOB", *ids[i:i + 500]) == 500
     wait_until(lambda: used_memory(r) < before + 4096, timeout=5,
                message="used_memory did not fall after the acks")
-
-
-def _held_by(cluster, jid):
-    return [i for i in range(len(cluster)) if show(cluster[i].raw(), jid) is not None]
-
-
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_maxmemory_3mb_turns_to_external_replication_not_oom(start_cluster):
-    c = start_cluster(3)
-    r = c[0].raw()
-    # the levels as upstream, without spilling (which would keep the node under 75%)
-    assert r.call("CONFIG", "SET", "spill", "no") == b"+OK\r\n"
-    assert r.call("CONFIG", "SET", "maxmemory", "3mb") == b"+OK\r\n"
-    body = b"p" * 200
-    added = 0
-    for added in range(1, 50001):
-        repl = 1 + added % 2                        # REPLICATE 1 and 2, alternately
-        reply = r.call("ADDJOB", "mq", body, 5000, "REPLICATE", repl)
-        assert reply.startswith(b"+D-"), (added, reply)     # never -OOM
-        if show(r, reply[1:-2]) is None:
-            break
-    else:
-        pytest.fail("jobs were still kept locally after 50000")
-    assert 1000 < added < 50000, added
-    used = used_memory(r)
-    assert 3 * 2**20 * 0.75 < used < 3 * 2**20 * 0.95, used
-    # above 75%: each job is held by REPLICATE other nodes and not here
-    for repl in (1, 2):
-        jid = _c.addjob(r, "mq", body, 5000, "REPLICATE", repl)
-        held = _held_by(c, jid)
-        assert 0 not in held and len(held) == repl, (repl, held)
-    # a sane limit again: local copies again
-    assert r.call("CONFIG", "SET", "maxmemory", "1gb") == b"+OK\r\n"
-
-    def local_copy():
-        jid = _c.addjob(r, "mq", body, 5000, "REPLICATE", 1)
-        return show(r, jid) is not None
-    wait_until(local_copy, timeout=5, message="no local copies after CONFIG SET maxmemory 1gb")
-    jid = _c.addjob(r, "mq", body, 5000, "REPLICATE", 2)
-    held = _held_by(c, jid)
-    assert 0 in held and len(held) == 2, held

@@ -29,10 +29,11 @@ SPEC_FIELDS = {
                "used_memory_peak_human", "mem_fragmentation_ratio", "mem_allocator",
                # ours, after upstream's: spilling (docs/memory.md)
                "spill_enabled", "spill_threshold_bytes", "spilled_jobs", "spill_index_bytes",
-               "spill_segments", "spill_disk_bytes", "spill_jobs_written", "spill_jobs_read",
+               "spilled_job_bytes", "spill_segments", "spill_disk_bytes", "spill_jobs_written", "spill_jobs_read",
                "spill_bytes_written", "spill_bytes_read", "spill_writes_per_sec",
                "spill_reads_per_sec", "spill_faults", "spill_compactions", "spill_errors",
-               "spill_disk_ok", "spill_disk_error"],
+               "spill_disk_ok", "spill_disk_error", "used_memory_with_spilled", "memory_level",
+               "memory_level_with_spilled"],
     "Jobs": ["registered_jobs"],
     "Queues": ["registered_queues"],
     "Persistence": ["loading", "aof_enabled", "aof_state", "aof_rewrite_in_progress",

@@ -13,7 +13,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 DEF ID_LEN = 40
 DEF NO_SLOT = -1
-DEF BLOCK_BITS = 14             # records come in blocks of 16,384 (1.1 MB)
+# records come in blocks of 1,024 (80 KB): small against any maxmemory (docs/memory.md,
+# "Spilling": no allocation step of the index moves a node across a memory level by itself)
+DEF BLOCK_BITS = 10
 DEF BLOCK_SLOTS = 1 << BLOCK_BITS
 
 

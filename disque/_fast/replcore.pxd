@@ -5,6 +5,8 @@ from disque._fast.shardcore cimport ShardCore
 cdef class ReplicationCore:
     cdef public ShardCore shard
     cdef public tuple reachable         # other nodes that can get copies (bytes ids)
+    cdef public tuple roomy             # those below 75% counting spilled jobs (MEMORY_HIGH)
+    cdef public tuple crowded           # the others of `reachable`
     cdef public frozenset known         # every node of the cluster, self included
     cdef public dict repl_waits         # job id -> ReplWait
     cdef public dict repl_by_reqid      # reqid -> ReplWait

@@ -53,7 +53,7 @@ cdef class ReplicationCore:
 
     def __init__(self, ShardCore shard):
         self.shard = shard
-        self.reachable = ()
+        self.reachable = self.roomy = self.crowded = ()
         self.known = frozenset(shard.self_nodes)
         self.repl_waits = {}
         self.repl_by_reqid = {}
@@ -125,12 +125,17 @@ cdef class ReplicationCore:
         cdef Job job = wait.job
         cdef bint extrepl = wait.extrepl
         cdef int needed = job.repl if extrepl else job.repl - 1
-        cdef tuple reachable = self.reachable
+        cdef tuple roomy = self.roomy
         cdef tuple targets
-        if needed < len(reachable):
-            targets = tuple(sample(reachable, needed))
+        # nodes with room first (docs/memory.md, "Spilling and the memory levels"); while
+        # every node has room, roomy is reachable
+        if needed < len(roomy):
+            targets = tuple(sample(roomy, needed))
+        elif needed == len(roomy) or not self.crowded:
+            targets = roomy
         else:
-            targets = reachable
+            targets = roomy + tuple(sample(self.crowded,
+                                           min(needed - len(roomy), len(self.crowded))))
         if wait.is_async:
             if extrepl:
                 # not kept here: copies elsewhere, one of them queues it

@@ -39,11 +39,13 @@ cdef class ShardCore:
     cdef public long long clock_base_ns   # node clock = CLOCK_MONOTONIC + this (disque/nodeclock.py)
     cdef public int cluster_size
     cdef public int reachable_nodes
+    cdef public int roomy_nodes         # of those, below 75% counting spilled jobs
     cdef public bint leaving
     cdef public list bus_out           # (destination node ids, type, flags, payload) for the bus
     cdef public bint aof_on            # append-only file enabled: log new jobs (persistence)
     cdef public bint aof_refusing      # the AOF cannot be written: take no copies (persistence)
-    cdef public int memory_level
+    cdef public int memory_level        # of used_memory (SPEC 9)
+    cdef public int held_level          # the same counting spilled jobs (docs/memory.md)
     cdef public ScanLog job_log, queue_log
     cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)
     cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired

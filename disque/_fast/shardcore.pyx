@@ -104,6 +104,8 @@ cdef class ShardCore:
         self.aof_on = False
         self.bus_out = []
         self.memory_level = 0
+        self.held_level = 0
+        self.roomy_nodes = 0
         self.oom_data = NO_LIMIT
         self.oom_reply = OOM_ERROR
         self.cold_jobs = 0
@@ -406,7 +408,13 @@ cdef class ShardCore:
         # lone node (no other node can hold the copy) would refuse every ADDJOB with NOREPL
         # from 75% on. Deliberate difference: a lone node keeps storing jobs locally until
         # 95%, where the OOM check before ADDJOB (run_command) takes over.
-        cdef bint extrepl = (self.memory_level >= 1 and self.cluster_size > 1) or self.leaving
+        # A node that spills is above 75% when its spilled jobs are counted as in RAM
+        # (held_level): it replicates externally when enough nodes below their level can
+        # take the copies, else it keeps the job and spills it (docs/memory.md, "Spilling
+        # and the memory levels").
+        cdef bint extrepl = self.leaving or (self.cluster_size > 1 and (
+            self.memory_level >= 1
+            or (self.held_level >= 1 and self.roomy_nodes >= o.replicate)))
         cdef bytes qname = argv[1]
         cdef Queue q = self.queues.get(qname)
         refusal = self.addjob_refusal(&o, extrepl, q)

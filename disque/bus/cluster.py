@@ -112,10 +112,19 @@ class Cluster:
         self.dirty = False
         return True
 
-    def changed(self):
-        self.dirty = True
+    def changed(self, save=True):
+        """Membership or flags changed: the workers hear of it; `save`: the config file
+        holds what changed (storage pressure is only told, never saved)."""
+        if save:
+            self.dirty = True
         if self.on_change:
             self.on_change()
+
+    def header_flags(self, sender, node_flags):
+        """The flags a sender tells about itself in every header (HEADER_FLAGS)."""
+        diff = (node_flags ^ sender.flags) & HEADER_FLAGS
+        sender.flags ^= diff
+        self.changed(save=bool(diff & ~M.PRESSURE))
 
     def send(self, node, mtype, payload=None, mflags=0):
         if self.drop_out:
@@ -189,7 +198,7 @@ class Cluster:
         me = self.myself
         if me.flags & M.PRESSURE != bits:
             me.flags = (me.flags & ~M.PRESSURE) | bits
-            self.changed()
+            self.changed(save=False)
 
     def set_leaving(self, leaving):
         if leaving:
@@ -262,8 +271,7 @@ class Cluster:
             sender.last_seen = now
             sender.linked = True
             if (msg.node_flags & HEADER_FLAGS) != (sender.flags & HEADER_FLAGS):
-                sender.flags ^= (msg.node_flags ^ sender.flags) & HEADER_FLAGS
-                self.changed()
+                self.header_flags(sender, msg.node_flags)
             if self.on_job_messages is not None and msg.payload:
                 self.on_job_messages(sender, msg.payload)
             return
@@ -284,8 +292,7 @@ class Cluster:
         sender.linked = True
         self.drop_handshakes_to(sender)
         if (msg.node_flags & HEADER_FLAGS) != (sender.flags & HEADER_FLAGS):
-            sender.flags ^= (msg.node_flags ^ sender.flags) & HEADER_FLAGS
-            self.changed()
+            self.header_flags(sender, msg.node_flags)
         address = node_address(msg.ip or msg.peer_ip, msg.port, msg.cport)
         if (address is not None and sender.address != address
                 and not sender.has(M.HANDSHAKE)):

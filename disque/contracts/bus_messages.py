@@ -70,10 +70,13 @@ MEET_FLAG = 32
 DELETED = 64
 LEAVING = 128
 # the sender's storage pressure (ours, in the header only; docs/memory.md, "Spilling"):
-# HELLO ranks a node that spills, and lower one whose spill disk refuses writes
+# HELLO ranks a node that spills, and lower one whose spill disk refuses writes;
+# MEMORY_HIGH: above 75% of maxmemory counting its spilled jobs, so an ADDJOB elsewhere
+# replicates to it only when the nodes below their level are too few
 SPILLING = 512
 SPILL_FULL = 1024
-PRESSURE = SPILLING | SPILL_FULL
+MEMORY_HIGH = 2048
+PRESSURE = SPILLING | SPILL_FULL | MEMORY_HIGH
 
 PAYLOADS = {
     PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags] "

@@ -135,10 +135,14 @@ class ClusterRelay:
         """Tell the workers what they need of the membership, when it changed."""
         c = self.cluster
         me = c.myself
+        reachable = c.reachable()
         state = {
             "myid": me.id.encode(),
             "size": c.size,
-            "reachable": sorted(n.id.encode() for n in c.reachable()),
+            "reachable": sorted(n.id.encode() for n in reachable),
+            # below 75% of their maxmemory counting spilled jobs: where external replication
+            # goes first (docs/memory.md, "Spilling and the memory levels")
+            "roomy": sorted(n.id.encode() for n in reachable if not n.has(M.MEMORY_HIGH)),
             "known": sorted(n.id.encode() for n in c.nodes.values() if not n.has(M.HANDSHAKE)),
             "leaving": bool(me.flags & M.LEAVING),
             # direct job links (docs/design.md): where each other node's workers take them,

@@ -183,6 +183,8 @@ class NodeCollector:
 SPILL_METRICS = (
     ("spilled_jobs", "disque_spilled_jobs", "Jobs held on the spill disk, not in RAM.", "g"),
     ("spill_index_bytes", "disque_spill_index_bytes", "RAM of the index of spilled jobs.", "g"),
+    ("spilled_job_bytes", "disque_spilled_job_bytes",
+     "RAM the spilled jobs would take if loaded back.", "g"),
     ("spill_disk_bytes", "disque_spill_disk_bytes", "Bytes of the worker's spill segments.", "g"),
     ("spill_jobs_written", "disque_spill_jobs_written", "Jobs written to the spill disk.", "c"),
     ("spill_jobs_read", "disque_spill_jobs_read", "Jobs read back from the spill disk.", "c"),

@@ -38,14 +38,18 @@ class Memory:
     def memory_report(self):
         """Answer to the front-end's periodic memory poll: [used, data bytes, AOF bytes,
         next sequence numbers of the job and queue scan logs (QSCAN/JSCAN bounds), spill
-        pressure (0 none, 1 spilling, 2 the spill disk refuses writes)]."""
+        pressure (0 none, 1 spilling, 2 the spill disk refuses writes), what loading every
+        spilled job back would add to `used` (Spill.held_extra)]."""
         shard = self.shard
         self.data_ref = shard.data_bytes
         return [self.memory_used(), shard.data_bytes, shard.persistence.aof_memory(),
-                shard.job_log.next_seq, shard.queue_log.next_seq, shard.spill.pressure()]
+                shard.job_log.next_seq, shard.queue_log.next_seq, shard.spill.pressure(),
+                shard.spill.held_extra()]
 
-    def set_memory(self, level, excess, noeviction, spill_limit=None):
-        """The front-end's view of the node: memory level 0-2 (SPEC 9) and `excess`, the node's
+    def set_memory(self, level, excess, noeviction, spill_limit=None, held_level=None):
+        """The front-end's view of the node: memory level 0-2 (SPEC 9) of `used_memory`,
+        `held_level`, the same level counting spilled jobs as if they were in RAM (it
+        decides external replication; docs/memory.md), and `excess`, the node's
         used memory minus 95% of maxmemory (None: no limit), computed from our previous
         report. Our own data changes since that report are added live (oom_data), so the
         OOM check before `m` commands is exact for this worker's growth and for what its
@@ -59,6 +63,7 @@ class Memory:
             others = sum(shares) - (shares[self.shard.index] if self.shard.index < len(shares) else 0)
             self.shard.spill.set_limit(max(0, total - others))
         self.shard.memory_level = level
+        self.shard.held_level = level if held_level is None else held_level
         self.noeviction = noeviction
         self.oom_data = NO_LIMIT if excess is None else self.data_ref - excess
         self.spill_changed()

@@ -84,6 +84,11 @@ class Replication(ReplicationCore):
         self.shard.cluster_size = state["size"]
         self.reachable = tuple(state["reachable"])
         self.shard.reachable_nodes = len(self.reachable)
+        roomy = tuple(state.get("roomy", state["reachable"]))
+        # one tuple object while every node has room: replicate_new's common case
+        self.roomy = self.reachable if roomy == self.reachable else roomy
+        self.crowded = tuple(n for n in self.reachable if n not in roomy)
+        self.shard.roomy_nodes = len(self.roomy)
         self.known = frozenset(state["known"]) | {myid}
         self.shard.leaving = state["leaving"]
 
@@ -119,7 +124,8 @@ class Replication(ReplicationCore):
             elif now - wait.last_add >= REPL_ADD_NODE_MS:
                 wait.last_add = now
                 have = set(job.nodes_delivered)
-                extra = [n for n in self.reachable if n not in have]
+                extra = ([n for n in self.roomy if n not in have]
+                         or [n for n in self.crowded if n not in have])
                 if extra:
                     job.nodes_delivered += (random.choice(extra),)
                 pending = tuple(n for n in job.nodes_delivered

@@ -27,8 +27,10 @@ HORIZON_S = 120         # a job due (expiry or timer) sooner than this stays in 
 SWEEP_EVERY_S = 1       # the sweep walks part of the index once a second ...
 SWEEP_PASS_S = 30       # ... so that a whole pass takes at most this (< HORIZON_S / 2)
 BATCH = 256             # jobs per write or read
+PICK_QUEUES = 16        # a batch takes from the tails of up to this many longest queues
 JOB_RAM = 400           # RAM of a loaded job beyond its record (shardcore.pyx job_cost)
-MIN_KEEP = 64           # a queue's head is never spilled below this, even over the limit
+MIN_KEEP = 64           # a queue's head is not spilled below this (or `keep`, if less) ...
+HEAD_SHARE = 0.5        # ... and the heads of the spilling queues share at most this of the limit
 STEP_NS = 5_000_000     # the longest one `work` call runs
 MAKE_ROOM_NS = 100_000_000  # ... and spilling before a command would be refused (rare)
 LOW_WATER = 0.9         # spilling stops at this share of the limit ...
@@ -58,7 +60,9 @@ class Spill:
         self.limit = NO_LIMIT           # this worker's share of spill-threshold, bytes
         self.trigger = NO_LIMIT         # data_bytes past which the worker loop calls `work`
         self.keep = int(shard.config.get("spill-keep") or 4096)
+        self.keep_at = 0                # the second `keep` was last worked out
         self.accounted = 0              # index bytes counted in shard.data_bytes
+        self.held_bytes = 0             # what the spilled jobs took in RAM (job_cost each)
         self.failing = None             # the spill disk's last error, while it lasts
         self.retry_at = 0.0
         self.sweep_pos = 0
@@ -92,6 +96,29 @@ class Spill:
         """0: nothing spilled; 1: jobs on the spill disk; 2: the spill disk refuses writes."""
         return 2 if self.failing is not None else 1 if self.index.count else 0
 
+    def held_extra(self):
+        """What loading every spilled job back would add to this worker's used memory: their
+        RAM cost, less their index. The front-end adds it to used_memory for the level that
+        decides external replication (docs/memory.md, "Spilling and the memory levels")."""
+        return max(0, self.held_bytes - self.accounted)
+
+    def head_keep(self):
+        """Jobs kept in RAM at the head of each queue that spills: `spill-keep`, or fewer
+        when the heads of this worker's queues would take more than HEAD_SHARE of its share
+        of the threshold; never below 1 (docs/memory.md, "How many jobs stay at a head").
+        Counting the queues walks them all, so only near or past the threshold."""
+        shard = self.shard
+        configured = max(MIN_KEEP, int(shard.config.get("spill-keep") or 4096))
+        if self.limit == NO_LIMIT or (shard.data_bytes < self.hot_limit() // 2
+                                      and not self.index.count):
+            return configured
+        queues = sum(1 for q in shard.queues.values()
+                     if len(q.jobs) or (q.cold is not None and q.cold.live))
+        per_job = JOB_RAM + (self.log.bytes_written // max(1, self.log.records_written)
+                             if self.log is not None else 0)
+        fit = int(self.limit * HEAD_SHARE) // (per_job * max(1, queues))
+        return max(1, min(configured, fit))
+
     def pending(self):
         """Whether `work` has something to do now: jobs on disk, or RAM past the limit (as
         of the last poll). The worker loop asks at every pass, so it is two comparisons."""
@@ -103,7 +130,9 @@ class Spill:
         """Spill, refill heads, sweep and compact, for at most STEP_NS."""
         deadline = time.perf_counter_ns() + STEP_NS
         shard = self.shard
-        self.keep = max(MIN_KEEP, int(shard.config.get("spill-keep") or self.keep))
+        if shard.now_s != self.keep_at:
+            self.keep_at = shard.now_s
+            self.keep = self.head_keep()
         if self.limit != NO_LIMIT and shard.data_bytes > self.hot_limit():
             if self.failing is None or time.monotonic() >= self.retry_at:
                 self.spill_until(int(self.hot_limit() * LOW_WATER), deadline)
@@ -117,8 +146,10 @@ class Spill:
 
     def account(self):
         """The index's bytes in data_bytes (used_memory), as it grows and shrinks."""
-        if not self.index.count and self.accounted > EMPTY_INDEX_BYTES:
-            self.index.shrink()
+        if not self.index.count:
+            self.held_bytes = 0
+            if self.accounted > EMPTY_INDEX_BYTES:
+                self.index.shrink()
         now = (self.index.memory() + SCAN_ENTRY_COST * self.index.count
                if self.index.count or self.accounted else 0)
         self.shard.data_bytes += now - self.accounted
@@ -149,24 +180,29 @@ class Spill:
                 return
 
     def pick(self, heads_too):
-        """The next batch to spill: [(job, queue or None)] from one queue's tail beyond
-        `keep`, else copies with far timers, else (heads_too) a tail beyond MIN_KEEP."""
+        """The next batch to spill: [(job, queue or None)] from the tails beyond `keep` of
+        the longest queues, else copies with far timers, else (heads_too) tails beyond
+        MIN_KEEP (or `keep`, if less)."""
         shard = self.shard
         horizon = shard.now_s + HORIZON_S
-        for floor in (self.keep, None, MIN_KEEP if heads_too else None):
+        for floor in (self.keep, None, min(MIN_KEEP, self.keep) if heads_too else None):
             if floor is None:
                 copies = self.pick_copies(horizon)
                 if copies:
                     return copies
                 continue
-            for q in heapq.nlargest(4, shard.queues.values(), key=lambda q: len(q.jobs)):
+            out = []
+            for q in heapq.nlargest(PICK_QUEUES, shard.queues.values(),
+                                    key=lambda q: len(q.jobs)):
                 extra = len(q.jobs) - floor
                 if extra <= 0:
                     break
-                jobs = [j for j in q.jobs.peek_tail(min(extra, BATCH))
+                out += [(j, q) for j in q.jobs.peek_tail(min(extra, BATCH - len(out)))
                         if j.etime > horizon and j.body is not None]
-                if jobs:
-                    return [(j, q) for j in jobs]
+                if len(out) >= BATCH:
+                    break
+            if out:
+                return out
         return None
 
     def pick_copies(self, horizon):
@@ -220,8 +256,10 @@ class Spill:
         index = self.index
         base = {}           # a ring's newest ctime before this batch (None: it was empty)
         newer = []
+        held = 0
         for (job, q), rec, (seg, off) in zip(picked, recs, locs):
             seq = (job.scan_hi << 32) | job.scan_lo
+            held += shard.job_cost(job)
             shard.spill_out(job, SPILLED)
             if q is None:
                 awake = -(-self.awake_ms(job) // 1000)
@@ -243,6 +281,7 @@ class Spill:
         for job, ring, seg, off, size, seq in reversed(newer):
             index.add(job.id, seg, off, size, job.etime, 0, ring, False, seq)
             ring.back_ctime = job.ctime
+        self.held_bytes += held
         self.jobs_spilled += len(picked)
         shard.cold_jobs = index.count       # find_job looks on disk from now on
         return True
@@ -293,6 +332,7 @@ class Spill:
             self.index.remove(slot)
             self.log.forget(seg, size)
             self.restore(job, seq)
+            self.held_bytes -= shard.job_cost(job)
             if rewriting:
                 shard.persistence.write_loadjob(job)   # the rewrite's list did not have it
             out.append(job)
@@ -354,7 +394,7 @@ class Spill:
                 want = min(BATCH, self.keep - hot)
                 if limited:
                     room = int((ceiling - shard.data_bytes) // per_job)
-                    want = min(want, max(room, MIN_KEEP - hot))
+                    want = min(want, max(room, min(MIN_KEEP, self.keep) - hot))
                     if want <= 0:
                         break
                 slots = self.index.take_front(ring, want)
@@ -471,6 +511,7 @@ class Spill:
             self.log.remove_all()
         self.compacting = None
         self.accounted = 0
+        self.held_bytes = 0
         self.shard.cold_jobs = 0
 
     def rates(self):
@@ -492,6 +533,7 @@ class Spill:
             "spill_reads_per_sec": int(reads),
             "spilled_jobs": self.index.count,
             "spill_index_bytes": self.accounted,
+            "spilled_job_bytes": self.held_bytes,
             "spill_segments": segments,
             "spill_disk_bytes": disk,
             "spill_jobs_written": self.jobs_spilled,
