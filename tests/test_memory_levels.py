@@ -142,10 +142,17 @@ def test_when_every_node_is_above_its_level_spilling_serves(start_cluster):
     c = start_cluster(3, extra_args=["--maxmemory", "3mb"])
     ids = fill_until_every_node_is_high(c)
     r = c[0].raw()
-    for _ in range(300):
+
+    def add():
         reply = r.call("ADDJOB", "fq", b"f" * 200, 5000, "REPLICATE", 2, "RETRY", 3600)
         assert reply.startswith(b"+D-"), reply
         ids.append(reply[1:-2])
+        return ids[-1]
+    # node 0 learns the others' levels from their bus headers (pings): within a few passes
+    wait_until(lambda: 0 in held_by(c, add()), timeout=10,
+               message="node 0 never kept a job with every node above its level")
+    for _ in range(300):
+        add()
     held = held_by(c, ids[-1])
     assert 0 in held and len(held) == 2, held
     total_spilled = sum(memory_info(n.raw())["spilled_jobs"] for n in c.nodes)
