@@ -3,7 +3,6 @@
     disque-server [config-file] [--workers N] [--<directive> value ...]
 """
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -30,19 +29,13 @@ from disque.frontend.persistence_phases import worker_config as aof_worker_confi
 from disque.frontend import Frontend
 from disque.listen import bind_tcp
 from disque.contracts.tls_settings import TlsConfigError, https_context, server_context, settings_of
+from disque.contracts.worker_args import WorkerArgs
 from disque.workers.link import front_end_links
 from disque.worker_restart import WorkerRestarts
+from disque.worker_spawn import exec_worker, fork_worker
 
 log = logging.getLogger("disque.server")
 WORKER_START_TIMEOUT = 30.0
-# Workers import the same `disque` the front-end runs: `python -m` would put the current
-# directory first on sys.path, and started from inside a source checkout the worker would
-# import the uncompiled tree instead of the installed package.
-WORKER_BOOT = ("import os, sys\n"
-               "if sys.path and sys.path[0] in ('', os.getcwd()):\n"
-               "    sys.path.pop(0)\n"
-               "from disque.workers.process import main\n"
-               "main()\n")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
@@ -215,6 +208,9 @@ class Node:
         self.restarts = WorkerRestarts(self)
         self.job_listeners = []         # per worker: direct job links (job_link_listeners)
         self.job_link_tls = None        # their TLS files' directory on a secured bus
+        # workers are forks of this process while it has no thread (disque/worker_spawn.py):
+        # at start-up, before the bus; with worker-link zmq the links' ZeroMQ comes first
+        self.may_fork = cfg.worker_link == "unix"
 
     def worker_config(self):
         cfg = self.cfg
@@ -228,7 +224,7 @@ class Node:
         if self.job_listeners:
             ports = self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
             told = self.cluster.announce.job_link_ports(ports)
-            keys = self.cluster.transport.keys
+            keys = self.cluster.keys
             if keys is not None:        # the derived key and certificates, not the secret
                 try:
                     self.job_link_tls = write_link_files(self.ipc_dir, keys.link_seeds)
@@ -256,19 +252,16 @@ class Node:
             waiting.difference_update(links.wait_ready(100))
 
     def spawn_worker(self, k):
-        """Start the process of worker k (at start-up, or again after it died)."""
-        link_args, fds = self.links.worker_args(k)
+        """Start the process of worker k: a fork at start-up, a new interpreter after."""
+        link, peers, fds = self.links.worker_args(k)
         node_id = self.fe.node_id if self.fe is not None else self.node_id
-        cmd = [sys.executable, "-c", WORKER_BOOT, "--index", str(k),
-               "--workers", str(self.nworkers), "--node-id", node_id.decode(),
-               "--config", json.dumps(self.worker_config())] + link_args
+        args = WorkerArgs(k, self.nworkers, link, node_id.decode(), self.worker_config(), peers)
         if self.job_listeners:
-            listener = self.job_listeners[k].fileno()
-            cmd += ["--job-links", str(listener)]
-            if self.job_link_tls is not None:
-                cmd += ["--job-links-tls", self.job_link_tls]
-            fds = tuple(fds) + (listener,)
-        self.procs[k] = subprocess.Popen(cmd, close_fds=True, pass_fds=fds)
+            args.job_links = self.job_listeners[k].fileno()
+            args.job_links_tls = self.job_link_tls
+            fds = tuple(fds) + (args.job_links,)
+        spawn = fork_worker if self.may_fork else exec_worker
+        self.procs[k] = spawn(args, fds)
         self.links.after_spawn(k)
 
     def stop_workers(self):
@@ -299,12 +292,10 @@ class Node:
                         cfg.cluster_secret_file)
         try:
             self.cluster = Cluster(cfg.node_port, cfg.bind or ["127.0.0.1"], cfg.cluster_node_timeout,
-                                   path, keys=keys, announce=announce_mod.from_config(cfg))
+                                   path, keys=keys, announce=announce_mod.from_config(cfg),
+                                   open_bus=False)
         except ConfigFileError as e:
             raise StartupError(str(e))
-        except zmq.ZMQError as e:
-            raise StartupError("Creating the cluster bus socket on port %d: %s"
-                               % (cfg.bus_port, e))
         except OSError as e:
             raise StartupError("Cluster config file %s: %s" % (path, e.strerror or e))
         self.node_id = self.cluster.myself.id.encode()
@@ -312,6 +303,15 @@ class Node:
         if (cfg.cluster_announce_ip or cfg.cluster_announce_port or cfg.cluster_announce_bus_port):
             log.info("Announcing this node as %s:%d, bus port %d", told.ip or "(address seen by "
                      "the other nodes)", told.port, told.bus_port)
+
+    def open_bus(self):
+        if self.cluster is None:
+            return
+        try:
+            self.cluster.open_bus()
+        except zmq.ZMQError as e:
+            raise StartupError("Creating the cluster bus socket on port %d: %s"
+                               % (self.cfg.bus_port, e))
 
     def cleanup(self):
         self.stop_workers()
@@ -348,6 +348,8 @@ class Node:
         try:
             self.start_cluster()
             self.start_workers()
+            self.may_fork = False       # the bus' ZeroMQ threads from here on
+            self.open_bus()
             fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
             fe.loop_name = loop_name
             fe.executable = os.path.abspath(sys.argv[0])

@@ -27,7 +27,10 @@ RECV_LIMIT = 10000
 
 class Cluster:
     def __init__(self, port, bind_addrs, node_timeout_ms, config_path, ctx=None,
-                 on_job_messages=None, on_change=None, keys=None, announce=None):
+                 on_job_messages=None, on_change=None, keys=None, announce=None,
+                 open_bus=True):
+        """`open_bus` False: the node's identity and table only, no socket and no ZeroMQ
+        thread until `open_bus()` (the server forks its workers in between)."""
         self.node_timeout = node_timeout_ms
         self.file = NodesFile(config_path)
         self.file.lock()
@@ -49,15 +52,11 @@ class Cluster:
         for n in others:
             n.flags &= ~(M.PFAIL | M.MYSELF)
             self.nodes[n.id] = n
+        self.keys = keys
+        self.bind = (bind_addrs or ["127.0.0.1"], port + BUS_PORT_OFFSET)
         self.own_ctx = ctx is None
-        self.ctx = ctx or zmq.Context(1)
-        self.transport = Transport(self.ctx, myself.id, bind_addrs or ["127.0.0.1"],
-                                   port + BUS_PORT_OFFSET, keys)
-        if keys is not None:
-            log.info("Cluster bus secured with CURVE (%d accepted secret%s)",
-                     len(keys.pairs), "s" if len(keys.pairs) > 1 else "")
-        for n in others:
-            self.link(n)
+        self.ctx = ctx
+        self.transport = None
         self.blacklist = {}
         self.on_job_messages = on_job_messages
         self.on_change = on_change
@@ -74,6 +73,21 @@ class Cluster:
         # None: not sent
         self.job_ports = None
         self.save()
+        if open_bus:
+            self.open_bus()
+
+    def open_bus(self):
+        """The bus socket on port + 10000 (ZeroMQ starts its threads here), linked to every
+        node of the table. ZMQError when the port cannot be bound."""
+        keys = self.keys
+        if self.ctx is None:
+            self.ctx = zmq.Context(1)
+        self.transport = Transport(self.ctx, self.myself.id, self.bind[0], self.bind[1], keys)
+        if keys is not None:
+            log.info("Cluster bus secured with CURVE (%d accepted secret%s)",
+                     len(keys.pairs), "s" if len(keys.pairs) > 1 else "")
+        for n in self.others():
+            self.link(n)
 
     # ---- helpers ---------------------------------------------------------------------
 
@@ -460,7 +474,8 @@ class Cluster:
             self.changed()
 
     def close(self):
-        self.transport.close()
+        if self.transport is not None:
+            self.transport.close()
         self.file.unlock()
-        if self.own_ctx:
+        if self.own_ctx and self.ctx is not None:
             self.ctx.term()

@@ -89,13 +89,13 @@ class UnixLinks(HeldSends):
         return self.channel_pairs[w][0]
 
     def worker_args(self, w):
-        """Command-line arguments and fds that hand worker w its end of the link."""
+        """(link spec, peers spec, fds) that hand worker w its end of the link
+        (disque/worker_spawn.py, WorkerArgs)."""
         fd = self.pairs[w][1].fileno()
         cfd = self.channel_pairs[w][1].fileno()
         peers = {v: s.fileno() for (x, v), s in self.peer_ends.items() if x == w}
         spec = ",".join("%d:%d" % (v, f) for v, f in sorted(peers.items()))
-        return (["--link", "unix:%d,%d" % (fd, cfd), "--peers", spec],
-                (fd, cfd) + tuple(peers.values()))
+        return "unix:%d,%d" % (fd, cfd), spec, (fd, cfd) + tuple(peers.values())
 
     def after_spawn(self, w):
         self.pairs[w][1].close()        # the worker holds its own copy
@@ -272,7 +272,7 @@ class ZmqLinks(HeldSends):
         self.deliver = None
 
     def worker_args(self, w):
-        return ["--link", "zmq:" + self.endpoint], ()
+        return "zmq:" + self.endpoint, "", ()
 
     def after_spawn(self, w):
         pass

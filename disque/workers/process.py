@@ -22,6 +22,7 @@ from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
 from disque._fast.replcore import count_types
 from disque.contracts import worker_link as P
+from disque.contracts.worker_args import WorkerArgs
 from disque.workers.job_links import JobLinks
 from disque.workers.link import worker_link
 from disque.workers.queue_report import (job_page, queue_names, queue_report, queue_rows,
@@ -342,11 +343,12 @@ class Worker:
         return True
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """A new interpreter's command line (disque/worker_spawn.py, WorkerArgs.argv)."""
     ap = argparse.ArgumentParser(prog="disque-worker")
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--workers", type=int, required=True)
-    ap.add_argument("--link", required=True, help="unix:<fd> or zmq:<endpoint>")
+    ap.add_argument("--link", required=True, help="unix:<fd>,<fd> or zmq:<endpoint>")
     ap.add_argument("--node-id", required=True)
     ap.add_argument("--config", default="{}")
     ap.add_argument("--peers", default="", help="<worker>:<fd>,... links to the other workers")
@@ -355,13 +357,20 @@ def main(argv=None):
     ap.add_argument("--job-links-tls", default=None,
                     help="directory of the job links' TLS files on a secured cluster "
                          "(disque/contracts/job_link_tls.py)")
-    args = ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    return WorkerArgs(a.index, a.workers, a.link, a.node_id, json.loads(a.config), a.peers,
+                      a.job_links, a.job_links_tls)
+
+
+def serve(args):
+    """Run worker `args.index` until the front-end stops it (a new interpreter's main, or
+    the child of a fork: disque/worker_spawn.py). Returns the exit code."""
     die_with_parent()
-    config = json.loads(args.config)
+    config = args.config
     nodeclock.adopt(config.get("clock_base_ns", nodeclock.BASE_NS))    # before the Shard
     dlog.setup("worker-%d" % args.index, config.get("loglevel", "notice"), config.get("logfile", ""))
     if os.getppid() == 1:
-        sys.exit(1)
+        return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the front-end decides when we stop
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # file size limit: a failed AOF write, not death
     peers = peer_sockets(args.peers) if args.link.startswith("unix:") else None
@@ -373,3 +382,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         pass
     log.info("Worker %d stopped", args.index)
+    return 0
+
+
+def main(argv=None):
+    sys.exit(serve(parse_args(argv)))
