@@ -180,6 +180,11 @@ def job_link_listeners(cfg, cluster, nworkers):
     return socks
 
 
+def secured(cfg):
+    """Whether the node has a cluster secret (docs/security.md)."""
+    return bool(cfg.cluster_secret or cfg.cluster_secret_file)
+
+
 def remove_unix_socket(path):
     log.info("Removing the unix socket file.")
     try:
@@ -209,8 +214,9 @@ class Node:
         self.job_listeners = []         # per worker: direct job links (job_link_listeners)
         self.job_link_tls = None        # their TLS files' directory on a secured bus
         # workers are forks of this process while it has no thread (disque/worker_spawn.py):
-        # at start-up, before the bus; with worker-link zmq the links' ZeroMQ comes first
-        self.may_fork = cfg.worker_link == "unix"
+        # at start-up, before the bus; with worker-link zmq the links' ZeroMQ comes first,
+        # and a node with a cluster secret starts new interpreters, which never hold it
+        self.may_fork = cfg.worker_link == "unix" and not secured(cfg)
 
     def worker_config(self):
         cfg = self.cfg

@@ -71,16 +71,16 @@ def test_destinations_without_a_link_up_are_left_for_the_bus():
     assert leftover == [[(C,), M.SETACK, 0, [on_w0, 1]], [(B, C), M.SETACK, 0, [on_w1, 2]]]
 
 
-# ---- reading job link frames (disque/_fast/linkio.pyx) -------------------------------
+# ---- reading job link frames (disque/_fast/frames.pyx) -------------------------------
 
 def framed(payload):
     return len(payload).to_bytes(4, "little") + payload
 
 
 def test_the_c_frame_writer_is_the_link_contract():
-    # peer links (sysio.framed) and job links (linkio.frame) write what
+    # peer links (sysio.framed) and job links (frames.frame) write what
     # disque/contracts/worker_link.frame defines, and read_frames reads it back
-    from disque._fast.linkio import frame
+    from disque._fast.frames import frame
     from disque.contracts.worker_link import frame as contract_frame
     for payload in (b"", b"x", bytes(range(256)) * 300, b"y" * 70_000):
         assert frame(payload) == contract_frame(payload) == framed(payload)
@@ -88,7 +88,7 @@ def test_the_c_frame_writer_is_the_link_contract():
 
 def test_frames_split_anywhere_come_out_whole():
     import socket
-    from disque._fast.linkio import AGAIN, read_frames
+    from disque._fast.frames import AGAIN, read_frames
     a, b = socket.socketpair()
     b.setblocking(False)
     try:
@@ -111,7 +111,7 @@ def test_frames_split_anywhere_come_out_whole():
 
 def test_a_frame_over_its_limit_is_refused_before_it_is_read():
     import socket
-    from disque._fast.linkio import TOO_LONG, read_frames
+    from disque._fast.frames import TOO_LONG, read_frames
     a, b = socket.socketpair()
     try:
         a.sendall(b"GET / HTTP/1.1\r\n\r\n")             # "GET " is a 542 MB length
@@ -129,7 +129,7 @@ def test_a_frame_over_its_limit_is_refused_before_it_is_read():
 
 def test_writes_never_block_never_reorder_and_report_a_broken_link():
     import socket
-    from disque._fast.linkio import BROKEN, KEPT, QUEUED, SENT, send_kept, send_or_keep
+    from disque._fast.frames import BROKEN, KEPT, QUEUED, SENT, send_kept, send_or_keep
     a, b = socket.socketpair()
     a.setblocking(False)
     try:

@@ -3,7 +3,8 @@
 between processes carries (docs/design.md, "Contracts between processes"): the worker link
 (disque/contracts/worker_link.py), the hand-over channel (connection_handover.py), the peer
 links (peerlinks.pyx) and the direct job links (job_links.py). The writing half is
-sysio.framed.
+sysio.framed, and for Python callers (the job links) `frame` with send_or_keep and
+send_kept, the write path the peer links use too.
 
 Each frame's length is checked against a limit as soon as its header is read, before
 anything of it is kept: a frame above the limit is FRAMES_TOO_LONG, which the caller answers
@@ -110,3 +111,19 @@ def feed_buffer(bytearray pending, bytearray buf, Py_ssize_t n, Py_ssize_t first
 def frame(bytes payload):
     """sysio.framed: <u32 length, little endian><payload>."""
     return sysio.framed(payload)
+
+
+BROKEN = sysio.OUT_BROKEN
+SENT = sysio.OUT_SENT
+QUEUED = sysio.OUT_QUEUED
+KEPT = sysio.OUT_KEPT
+
+
+def send_or_keep(int fd, bytes data, bytearray out):
+    """sysio.send_or_keep for Python callers: BROKEN, SENT, QUEUED or KEPT."""
+    return sysio.send_or_keep(fd, data, out)
+
+
+def send_kept(int fd, bytearray out):
+    """sysio.send_kept for Python callers: the bytes still waiting, -1 when it failed."""
+    return sysio.send_kept(fd, out)

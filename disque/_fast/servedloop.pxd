@@ -28,11 +28,11 @@ cdef class ServedClient:
     cdef public int fwd_w           # the other worker its last commands were forwarded to
     cdef public int fwd_run         # how many in a row (a command run here resets it)
     cdef public bint following      # handed back to follow them there (BACK_FOLLOW)
-    # a TLS connection (disque/workers/tls_clients.py): OpenSSL's object of its ssl.SSLObject
-    # (read and written directly) between two memory BIOs; sock stays the plain socket
+    # a TLS connection (disque/workers/tls_clients.py): the ssl.SSLObject of its TlsPump
+    # (disque/workers/tls_pump.py), whose read and write this loop calls
     cdef public object tls          # or None: plaintext
-    cdef public object tls_object   # the ssl.SSLObject itself (its pump takes it back)
-    cdef public object tls_in, tls_out  # the MemoryBIOs: records received, records made
+    cdef public object tls_pump     # the TlsPump itself (the pump takes it back)
+    cdef public object tls_in, tls_out  # its MemoryBIOs: records received, records made
     cdef public bytes tls_pending   # records made that the socket did not take, or None
     cdef public int pump            # its pump id there
 

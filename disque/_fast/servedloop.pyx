@@ -147,7 +147,7 @@ cdef class ServedClient:
         self.fwd_w = -1
         self.fwd_run = 0
         self.following = False
-        self.tls = self.tls_object = None
+        self.tls = self.tls_pump = None
         self.tls_in = self.tls_out = None
         self.tls_pending = None
         self.pump = -1

@@ -1,22 +1,46 @@
-"""GETJOB's options (SPEC 3.2), parsed the same way by the front-end (disque/frontend/getjob.py)
-and by a worker serving a connection itself (disque/workers/served_clients.py)."""
+"""One GETJOB (SPEC 3.2), whichever path it takes: parsed the same way by the front-end
+(disque/frontend/getjob.py) and by a worker serving a connection itself
+(disque/workers/served_clients.py), sent from the front-end to a worker as one message
+(contracts/worker_link.py, GetJob), and taken by the worker's one entry point, Shard.getjob."""
 from disque import replies as R
 from disque._fast.jobid import queue_worker
 from disque._fast.resp import parse_int
+from disque.contracts import worker_link as P
 
 COUNT_ERROR = b"-ERR COUNT must be a number greater than zero\r\n"
 
 
-class GetjobOptions:
-    __slots__ = ("nohang", "withcounters", "timeout", "count", "queues", "prefix")
+class GetjobRequest:
+    """The options (`nohang`, `withcounters`, `timeout` in ms, `count`, `queues` of FROM or
+    `prefix` of FROM-PREFIX), and who waits for the reply in the worker: `reqid` (the
+    front-end's request id, or a served connection's negative wait id), `client` (its
+    connection id) and `proxy` (a share of a cross-worker GETJOB: its jobs go back encoded,
+    the front-end merges them)."""
+    __slots__ = ("nohang", "withcounters", "timeout", "count", "queues", "prefix", "reqid",
+                 "client", "proxy")
 
-    def __init__(self):
-        self.nohang = False
-        self.withcounters = False
-        self.timeout = 0
-        self.count = 1
-        self.queues = None          # FROM q1 q2 ...
-        self.prefix = None          # FROM-PREFIX p (docs/job-features.md)
+    def __init__(self, count=1, nohang=False, withcounters=False, timeout=0, queues=None,
+                 prefix=None, reqid=0, client=0, proxy=False):
+        self.nohang = nohang
+        self.withcounters = withcounters
+        self.timeout = timeout
+        self.count = count
+        self.queues = queues            # FROM q1 q2 ...
+        self.prefix = prefix            # FROM-PREFIX p (docs/job-features.md)
+        self.reqid = reqid
+        self.client = client
+        self.proxy = proxy
+
+    def share(self, reqid, client, queues, proxy=False, timeout=None):
+        """The message asking one worker for its share: `queues` of them (None: the prefix)."""
+        return P.GetJob.encode(reqid, client, self.count, self.nohang, self.withcounters,
+                               self.timeout if timeout is None else timeout, proxy,
+                               queues, self.prefix if queues is None else None)
+
+    @classmethod
+    def from_message(cls, g):
+        return cls(g.count, g.nohang, g.withcounters, g.timeout_ms, g.queues, g.prefix,
+                   g.reqid, g.client, g.proxy)
 
 
 def queue_owners(queues, nworkers):
@@ -27,9 +51,9 @@ def queue_owners(queues, nworkers):
     return owners
 
 
-def parse_getjob(argv):
-    """(error reply, None) or (None, GetjobOptions) for GETJOB argv."""
-    o = GetjobOptions()
+def parse_getjob(argv, reqid=0, client=0):
+    """(error reply, None) or (None, GetjobRequest) for GETJOB argv."""
+    o = GetjobRequest(reqid=reqid, client=client)
     i, argc = 1, len(argv)
     while i < argc:
         opt = argv[i].lower()

@@ -56,7 +56,7 @@ class Cmd(NamedTuple):          # built inline by frontcore.pyx: the per-command
 
 
 @message(GETJOB)
-class GetJob(NamedTuple):
+class GetJob(NamedTuple):       # contracts/getjob_options.py, GetjobRequest
     reqid: int
     client: int
     count: int
@@ -64,7 +64,8 @@ class GetJob(NamedTuple):
     withcounters: bool
     timeout_ms: int
     proxy: bool
-    queues: list
+    queues: list                # None with a prefix
+    prefix: bytes               # FROM-PREFIX, or None
 
 
 @message(UNBLOCK)

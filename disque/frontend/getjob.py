@@ -1,8 +1,10 @@
 """GETJOB's front-end half (SPEC 3.2; docs/design.md, "Blocking GETJOB across workers"),
 and the waiting of a producer whose ADDJOB waits for copies on other nodes.
 
-The worker half is `Shard.getjob` (disque/workers/shard.py): it fetches, or registers the
-client as a waiter (proxy=True when the front-end merges several workers' answers).
+The worker half is `Shard.getjob` (disque/workers/shard.py), the one entry point every
+GETJOB takes in a worker, with the same GetjobRequest (contracts/getjob_options.py): it
+fetches, or registers the client as a waiter (proxy when the front-end merges several
+workers' answers).
 
 When every queue of a GETJOB lives in one worker, that worker blocks and serves the client
 directly (`waited_reply`). Otherwise every involved worker first tries to fetch and, with
@@ -28,15 +30,15 @@ class MultiGet:
     client as a proxy waiter. The first job offered wins; later offers are returned to
     their worker, so no job is given twice or lost.
     """
-    __slots__ = ("client", "slot", "count", "nohang", "reqids", "order", "answered",
-                 "jobs", "done", "blocked", "timer", "workers", "unblocked", "error",
-                 "withcounters")
+    __slots__ = ("client", "slot", "request", "count", "nohang", "reqids", "order", "answered",
+                 "jobs", "done", "blocked", "timer", "workers", "unblocked", "error")
 
-    def __init__(self, client, slot, count, nohang, order):
+    def __init__(self, client, slot, request, order):
         self.client = client
         self.slot = slot
-        self.count = count
-        self.nohang = nohang
+        self.request = request      # the GetjobRequest, each worker asked for its share
+        self.count = request.count
+        self.nohang = request.nohang
         self.order = order          # queue name -> position in the GETJOB arguments
         self.reqids = {}            # reqid -> worker index
         self.answered = set()
@@ -47,7 +49,6 @@ class MultiGet:
         self.timer = None
         self.workers = []
         self.error = None           # -LEAVING from a worker, given when no job comes
-        self.withcounters = False
 
 
 def queue_of_encoded(enc):
@@ -80,18 +81,14 @@ class Getjobs:
         if error is not None:
             client.reply(error)
             return
-        nohang, withcounters, timeout, count = o.nohang, o.withcounters, o.timeout, o.count
         queues, prefix = o.queues, o.prefix
-        if not nohang:
+        if not o.nohang:
             fe.cur_t0 = 0       # SLOWLOG: a GETJOB that may block is timed in the front-end only
         n = fe.nworkers
         if n == 1:
             owners = None
-            if prefix is not None:
-                queues = prefix
         elif prefix is not None:
-            owners = {w: prefix for w in range(n)}
-            queues = ()
+            owners = {w: None for w in range(n)}        # every worker: its queues of the prefix
         else:
             owners = queue_owners(queues, n)
             if fe.routing.queues_elsewhere:
@@ -100,36 +97,34 @@ class Getjobs:
             w = 0 if owners is None else next(iter(owners))
             reqid = fe.new_reqid(w)
             fe.pending[reqid] = self.waited_reply(client, slot or client.slot(), w, reqid)
-            if not nohang:
+            if not o.nohang:
                 client.waiting = (reqid, w)
                 if prefix is None:
                     self.blocked_on_one[reqid] = (argv, queues)
-            fe.send(w, P.GetJob.encode(reqid, client.id, count, nohang, withcounters, timeout,
-                                       False, queues))
+            fe.send(w, o.share(reqid, client.id, queues))
             return
         order = {}
-        for pos, q in enumerate(queues):
+        for pos, q in enumerate(queues or ()):
             order.setdefault(q, pos)
-        m = MultiGet(client, slot or client.slot(), count, nohang, order)
-        m.withcounters = withcounters
-        if not nohang:
+        m = MultiGet(client, slot or client.slot(), o, order)
+        if not o.nohang:
             client.waiting = m
         for w, part in owners.items():
-            self.ask(m, w, part, timeout=0)
-        if timeout and not nohang:
-            m.timer = time.monotonic() + timeout / 1000.0
+            self.ask(m, w, part)
+        if o.timeout and not o.nohang:
+            m.timer = time.monotonic() + o.timeout / 1000.0
             self.seq += 1
             heapq.heappush(self.deadlines, (m.timer, self.seq, m))
 
-    def ask(self, m, w, queues, timeout=0):
-        """One worker's share of a cross-worker GETJOB (proxy: its jobs come back here)."""
+    def ask(self, m, w, queues):
+        """One worker's share of a cross-worker GETJOB (proxy: its jobs come back here,
+        and the front-end keeps its timeout); `queues` None: the prefix's queues."""
         fe = self.fe
         reqid = fe.new_reqid(w)
         m.reqids[reqid] = w
         m.workers.append(w)
         fe.pending[reqid] = self.multiget_reply(m, reqid, w)
-        fe.send(w, P.GetJob.encode(reqid, m.client.id, m.count, m.nohang, m.withcounters,
-                                   timeout, True, queues))
+        fe.send(w, m.request.share(reqid, m.client.id, queues, proxy=True, timeout=0))
 
     def addjob_clustered(self, client, w, argv):
         """ADDJOB on a node of a cluster: the client may wait for copies on other nodes, and

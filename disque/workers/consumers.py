@@ -52,16 +52,16 @@ class Consumers:
         self.deadlines = []             # heap of (deadline_ms, seq, Blocked); never replaced
         self.seq = 0
 
-    def fetch_or_block(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy,
-                       queue_names):
-        prefix = None
-        if type(queue_names) is bytes:      # FROM-PREFIX: every queue whose name starts so
-            prefix = queue_names
+    def fetch_or_block(self, request):
+        """A GetjobRequest (contracts/getjob_options.py): jobs now, or the consumer waits."""
+        count = request.count
+        prefix = request.prefix
+        if prefix is not None:      # FROM-PREFIX: every queue whose name starts so
             queues = [q for name, q in self.shard.queues.items() if name.startswith(prefix)]
         else:
             queues = []
             seen = set()
-            for name in queue_names:
+            for name in request.queues:
                 if name not in seen:
                     seen.add(name)
                     queues.append(self.shard.get_queue(name, create=True))
@@ -75,7 +75,7 @@ class Consumers:
         else:
             jobs = self.fetch_rounds(queues, count)
         clustered = self.shard.cluster_size > 1
-        if clustered and (jobs or nohang):
+        if clustered and (jobs or request.nohang):
             # a consumer about to block asks once it is blocked (INTEREST, below)
             for q in queues:
                 if not len(q.jobs) or q.paused & PAUSE_OUT:
@@ -83,11 +83,10 @@ class Consumers:
                     self.shard.federation.needjobs(q, reached_zero=bool(jobs))
         if jobs:
             ids = [j.id for j in jobs]
-            if proxy:
-                return [encode_job(j, withcounters) for j in jobs], ids
-            return encode_jobs(jobs, withcounters), ids
-        return self.nothing_fetched(reqid, client, nohang, withcounters, timeout_ms, proxy,
-                                    queues, prefix, clustered)
+            if request.proxy:
+                return [encode_job(j, request.withcounters) for j in jobs], ids
+            return encode_jobs(jobs, request.withcounters), ids
+        return self.nothing_fetched(request, queues, clustered)
 
     def fetch_rounds(self, queues, count):
         """One job per queue per round, left to right, until `count` or none is left."""
@@ -105,18 +104,20 @@ class Consumers:
                 break
         return jobs
 
-    def nothing_fetched(self, reqid, client, nohang, withcounters, timeout_ms, proxy, queues,
-                        prefix, clustered):
+    def nothing_fetched(self, request, queues, clustered):
         """No job for this GETJOB: the empty reply (NOHANG), -LEAVING, or the consumer
         blocks (the reply comes later)."""
-        if nohang:
+        proxy = request.proxy
+        if request.nohang:
             return ([] if proxy else NULL_ARRAY), None
         if self.shard.leaving:
             return LEAVING_ERROR, None
+        timeout_ms = request.timeout
         deadline = self.shard.now_ms + timeout_ms if timeout_ms and not proxy else 0
-        b = Blocked(client, reqid, queues, withcounters, proxy, deadline)
-        if prefix is not None:
-            b.prefix = prefix
+        client = request.client
+        b = Blocked(client, request.reqid, queues, request.withcounters, proxy, deadline)
+        if request.prefix is not None:
+            b.prefix = request.prefix
             self.shard.prefix_waiters.append(b)
         old = self.by_client.pop(client, None)
         if old is not None:

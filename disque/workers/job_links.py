@@ -24,12 +24,11 @@ switching between the two paths needs no handshake.
 On a secured cluster (`cluster-secret`) every link is TLS 1.3, both ends presenting the
 certificate derived from the secret and requiring the peer's to be one derived from a secret
 this node accepts (disque/contracts/job_link_tls.py; the front-end hands the derived files
-over with `--job-links-tls DIR`, never the secret). Each TLS end is an ssl.SSLObject between
-two memory BIOs: the socket stays a plain non-blocking one, read with one recv per epoll
-event into the BIO (an SSLSocket reads a record's header and body with two recvs, and may
-keep decrypted bytes epoll cannot see), decrypted until the BIO is empty and split by the
-same C splitter (feed_buffer); what is encrypted leaves by the same C write path as plaintext
-(send_or_keep / send_kept, the unsent tail kept). The handshake runs from the same epoll
+over with `--job-links-tls DIR`, never the secret). Each TLS end is a TlsPump
+(disque/workers/tls_pump.py, the client port's too): the socket stays a plain non-blocking
+one, read with one recv per epoll event, decrypted until nothing whole is left and split
+by the same C splitter (feed_buffer); what is encrypted leaves by the same C write path as
+plaintext (send_or_keep / send_kept, the unsent tail kept). The handshake runs from the same epoll
 callbacks, then the same hello and frames. A peer whose handshake fails (no secret, another
 one, plaintext) is closed before any byte of it is read as a frame, counted as refused and
 logged once per address.
@@ -38,18 +37,18 @@ import errno
 import logging
 import select
 import socket
-import ssl
 import time
 
 import msgpack
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
-# the <u32 length><payload> frames, read (disque/_fast/frames.pyx) and written in C
-from disque._fast.linkio import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, feed_buffer, frame,
+# the <u32 length><payload> frames, read and written in C (disque/_fast/frames.pyx)
+from disque._fast.frames import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, feed_buffer, frame,
                                  read_frames, send_kept, send_or_keep)
 from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello, read_hello
 from disque.contracts.job_link_tls import contexts as tls_contexts
+from disque.workers.tls_pump import TLS_ERRORS, TlsPump
 
 log = logging.getLogger("disque.worker")
 
@@ -72,7 +71,7 @@ def monotonic_ms():
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
     __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
-                 "tls", "inc", "outb", "relinks")
+                 "tls", "relinks")
 
     def __init__(self, node, w, addr, relinks=0):
         self.node = node
@@ -86,13 +85,12 @@ class OutLink:
         self.box = []               # this loop turn's [type, flags, payload] for it
         self.failed_at = None       # ms of the last failure, None: never tried or up
         self.shaking = False        # TLS handshake under way
-        self.tls = self.inc = self.outb = None  # SSLObject and its BIOs (in, out) on TLS
+        self.tls = None             # its TlsPump on a secured cluster
 
 
 class InLink:
     """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr",
-                 "tls", "inc", "outb")
+    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr", "tls")
 
     def __init__(self, sock, addr, shaking=False):
         self.sock = sock
@@ -103,7 +101,7 @@ class InLink:
         self.misrouted = 0          # messages it sent that this worker does not own
         self.shaking = shaking      # TLS handshake under way
         self.addr = addr
-        self.tls = self.inc = self.outb = None  # SSLObject and its BIOs (in, out) on TLS
+        self.tls = None             # its TlsPump on a secured cluster
 
 
 class JobLinks:
@@ -242,8 +240,7 @@ class JobLinks:
                 return
             link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.client_tls is not None:
-                link.inc, link.outb = ssl.MemoryBIO(), ssl.MemoryBIO()
-                link.tls = self.client_tls.wrap_bio(link.inc, link.outb)
+                link.tls = TlsPump(self.client_tls, False)
                 link.shaking = True
                 self.ep.modify(link.fd, EPOLLIN)
                 if not self.handshake_out(link):
@@ -295,7 +292,7 @@ class JobLinks:
             link.sock = None
             link.fd = -1
         link.up = link.shaking = False
-        link.tls = link.inc = link.outb = None
+        link.tls = None
         link.out = bytearray()
         del link.box[:]
         slots = self.boxes.get(link.node)
@@ -340,8 +337,7 @@ class JobLinks:
                 on_event = self.on_in_event
             else:
                 link = InLink(sock, addr, shaking=True)
-                link.inc, link.outb = ssl.MemoryBIO(), ssl.MemoryBIO()
-                link.tls = self.server_tls.wrap_bio(link.inc, link.outb, server_side=True)
+                link.tls = TlsPump(self.server_tls, True)
                 on_event = self.on_in_event_tls
             self.inbound[link.fd] = link
             self.ep.register(link.fd, EPOLLIN)
@@ -422,14 +418,11 @@ class JobLinks:
         """A step of the connecting end's handshake; False: it failed (the caller fails
         the link)."""
         try:
-            link.tls.do_handshake()
-            done = True
-        except ssl.SSLWantReadError:
-            done = False
-        except ssl.SSLError as e:
+            done = link.tls.handshake()
+        except TLS_ERRORS as e:
             self.tls_refused("to", link.addr, e)
             return False
-        data = link.outb.read()
+        data = link.tls.take()
         if data:
             self.write_raw(link, data)
             if link.sock is None:       # write_raw failed it
@@ -451,21 +444,23 @@ class JobLinks:
             return False
         if not n:
             return False
-        link.inc.write(memoryview(self.rbuf)[:n])
+        link.tls.feed(memoryview(self.rbuf)[:n])
         if link.shaking:
             return self.handshake_out(link)
         try:
-            while link.tls.read(TLS_READ_SIZE, self.rbuf):
-                pass                    # nothing is meant to come; dropped
-        except ssl.SSLWantReadError:
-            return True
-        except ssl.SSLError as e:
+            while True:
+                m = link.tls.read(TLS_READ_SIZE, self.rbuf)
+                if m is None:
+                    return True         # nothing whole: the link stays
+                if not m:
+                    return False        # close_notify
+                # anything else is not meant to come: dropped
+        except TLS_ERRORS as e:
             self.tls_refused("to", link.addr, e)
         return False
 
     def write_tls(self, link, data):
-        link.tls.write(data)            # into the memory BIO: always whole
-        self.write_raw(link, link.outb.read())
+        self.write_raw(link, link.tls.encrypt(data))
 
     def on_in_event_tls(self, link):
         buf = self.rbuf
@@ -479,15 +474,12 @@ class JobLinks:
         if not n:
             self.close_in(link)
             return
-        inc, tls = link.inc, link.tls
-        inc.write(memoryview(buf)[:n])
+        tls = link.tls
+        tls.feed(memoryview(buf)[:n])
         if link.shaking:
             try:
-                tls.do_handshake()
-                done = True
-            except ssl.SSLWantReadError:
-                done = False
-            except ssl.SSLError as e:
+                done = tls.handshake()
+            except TLS_ERRORS as e:
                 self.refused += 1
                 self.tls_refused("from", link.addr, e)
                 self.answer_handshake(link)     # the alert, if the socket takes it
@@ -502,14 +494,14 @@ class JobLinks:
         # decrypt what the BIO holds (every record, so nothing waits where epoll cannot
         # see it); each read's frames are handled before the next read, so the hello's
         # length limit applies to the hello alone
-        while inc.pending or tls.pending():
+        while tls.has_input():
             try:
                 m = tls.read(TLS_READ_SIZE, buf)
-            except ssl.SSLWantReadError:
-                return                  # a partial record: the rest comes with a later recv
-            except ssl.SSLError as e:
+            except TLS_ERRORS as e:
                 self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
                 return
+            if m is None:
+                return                  # a partial record: the rest comes with a later recv
             if not m:
                 self.close_in(link)     # close_notify
                 return
@@ -522,7 +514,7 @@ class JobLinks:
     def answer_handshake(self, link):
         """The accepting end's handshake flight: a few KB a fresh socket takes at once.
         False when it did not."""
-        data = link.outb.read()
+        data = link.tls.take()
         if not data:
             return True
         try:

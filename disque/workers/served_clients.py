@@ -112,13 +112,13 @@ class ServedClients(ServedCore):
                     sock.close()
 
     def adopt(self, cid, sock, resp3, unparsed, tls=None):
-        """Serve connection `cid` from now on; `tls`: a TLS connection's (SSLObject, its
-        incoming and outgoing BIOs, pump id, records its pump had not sent yet or None)."""
+        """Serve connection `cid` from now on; `tls`: a TLS connection's (TlsPump, pump id,
+        records its pump had not sent yet or None)."""
         c = ServedClient(cid, sock, resp3)
         if tls is not None:
-            obj, c.tls_in, c.tls_out, c.pump, c.tls_pending = tls
-            c.tls_object = obj
-            c.tls = obj._sslobj         # the Cython loop calls OpenSSL's object directly
+            pump, c.pump, c.tls_pending = tls
+            c.tls_pump = pump
+            c.tls, c.tls_in, c.tls_out = pump.obj, pump.inc, pump.out
         self.clients[c.fd] = c
         self.by_id[cid] = c
         self.ep.register(c.fd, EPOLLIN)
@@ -219,7 +219,8 @@ class ServedClients(ServedCore):
         error, o = parse_getjob(argv)
         if error is not None:
             return error
-        reply, _ids = self.shard.getjob(0, 0, o.count, True, o.withcounters, 0, False, o.queues)
+        o.nohang = True         # only a GETJOB that cannot block comes here (ServedClients.getjob)
+        reply, _ids = self.shard.getjob(o)
         return reply if reply is not None else NULL_ARRAY
 
     def getjob(self, c, argv):
@@ -229,7 +230,6 @@ class ServedClients(ServedCore):
         FROM-PREFIX goes back, one that would block on another worker's queue follows it
         there. On a node of a cluster a queue it empties, or a consumer with nothing,
         asks the other nodes for jobs (NEEDJOBS) through the shard's bus messages."""
-        shard = self.shard
         error, o = parse_getjob(argv)
         if error is not None or o.prefix is not None:
             return None
@@ -244,10 +244,10 @@ class ServedClients(ServedCore):
             c.following = True          # handed back, then over to that worker
             return None
         c.fwd_run = 0                   # one of ours (ServedCore.forward)
-        self.names.append(b"getjob")
-        wid = self.new_wait_id()
-        reply, _ids = shard.consumers.fetch_or_block(wid, c.id, o.count, o.nohang,
-                                                     o.withcounters, o.timeout, False, o.queues)
+        self.names.append(b"getjob")    # timed with the other commands of this turn
+        wid = o.reqid = self.new_wait_id()
+        o.client = c.id
+        reply, _ids = self.shard.getjob(o, timed=False)
         if reply is not None:
             return reply
         c.parked = argv

@@ -225,14 +225,19 @@ class Shard(ShardCore):
 
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------
 
-    def getjob(self, reqid, client, count, nohang, withcounters, timeout_ms, proxy, queue_names):
-        """GETJOB's worker half (the front half: disque/frontend/getjob.py, Getjobs.getjob).
-        Serve or block a consumer. Local mode returns the full reply (or None when it
-        blocked); proxy mode returns a list of encoded jobs (empty: blocked/none)."""
+    def getjob(self, request, timed=True):
+        """GETJOB's worker half, the one entry point of every path (the front-end's message,
+        a served connection's GETJOB, another worker's NOHANG one): a GetjobRequest
+        (contracts/getjob_options.py); the front half is disque/frontend/getjob.py.
+        Serve or block a consumer: (reply, job ids). Local mode replies in full (None when
+        it blocked); proxy mode with a list of encoded jobs (empty: blocked or none).
+        `timed`: count it in the command statistics here (a served connection's GETJOB is
+        counted with the other commands of its turn instead)."""
+        if not timed:
+            return self.consumers.fetch_or_block(request)
         t0 = perf_counter_ns()
         try:
-            return self.consumers.fetch_or_block(reqid, client, count, nohang, withcounters, timeout_ms,
-                                       proxy, queue_names)
+            return self.consumers.fetch_or_block(request)
         finally:
             self.account(b"getjob", perf_counter_ns() - t0)
 

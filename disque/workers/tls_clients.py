@@ -15,19 +15,19 @@ TLS for as long as it lives, and the connection takes the usual two places:
   and writes the records itself), with no process in between. Commands of another worker's
   queues go there over a peer link: the connection cannot follow its queue.
 
-OpenSSL works between two memory BIOs (ssl.SSLObject) and the socket stays a plain one: a
+Each connection's TLS is a TlsPump (disque/workers/tls_pump.py, the job links' too): a
 read is one recv, as for plaintext, then every whole record is decrypted; a write makes
-records into the outgoing BIO, sent by us, so OpenSSL never has a write to retry and
-records made but not sent move with the connection between the two places.
+records, sent by us, so OpenSSL never has a write to retry and records made but not sent
+move with the connection between the two places.
 """
 import logging
 import select
 import socket
-import ssl
 import time
 
 from disque.contracts import connection_handover as H
 from disque.contracts.tls_settings import HANDSHAKE_TIMEOUT, TlsConfigError, reason, server_context
+from disque.workers.tls_pump import TLS_ERRORS, TlsPump
 
 log = logging.getLogger("disque.worker")
 
@@ -57,16 +57,14 @@ def drain(sock):
 
 class Pump:
     """One TLS connection of this worker while it is not served here (handshaking or pumped)."""
-    __slots__ = ("id", "sock", "fd", "obj", "inc", "outgoing", "addr", "plain", "to_sock",
-                 "to_plain", "since", "closing", "shaken")
+    __slots__ = ("id", "sock", "fd", "tls", "addr", "plain", "to_sock", "to_plain", "since",
+                 "closing", "shaken")
 
-    def __init__(self, pid, sock, obj, inc, outgoing, addr):
+    def __init__(self, pid, sock, tls, addr):
         self.id = pid
         self.sock = sock                # the plain TCP socket
         self.fd = sock.fileno()
-        self.obj = obj                  # ssl.SSLObject between inc and outgoing (MemoryBIOs)
-        self.inc = inc
-        self.outgoing = outgoing
+        self.tls = tls                  # its TlsPump
         self.addr = addr                # "host:port", for the log
         self.plain = None               # our end of the socketpair while pumped
         self.to_sock = bytearray()      # records for the client the socket did not take yet
@@ -129,25 +127,23 @@ class TlsClients:
             sock.close()
             return
         sock.setblocking(False)
-        inc, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        obj = self.ctx.wrap_bio(inc, outgoing, server_side=True)
         self.next_id += 1
-        p = self.pumps[self.next_id] = Pump(self.next_id, sock, obj, inc, outgoing, addr)
+        p = self.pumps[self.next_id] = Pump(self.next_id, sock, TlsPump(self.ctx, True), addr)
         self.watch(p.fd, EPOLLIN, lambda ev: self.on_sock(p, ev))
 
     def shake(self, p):
         try:
-            p.obj.do_handshake()
-        except ssl.SSLWantReadError:
-            self.flush_sock(p)
-            return
-        except (ssl.SSLError, OSError, ValueError) as e:
+            done = p.tls.handshake()
+        except TLS_ERRORS as e:
             self.flush_sock(p)          # the alert that says why, when there is one
             self.handshake_failed(p, e)
             return
+        if not done:
+            self.flush_sock(p)
+            return
         p.shaken = True
         self.handshakes += 1
-        log.debug("TLS connection from %s: %s, %s", p.addr, p.obj.version(), p.obj.cipher()[0])
+        log.debug("TLS connection from %s: %s, %s", p.addr, p.tls.version(), p.tls.cipher_name())
         self.to_front_end(p)
 
     def handshake_failed(self, p, e):
@@ -203,21 +199,21 @@ class TlsClients:
                 self.flush_plain(p)
                 self.close(p)           # the front-end sees its end close: client gone
                 return
-            p.inc.write(data)
+            p.tls.feed(data)
             if p.shaken:
                 self.decrypt(p)
             else:
                 self.shake(p)
 
     def decrypt(self, p):
-        while p.inc.pending or p.obj.pending():
+        while p.tls.has_input():
             try:
-                data = p.obj.read(CHUNK)
-            except ssl.SSLWantReadError:
-                break
-            except (OSError, ValueError):   # close_notify, a bad record
+                data = p.tls.read(CHUNK)
+            except TLS_ERRORS:          # a bad record
                 data = b""
-            if not data:
+            if data is None:
+                break                   # the rest of a record is still on its way
+            if not data:                # close_notify
                 self.flush_plain(p)
                 self.close(p)
                 return
@@ -260,18 +256,16 @@ class TlsClients:
                     p.since = time.monotonic()
                     break
                 try:
-                    p.obj.write(data)
-                except (ssl.SSLError, OSError, ValueError):
+                    p.to_sock += p.tls.encrypt(data)
+                except TLS_ERRORS:
                     self.close(p)
                     return
-                p.to_sock += p.outgoing.read()
                 if len(data) < CHUNK:
                     break
             self.flush_sock(p)
 
     def flush_sock(self, p):
-        if p.outgoing.pending:
-            p.to_sock += p.outgoing.read()
+        p.to_sock += p.tls.take()
         if not self.send_kept(p, p.sock, p.to_sock):
             return
         if p.closing and not p.to_sock:
@@ -315,26 +309,23 @@ class TlsClients:
         unparsed = h.unparsed + drain(theirs) + bytes(p.to_plain)
         theirs.close()
         try:
-            if replies:
-                p.obj.write(replies)
-        except (ssl.SSLError, OSError, ValueError):
+            cipher = p.tls.encrypt(replies) if replies else p.tls.take()
+        except TLS_ERRORS:
             self.close(p)
             self.served.channel.send(H.Gone.encode(h.client))
             return
-        pending = bytes(p.to_sock + p.outgoing.read())
+        pending = bytes(p.to_sock + cipher)
         self.unwatch(p.plain.fileno())
         p.plain.close()
         p.plain = None
         self.unwatch(p.fd)
         del self.pumps[p.id]
-        self.served.adopt(h.client, p.sock, h.resp3, unparsed,
-                          (p.obj, p.inc, p.outgoing, p.id, pending or None))
+        self.served.adopt(h.client, p.sock, h.resp3, unparsed, (p.tls, p.id, pending or None))
 
     def pump_again(self, c):
         """A served TLS connection goes back to the front-end: the socket it gets (the
         caller sends it with the HANDBACK and closes it). Records not yet sent go first."""
-        obj, inc, outgoing = c.tls_object, c.tls_in, c.tls_out
-        p = Pump(c.pump, c.sock, obj, inc, outgoing, self.addr_of(c.sock))
+        p = Pump(c.pump, c.sock, c.tls_pump, self.addr_of(c.sock))
         p.shaken = True
         if c.tls_pending:
             p.to_sock += c.tls_pending

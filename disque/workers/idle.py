@@ -1,0 +1,71 @@
+"""The idle tick (docs/design.md, "The idle tick"): a worker with nothing to do ticks every
+IDLE_TICK_MS instead of every 10 ms, and is back on the 10 ms tick at its first work or as
+soon as something comes due within a slow tick.
+
+Two states, looked at after each turn of the loop: busy (the timer ticks every TICK_MS;
+IDLE_AFTER_MS without work, looked at on ticks, and nothing that needs the fast tick:
+idle) and idle (the timer ticks every IDLE_TICK_MS; any work, or something due: busy)."""
+from disque.workers.crons import TICK_MS
+
+IDLE_TICK_MS = 100
+IDLE_AFTER_MS = 1000
+
+
+class IdleTick:
+    """Needs the worker (shard, served, job_links, its work counter) and its timer.
+    Offers after_turn and `idle`."""
+
+    def __init__(self, worker, timer):
+        self.worker = worker
+        self.timer = timer
+        self.idle = False
+        self.last_work = self.work_done()
+        self.last_work_ms = worker.shard.now_ms
+
+    def after_turn(self, ticked):
+        if not (self.idle or ticked):
+            return
+        worker = self.worker
+        work = self.work_done()
+        served = worker.served
+        if work != self.last_work or (self.idle and served is not None and served.woke):
+            self.last_work = work
+            self.last_work_ms = worker.shard.now_ms
+            if self.idle:
+                self.set_idle(False)
+        elif self.idle:
+            if not self.may_idle():
+                self.set_idle(False)
+        elif worker.shard.now_ms - self.last_work_ms >= IDLE_AFTER_MS and self.may_idle():
+            self.set_idle(True)
+
+    def work_done(self):
+        """A count that moves with every command and job message this worker gets: the
+        commands it runs on any path (those forwarded by the other workers too), those its
+        connections send elsewhere, the link's requests and job messages (control messages,
+        such as the front-end's memory level every 100 ms, leave it)."""
+        worker = self.worker
+        n = worker.work + worker.shard.n_commands
+        if worker.served is not None:
+            n += worker.served.commands
+        if worker.job_links is not None:
+            n += worker.job_links.received_msgs
+        return n
+
+    def may_idle(self):
+        """Nothing this worker does needs the 10 ms tick within the next slow one: no job
+        timer due within IDLE_TICK_MS + TICK_MS, no consumer deadline, no producer waiting
+        for copies, no AOF work, nothing queued for the loop, not leaving."""
+        shard = self.worker.shard
+        if (shard.consumers.deadlines or shard.replication.repl_waits or shard.ready
+                or shard.interest_due or shard.bus_out or shard.out or shard.leaving
+                or shard.persistence.aof_busy or shard.spill.pending()):
+            return False
+        when = shard.timers.next_when()
+        return when == 0 or when > shard.now_ms + IDLE_TICK_MS + TICK_MS
+
+    def set_idle(self, idle):
+        self.idle = idle
+        self.timer.set_interval(IDLE_TICK_MS if idle else TICK_MS)
+        if self.worker.served is not None:
+            self.worker.served.idle = idle      # every wake-up then comes back to the loop

@@ -1,0 +1,66 @@
+"""Where everything a turn of the worker's loop produced leaves, in one order
+(docs/design.md, "The worker's loop"):
+
+1. job messages for other nodes: into the boxes of the direct job links, the rest into
+   `out` for the front-end's bus;
+2. the AOF: what the turn changed is written (and with `appendfsync always`, synced);
+3. then, and only then, what may depend on it: the job links' frames (a GOTJOB promises
+   a copy the AOF now holds), the served connections' replies, the front-end's batch.
+
+So no reply and no acknowledgement leaves before the AOF record of what it promises
+(docs/persistence.md). `STEPS` names the order; `release` runs it. The one other way out
+is the served loop's turn in C (servedloop.pyx), which sends job messages itself only on
+a node without an AOF.
+"""
+import msgpack
+
+from disque._fast.replcore import count_types
+from disque.contracts import worker_link as P
+
+STEPS = ("bus_out", "aof", "job_links", "served", "front_end")
+
+
+class Outbox:
+    """Needs the worker (shard, link, served, job_links). Offers release, and
+    job_messages_out for the served loop's turn (no AOF there)."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.shard = worker.shard
+        self.link = worker.link
+        self.pack = msgpack.Packer().pack       # one Packer: packb makes a new one per call
+        step = {"bus_out": self.bus_out, "aof": self.shard.persistence.aof_flush,
+                "job_links": worker.job_links.flush if worker.job_links is not None else None,
+                "served": worker.served.flush if worker.served is not None else None,
+                "front_end": self.front_end}
+        self.steps = [step[name] for name in STEPS if step[name] is not None]
+
+    def release(self):
+        for step in self.steps:
+            step()
+
+    def bus_out(self):
+        """This turn's job messages: straight to the owning workers where a direct job link
+        is up (in their boxes until the job links' step), the rest through the front-end
+        onto the bus."""
+        shard = self.shard
+        if not shard.bus_out:
+            return
+        count_types(shard.bus_out, shard.replication.bus_sent)
+        job_links = self.worker.job_links
+        rest = shard.bus_out if job_links is None else job_links.send(shard.bus_out)
+        if rest:
+            shard.out.append(P.BusOut.encode(rest))
+        shard.bus_out = []
+
+    def front_end(self):
+        shard = self.shard
+        if shard.out:
+            self.link.send(self.pack(shard.out))
+            shard.out = []
+
+    def job_messages_out(self):
+        """ServedCore.turn, after serving, with job messages to send and no AOF (the turn
+        leaves a node with an AOF to the loop, which writes it before anything leaves)."""
+        self.bus_out()
+        self.worker.job_links.flush()
