@@ -34,7 +34,8 @@ import time
 import psutil
 import redis
 
-from common.cluster import Proc, disque_cmd, free_port, log, start_cluster, wait_for  # noqa: E402
+from common.cluster import Proc, free_port, log, start_cluster, wait_for  # noqa: E402
+from disque.harness import disque_argv, server_command  # noqa: E402
 from disque.client import Disque  # noqa: E402
 from disque.client.worker import Worker  # noqa: E402
 
@@ -70,8 +71,7 @@ def start_node(tmp, name, workers=2, extra=()):
     port = free_port()
     d = os.path.join(tmp, name)
     os.makedirs(d)
-    proc = Proc(disque_cmd() + ["--port", str(port), "--workers", str(workers),
-                                "--bind", "127.0.0.1", *extra], d, port=port)
+    proc = Proc(disque_argv(port, workers, *extra, command=server_command()), d, port=port)
     proc.wait_ready(30)
     return port, proc, redis.Redis(port=port, protocol=2)
 

@@ -29,7 +29,8 @@ import textwrap
 
 import psutil
 
-from common.cluster import Proc, disque_cmd, free_port, log, wait_for  # noqa: E402
+from common.cluster import Proc, free_port, log, wait_for  # noqa: E402
+from disque.harness import disque_argv, server_command  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -99,8 +100,7 @@ class Broker:
         os.makedirs(self.dir, exist_ok=True)
         port = free_port()
         if kind == "disque":
-            self.proc = Proc(disque_cmd() + ["--port", str(port), "--workers", "2",
-                                             "--bind", "127.0.0.1"], self.dir)
+            self.proc = Proc(disque_argv(port, 2, command=server_command()), self.dir)
             self.url = "disque://127.0.0.1:%d" % port
             self._ready = lambda: _ping(port)
         elif kind == "redis":

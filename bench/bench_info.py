@@ -1,7 +1,7 @@
 """INFO latency and throughput: our node vs the original Disque, in the same run.
 
-Starts `disque-server --workers N` and, when present, the original's binary
-(/work/orig/disque/src/disque-server, or --orig PATH), each on a free loopback port, and
+Starts `disque-server --workers N` and, with --disque-binary, the original's binary, each on
+a free loopback port, and
 runs redis-benchmark against each, one after the other, for every load:
 
 * `redis-benchmark -c 1 -n N INFO`  (one client in a loop: latency)
@@ -11,8 +11,8 @@ runs redis-benchmark against each, one after the other, for every load:
   running meanwhile, to see that INFO does not hold job commands back (ADDJOB req/s
   printed alongside).
 
-    python bench/bench_info.py                    # about a minute
-    python bench/bench_info.py --n 20000 --repeat 3 --workers 2
+    python bench/bench_info.py --disque-binary <original>/src/disque-server   # about a minute
+    python bench/bench_info.py --n 20000 --repeat 3 --workers 2               # ours alone
 
 Figures: requests/s and the average latency in ms as redis-benchmark reports them (--csv),
 best of --repeat. The machine's load matters: compare the two servers within one run.
@@ -23,12 +23,10 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 from common.cluster import Proc, free_port
-
-ORIG = "/work/orig/disque/src/disque-server"
+from disque.harness import disque_argv, original_argv, server_command
 
 
 def benchmark(rb, port, clients, n, *command):
@@ -40,9 +38,10 @@ def benchmark(rb, port, clients, n, *command):
     return rps, avg
 
 
-def run_side(name, cmd, rb, n, repeat, port):
+def run_side(name, argv_of, rb, n, repeat, port):
+    """`argv_of(port, workdir)`: the server's command line."""
     d = tempfile.mkdtemp(prefix="dq-info-")
-    proc = Proc(cmd + ["--port", str(port)], d, port=port)
+    proc = Proc(argv_of(port, d), d, port=port)
     results = {}
     try:
         proc.wait_ready(60)
@@ -71,15 +70,16 @@ def main():
     ap.add_argument("--n", type=int, default=20000, help="INFO requests per measurement")
     ap.add_argument("--repeat", type=int, default=2, help="best of this many runs")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--orig", default=ORIG, help="the original disque-server binary")
+    ap.add_argument("--disque-binary", default=None,
+                    help="the original disque-server, built by hand outside the repository")
     ap.add_argument("--redis-benchmark", default=shutil.which("redis-benchmark"))
     args = ap.parse_args()
-    exe = os.path.join(os.path.dirname(sys.executable), "disque-server")
-    ours = ([exe] if os.path.exists(exe) else [sys.executable, "-m", "disque"]) + [
-        "--workers", str(args.workers)]
-    sides = [("ours (--workers %d)" % args.workers, ours)]
-    if os.path.exists(args.orig):
-        sides.append(("original", [args.orig]))
+    sides = [("ours (--workers %d)" % args.workers,
+              lambda port, d: disque_argv(port, args.workers, command=server_command()))]
+    if args.disque_binary:
+        if not os.path.exists(args.disque_binary):
+            raise SystemExit("no such file: %s" % args.disque_binary)
+        sides.append(("original", lambda port, d: original_argv(args.disque_binary, port, d)))
     table = {}
     for name, cmd in sides:
         table[name] = run_side(name, cmd, args.redis_benchmark, args.n, args.repeat, free_port())

@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from common.cluster import Proc, free_port  # noqa: E402
+from disque.harness import disque_argv, server_command  # noqa: E402
 from disque._fast.job import QUEUED, Job  # noqa: E402
 from disque._fast.jobid import queue_slot  # noqa: E402
 from disque.contracts import job_codec as codec  # noqa: E402
@@ -83,14 +84,13 @@ def call(port, *args, timeout=2.0):
         return data
 
 
-def start_once(server_cmd, nworkers, njobs):
+def start_once(command, nworkers, njobs):
     d = tempfile.mkdtemp(prefix="dq-start-")
     port = free_port()
     try:
         jid = write_aof(d, port, nworkers, njobs) if njobs else None
         log_path = os.path.join(d, "server.log")
-        cmd = server_cmd + ["--port", str(port), "--workers", str(nworkers), "--appendonly",
-                            "yes", "--dir", d]
+        cmd = disque_argv(port, nworkers, "--appendonly", "yes", "--dir", d, command=command)
         t0 = time.monotonic()
         proc = Proc(cmd, d, port=port)
         proc.poll_interval = 0.001      # the time to the first PONG is the figure
@@ -115,11 +115,7 @@ def main():
     ap.add_argument("--server-cmd", default=None,
                     help="how to start the server (default: disque-server next to this python)")
     args = ap.parse_args()
-    if args.server_cmd:
-        server_cmd = args.server_cmd.split()
-    else:
-        exe = os.path.join(os.path.dirname(sys.executable), "disque-server")
-        server_cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "disque"]
+    server_cmd = server_command(args.server_cmd)
     print("| workers | jobs in the AOF | process start -> PONG (s) | load logged (s) | SHOW ok after PONG |")
     print("|---|---|---|---|---|")
     for nworkers in [int(x) for x in args.workers.split(",")]:

@@ -9,8 +9,9 @@ that time minus the time the ADDJOB reply arrived. --load N adds N background co
 that hammer the same worker with pipelined ADDJOB / GETJOB / FASTACK on another queue.
 
     python bench/bench_ttl_expiry.py --samples 150 --load 2           # ours
-    python bench/bench_ttl_expiry.py --server orig --samples 150 --load 2
-    python bench/bench_ttl_expiry.py --server both --samples 150 --load 2 --json out.json
+    python bench/bench_ttl_expiry.py --server orig --disque-binary <original>/src/disque-server
+    python bench/bench_ttl_expiry.py --server both --disque-binary <original>/src/disque-server \
+        --samples 150 --load 2 --json out.json
 """
 from __future__ import annotations
 
@@ -25,19 +26,19 @@ import time
 import redis
 
 from common.cluster import Proc, free_port
-from disque.harness import NodeStartError, disque_argv
+from disque.harness import NodeStartError, disque_argv, original_argv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORIG = "/work/orig/disque/src/disque-server"
 
 
-def start(kind, workdir):
-    """Our node (--workers 1) or the original on a leased port; its output in server.log."""
+def start(kind, workdir, binary=None):
+    """Our node (--workers 1) or the original (`binary`) on a leased port; its output in
+    server.log."""
     port = free_port()
     if kind == "ours":
         argv = disque_argv(port, 1)
     else:
-        argv = [ORIG, "--port", str(port), "--bind", "127.0.0.1"]
+        argv = original_argv(binary, port, workdir)
     proc = Proc(argv, workdir, port=port)
     try:
         proc.wait_ready(30)
@@ -119,15 +120,17 @@ def main():
     ap.add_argument("--poll-ms", type=float, default=5)
     ap.add_argument("--load", type=int, default=0, help="background load connections")
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--disque-binary", default=None,
+                    help="the original disque-server (for --server orig or both)")
     args = ap.parse_args()
     kinds = ("ours", "orig") if args.server == "both" else (args.server,)
     results = []
     for kind in kinds:
-        if kind == "orig" and not os.path.exists(ORIG):
-            print("original binary not built:", ORIG)
-            continue
+        if kind == "orig" and not (args.disque_binary and os.path.exists(args.disque_binary)):
+            raise SystemExit("--server %s needs --disque-binary <original>/src/disque-server"
+                             % args.server)
         with tempfile.TemporaryDirectory() as tmp:
-            port, proc = start(kind, tmp)
+            port, proc = start(kind, tmp, args.disque_binary)
             try:
                 lat, loaded = measure(port, args.samples, args.ttl, args.poll_ms, args.load)
             finally:

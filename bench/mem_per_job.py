@@ -1,22 +1,21 @@
 """Bytes per job: INFO used_memory (what maxmemory is held against) vs the RSS growth.
 
 Starts one node, adds N jobs (pipelined, one client), reads INFO memory before and after,
-then acks every job and reads it again. With --server it measures any Disque-compatible
-binary (for example the original C server) the same way. See docs/memory.md.
+then acks every job and reads it again. With --disque-binary it measures the original C
+server the same way. See docs/memory.md.
 
     python bench/mem_per_job.py --jobs 1000000 --body 100 --workers 2
-    python bench/mem_per_job.py --jobs 1000000 --body 100 --server /path/to/disque-server
+    python bench/mem_per_job.py --jobs 1000000 --body 100 --disque-binary <original>/src/disque-server
 """
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 
 import redis
 
 from common.cluster import Proc
-from disque.harness import NodeStartError
+from disque.harness import NodeStartError, disque_argv, lease_port, original_argv
 
 
 def info_memory(c):
@@ -36,20 +35,19 @@ def settle(c, seconds=1.0):
     return last
 
 
-def start(args, workdir):
-    if args.server:
-        argv = [args.server, "--port", str(args.port)]
+def start(args, workdir, port):
+    if args.disque_binary:
+        argv = original_argv(args.disque_binary, port, workdir)
     else:
-        argv = [sys.executable, "-m", "disque", "--port", str(args.port),
-                "--workers", str(args.workers)]
-    proc = Proc(argv, workdir, port=args.port)
+        argv = disque_argv(port, args.workers)
+    proc = Proc(argv, workdir, port=port)
     try:
         proc.wait_ready(30)
     except NodeStartError as e:
         proc.stop()
         raise SystemExit("server did not start: %s" % e)
     # RESP2: the original answers redis-py's default HELLO 3 with an error
-    return proc, redis.Redis(port=args.port, socket_timeout=120, protocol=2)
+    return proc, redis.Redis(port=port, socket_timeout=120, protocol=2)
 
 
 def main():
@@ -58,11 +56,11 @@ def main():
     ap.add_argument("--body", type=int, default=100, help="body bytes")
     ap.add_argument("--queues", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--port", type=int, default=17811)
-    ap.add_argument("--server", help="another server binary (default: ours)")
+    ap.add_argument("--disque-binary", help="the original disque-server (default: ours)")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="mem-per-job-")
-    proc, c = start(args, workdir)
+    lease = lease_port()
+    proc, c = start(args, workdir, lease.port)
     try:
         body = b"x" * args.body
         used0, rss0 = settle(c)
@@ -77,7 +75,7 @@ def main():
             c.execute_command("ACKJOB", *ids[base:base + 1000])
         used2, rss2 = settle(c)
         n = args.jobs
-        print("server=%s jobs=%d body=%d" % (args.server or "ours --workers %d" % args.workers,
+        print("server=%s jobs=%d body=%d" % (args.disque_binary or "ours --workers %d" % args.workers,
                                                n, args.body))
         print("  fresh:      used_memory=%d used_memory_rss=%d" % (used0, rss0))
         print("  with jobs:  used_memory=%d (+%.1f B/job) used_memory_rss=%d (+%.1f B/job)" % (

@@ -8,7 +8,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PATH = re.compile(r"(?<![\w./-])((?:disque|tests|bench|faults|spark|docs|\.ci)/[\w./*-]*[\w*])")
+PATH = re.compile(r"(?<![\w./-])((?:disque|tests|bench|faults|spark|docs|tools|\.ci)/[\w./*-]*[\w*])")
 
 
 def named_paths(text):

@@ -4,6 +4,7 @@ import pytest
 
 from disque.contracts import bus_messages as M
 from disque.workers.shard import Shard
+from disque.contracts.getjob_options import GetjobRequest
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +34,7 @@ def sent(s, mtype):
 
 
 def block(s, client, timeout_ms, queue=b"q"):
-    reply, _ids = s.getjob(client, client, 1, False, False, timeout_ms, False, [queue])
+    reply, _ids = s.getjob(GetjobRequest(1, timeout=timeout_ms, queues=[queue], reqid=client, client=client))
     assert reply is None                            # blocked
 
 

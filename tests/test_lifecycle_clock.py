@@ -10,6 +10,7 @@ import hiredis
 import pytest
 
 from disque.workers.shard import Shard
+from disque.contracts.getjob_options import GetjobRequest
 
 pytestmark = pytest.mark.unit
 
@@ -52,8 +53,8 @@ class Node:
 
     def getjob(self, queue="q"):
         self.reqid += 1
-        reply, _ids = self.shard.getjob(self.reqid, "client", 1, True, False, 0, False,
-                                        [queue.encode()])
+        reply, _ids = self.shard.getjob(GetjobRequest(1, nohang=True, queues=[queue.encode()],
+                                                      reqid=self.reqid, client="client"))
         return parse(reply)
 
     def show(self, jid):
@@ -186,7 +187,7 @@ def test_paused_in_queue_postpones_the_requeue_by_retry(node):
 
 def test_blocked_consumer_times_out_on_the_moved_clock(node):
     shard = node.shard
-    reply, _ = shard.getjob(99, "waiter", 1, False, False, 1500, False, [b"w"])
+    reply, _ = shard.getjob(GetjobRequest(1, timeout=1500, queues=[b"w"], reqid=99, client="waiter"))
     assert reply is None                    # blocked
     node.advance(1490)
     assert not [o for o in shard.out if o[0] == 99]

@@ -11,6 +11,7 @@ import pytest
 
 from support.resp_client import RawConn, encode_command
 from disque.workers.shard import Shard
+from disque.contracts.getjob_options import GetjobRequest
 
 MS = 1_000_000_000_000          # an arbitrary wall-clock origin for the in-process tests
 
@@ -66,7 +67,7 @@ def test_delivered_and_delayed_jobs_expire_at_their_ttl_too():
     s = shard_at(start)
     active = s.execute(1, [b"addjob", b"a", b"body", b"0", b"TTL", b"2"])[1:-2]
     delayed = s.execute(2, [b"addjob", b"d", b"body", b"0", b"TTL", b"2", b"DELAY", b"1"])[1:-2]
-    reply, ids = s.getjob(3, 7, 1, True, False, 0, False, [b"a"])
+    reply, ids = s.getjob(GetjobRequest(1, nohang=True, queues=[b"a"], reqid=3, client=7))
     assert ids == [active]
     advance_to(s, start + 1500)
     assert qlen(s, b"d") == 1                      # the delay ended: queued

@@ -14,7 +14,7 @@ import time
 import redis
 
 from common.report import log as _log
-from common.servers import our_command
+from disque.harness import disque_argv, server_command
 from disque.harness import Node, join, lease_port
 
 BODY = "x" * 100
@@ -54,10 +54,6 @@ class Proc(Node):
         return self.proc
 
 
-def disque_cmd():
-    return our_command()
-
-
 def start_cluster(n, workers, tmp, extra=lambda i: [], name="node"):
     """n nodes joined by CLUSTER MEET; `extra(i)` adds arguments to node i's command line.
     Returns [(port, Proc)] and a redis-py client of each."""
@@ -66,8 +62,8 @@ def start_cluster(n, workers, tmp, extra=lambda i: [], name="node"):
         port = free_port()
         d = os.path.join(tmp, "%s%d" % (name, i))
         os.makedirs(d)
-        nodes.append((port, Proc(disque_cmd() + ["--port", str(port), "--workers", str(workers),
-                                                 "--bind", "127.0.0.1", *extra(i)], d, port=port)))
+        nodes.append((port, Proc(disque_argv(port, workers, *extra(i), command=server_command()),
+                                 d, port=port)))
     for _, proc in nodes:
         proc.wait_ready(30)
     if not join([proc for _, proc in nodes], 30):

@@ -8,7 +8,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 
 import psutil
 import redis
@@ -17,7 +16,8 @@ from redis.retry import Retry
 
 from common.machine import cpu_delta
 from common.report import BenchError, StartError, log, warn
-from disque.harness import Node, NodeStartError, lease_port, original_argv
+from disque.harness import Node, NodeStartError, lease_port, original_argv, server_command
+from disque.harness import disque_argv as harness_argv
 from disque.harness.node import kill_tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -155,21 +155,10 @@ def redis_argv(args, port: int) -> list[str]:
             "--save", "", "--appendonly", "no"]
 
 
-def our_command(server_cmd=None) -> list[str]:
-    """Our server: `server_cmd` if given, else .venv/bin/disque-server, else python -m disque."""
-    if server_cmd:
-        return shlex.split(server_cmd)
-    script = os.path.join(REPO, ".venv", "bin", "disque-server")
-    if os.path.exists(script):
-        return [script]
-    py = os.path.join(REPO, ".venv", "bin", "python")
-    return [py if os.path.exists(py) else sys.executable, "-m", "disque"]
-
-
 def disque_argv(args, port: int, workers: int) -> list[str]:
-    return our_command(args.server_cmd) + [
-        "--port", str(port), "--workers", str(workers), "--bind", "127.0.0.1",
-        "--cluster-config-file", nodes_conf(args, port)]
+    """Our server (--server-cmd, else the disque-server of this interpreter's environment)."""
+    return harness_argv(port, workers, "--cluster-config-file", nodes_conf(args, port),
+                        command=server_command(args.server_cmd))
 
 
 def nodes_conf(args, port: int) -> str:

@@ -26,13 +26,8 @@ import msgpack
 from disque.contracts import worker_link as _link
 
 from disque._fast.sysio cimport mono_us
-from libc.string cimport memchr
-
-from disque._fast.resp cimport RequestParser
+from disque._fast.resp cimport RequestParser, to_resp3
 from disque._fast.resp import ProtocolError, QueryBufferOverflow
-
-cdef extern from "string.h" nogil:
-    void *memmem(const void *haystack, size_t haystacklen, const void *needle, size_t needlelen)
 
 from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, F_NOAUTH, F_HELLO,
                                    F_NOMONITOR, F_PING, F_COPIES, T_BADID, T_BADDELAY,
@@ -52,73 +47,11 @@ cdef bytes BADID = _replies.BADID
 cdef bytes DELAY_NEGATIVE = _replies.DELAY_NEGATIVE
 cdef bytes OK = _replies.OK
 cdef bytes NOAUTH = b"-NOAUTH Authentication required.\r\n"
-cdef bytes NULL3 = b"_\r\n"
 
 
 def monotonic_us():
     """The clock the slowlog uses (for tests and the Python side)."""
     return mono_us()
-
-
-# ---- RESP3 --------------------------------------------------------------------------
-
-cdef bytes convert_nulls(bytes data):
-    """Rewrite every RESP2 null (`$-1`, `*-1`) in one encoded reply as RESP3 `_`.
-
-    A linear walk over the element headers: bulk payloads are skipped by their length,
-    so a job body that happens to contain "$-1\r\n" is left alone. Malformed input is
-    returned unchanged."""
-    cdef const char *p = data
-    cdef Py_ssize_t n = len(data), pos = 0, last = 0, cr, i
-    cdef const char *crp
-    cdef char t
-    cdef long long blen
-    cdef list out = None
-    while pos < n:
-        t = p[pos]
-        crp = <const char*>memchr(p + pos, b'\r', n - pos)
-        if crp == NULL:
-            return data
-        cr = crp - p
-        if cr - pos == 3 and p[pos + 1] == b'-' and p[pos + 2] == b'1' and (
-                t == b'$' or t == b'*' or t == b'%' or t == b'~'):
-            if out is None:
-                out = []
-            out.append(data[last:pos])
-            out.append(NULL3)
-            pos = cr + 2
-            last = pos
-            continue
-        if t == b'$' or t == b'=' or t == b'!':
-            blen = 0
-            if cr - pos < 2:
-                return data
-            for i in range(pos + 1, cr):
-                if p[i] < b'0' or p[i] > b'9':
-                    return data
-                blen = blen * 10 + (p[i] - 48)
-            pos = cr + 2 + blen + 2
-        else:
-            pos = cr + 2
-    if out is None:
-        return data
-    out.append(data[last:])
-    return b"".join(out)
-
-
-cdef inline bytes to_resp3(bytes data):
-    cdef const char *p = data
-    cdef Py_ssize_t n = len(data)
-    if n == 5 and p[1] == b'-' and p[2] == b'1' and (p[0] == b'$' or p[0] == b'*'):
-        return NULL3
-    if n < 5 or memmem(p, n, b"-1\r\n", 4) == NULL:
-        return data
-    return convert_nulls(data)
-
-
-def resp3(bytes data):
-    """The RESP3 form of an encoded RESP2 reply (nulls become `_`)."""
-    return to_resp3(data)
 
 
 # ---- replies ------------------------------------------------------------------------

@@ -17,3 +17,5 @@ cdef Py_ssize_t int_size(long long v) noexcept
 cdef Py_ssize_t bulk_size(Py_ssize_t n) noexcept
 cdef char *put_int(char *p, char kind, long long v) noexcept
 cdef char *put_bulk(char *p, bytes b) noexcept
+cdef bytes convert_nulls(bytes data)
+cdef bytes to_resp3(bytes data)

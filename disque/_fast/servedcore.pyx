@@ -13,7 +13,7 @@ which the dispatch reaches through the hooks declared in servedcore.pxd.
 """
 import logging
 
-from disque._fast.frontcore import resp3 as to_resp3
+from disque._fast.resp cimport to_resp3
 from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, ping_reply,
                                    F_PING, F_COPIES, F_REQUEUES)
 from disque._fast.resp import ProtocolError

@@ -6,6 +6,7 @@ the process exists, so a node that fails to start is killed whole too."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -32,10 +33,21 @@ class NodeStartError(RuntimeError):
     """The node exited, or did not answer PING in time; the message ends with its log."""
 
 
-def disque_argv(port, workers=1, *extra, python=None, host="127.0.0.1"):
-    """Command line of our node on `port`."""
-    return [python or sys.executable, "-m", "disque", "--port", str(port), "--workers",
-            str(workers), "--bind", host, *map(str, extra)]
+def server_command(explicit=None):
+    """How to start our server: `explicit` (a command line, such as a benchmark's
+    --server-cmd), else the disque-server next to this interpreter, else `python -m disque`."""
+    if explicit:
+        return shlex.split(explicit) if isinstance(explicit, str) else list(explicit)
+    script = os.path.join(os.path.dirname(sys.executable), "disque-server")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "disque"]
+
+
+def disque_argv(port, workers=1, *extra, python=None, host="127.0.0.1", command=None):
+    """Command line of our node on `port`: `python -m disque` (this interpreter, or
+    `python`), or `command` (a list: server_command's) when given."""
+    head = command if command is not None else [python or sys.executable, "-m", "disque"]
+    return [*head, "--port", str(port), "--workers", str(workers), "--bind", host,
+            *map(str, extra)]
 
 
 def original_argv(binary, port, workdir, *extra, host="127.0.0.1"):

@@ -1,6 +1,6 @@
 """CPU cost of the worker's ADDJOB and enqueue paths, in process (no server, no network):
 what docs/job-features.md compares before and after the job options. Run it against two
-builds (PYTHONPATH=<other checkout with built extensions> python bench/bench_job_options.py)
+builds (PYTHONPATH=<other checkout with built extensions> python bench/experiments/job_options.py)
 and compare the figures of one run; best of 9 rounds of 200,000 calls each."""
 import sys, time
 from disque._fast.shardcore import ShardCore

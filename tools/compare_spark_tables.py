@@ -10,7 +10,7 @@ is never collected.
 
     git worktree add --detach /work/wt-old main && mkdir -p /tmp/oldpkg && \\
         ln -sfn /work/wt-old/spark /tmp/oldpkg/disque_spark
-    python bench/compare_spark_tables.py --input /tmp/bs01/in-v2 --work /tmp/cmp \\
+    python tools/compare_spark_tables.py --input /tmp/bs01/in-v2 --work /tmp/cmp \\
         --old-pythonpath /tmp/oldpkg
 
 Exit status 0 when every table is equal, 1 otherwise.

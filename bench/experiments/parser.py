@@ -1,6 +1,6 @@
 """Request parsing: our Cython RequestParser against hiredis.Reader on the same bytes.
 
-    python bench/bench_parser.py
+    python bench/experiments/parser.py
 
 hiredis parses RESP *replies*; a multibulk request is a valid reply, so it can parse
 requests too (not inline ones, and without upstream's exact protocol errors). We use our

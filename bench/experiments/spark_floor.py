@@ -15,7 +15,7 @@ The sum of the parse, the writes and the job's own report stage (given with ``--
 from the job's printout) is what no plan for the same tables can go below on this machine.
 
     python bench/bench_spark.py --scale 0.1 --schema v2 --dir /tmp/bs01 --keep
-    python bench/bench_spark_floor.py /tmp/bs01/in-v2 /tmp/bs01/out-v2 --report-s 5.6
+    python bench/experiments/spark_floor.py /tmp/bs01/in-v2 /tmp/bs01/out-v2 --report-s 5.6
 """
 from __future__ import annotations
 

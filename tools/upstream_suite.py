@@ -6,8 +6,8 @@ It needs a checkout of the original's sources (not built: only its `tests/` are 
 `tclsh`. The suite is copied to a temporary directory, where `src/disque-server` is a
 two-line script that starts our server; nothing is written into the checkout.
 
-    python bench/upstream_suite.py --disque-source /path/to/disque            # every unit
-    python bench/upstream_suite.py --disque-source /path/to/disque --units 02,07 --runs 3
+    python tools/upstream_suite.py --disque-source /path/to/disque            # every unit
+    python tools/upstream_suite.py --disque-source /path/to/disque --units 02,07 --runs 3
 
 Each run prints the suite's own lines as they come, then one summary line per run: tests
 passed, the first failure (the suite stops at it) and the time. The exit status is 0 only

@@ -8,7 +8,7 @@ files, in one warm local[2] session, each run ``--repeat`` times:
   i.e. ``samples.write`` without its observation;
 * datasource: the same flattening over Spark's JSON data source instead of from_json.
 
-    python bench/bench_spark_parse.py /tmp/bs01/in-v2       # the bench's --scale 0.1 v2 input
+    python bench/experiments/spark_parse.py /tmp/bs01/in-v2       # the bench's --scale 0.1 v2 input
 """
 from __future__ import annotations
 
