@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.markers import assign_markers
+from support.bytecode import compile_package
+from support.markers import assign_groups, assign_markers
 from support.waits import wait_until  # noqa: F401
 from support.ports import BUS_OFFSET, PORT_LOCK_DIR, PORT_MAX, PORT_MIN, lease_port  # noqa: F401
 from support.slots import crc16, queues_on_distinct_workers  # noqa: F401
@@ -25,8 +26,13 @@ from support.jobs import JOB_ID_RE, SHOW_FIELDS, addjob, queue_names, show  # no
 from support.cluster import CLUSTER_NODE_TIMEOUT, DisqueCluster  # noqa: F401
 
 
+def pytest_configure(config):
+    compile_package()
+
+
 def pytest_collection_modifyitems(config, items):
     assign_markers(items)
+    assign_groups(items)
 
 
 _MODULE_SERVER_FIXTURES = ("server1", "server3", "server3zmq", "server")

@@ -166,3 +166,14 @@ def test_the_harness_imports_nothing_of_the_server():
                 if top not in sys.stdlib_module_names | {"disque", "psutil", "redis", "cryptography"}:
                     wrong.append(f"{path.relative_to(ROOT)} imports {top}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_cython_core_of_a_worker_imports_the_front_end_core():
+    """The worker's Cython cores (servedcore, servedloop, shardcore, replcore ...) share the
+    RESP helpers through resp.pyx, never through the front-end's core (frontcore.pyx)."""
+    fast = PACKAGE / "_fast"
+    pattern = re.compile(r"^\s*(from\s+disque\._fast\.frontcore\s+c?import|c?import\s+disque\._fast\.frontcore)",
+                         re.M)
+    wrong = [p.name for p in sorted(fast.glob("*.p[yx][dx]"))
+             if not p.name.startswith("frontcore.") and pattern.search(p.read_text())]
+    assert not wrong, wrong

@@ -18,31 +18,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from disque import VERSION
+from disque.metrics.figures import JOB_COUNTERS, active, counter_value  # noqa: F401
 from disque.statslog import LATENCY_BOUNDS_US
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-# worker stats key -> (counter name without _total, help)
-JOB_COUNTERS = (
-    ("added", "disque_jobs_added",
-     "Jobs created by ADDJOB on this node (copies from other nodes are not counted)."),
-    ("delivered", "disque_jobs_delivered", "Jobs handed to consumers by GETJOB."),
-    ("acked", "disque_jobs_acked", "Jobs acknowledged (ACKJOB, FASTACK or a cluster ack)."),
-    ("nacked", "disque_jobs_nacked", "Jobs given back by NACK."),
-    ("requeued", "disque_jobs_requeued", "Jobs queued again after their retry time."),
-    ("expired", "disque_jobs_expired", "Jobs dropped at the end of their TTL."),
-    ("deleted", "disque_jobs_deleted", "Jobs deleted (DELJOB, acks garbage-collected)."),
-    # Hook: when the shard counts jobs moved to a dead-letter queue under this key, the
-    # counter appears with no change here.
-    ("dead_lettered", "disque_jobs_dead_lettered", "Jobs moved to a dead-letter queue."),
-)
-
-
-def counter_value(w, key):
-    """A worker's job counter; dead_lettered comes by origin queue and counts as its sum."""
-    value = w.get(key, 0)
-    return sum(value.values()) if isinstance(value, dict) else value
-
 
 JOB_GAUGES = (
     ("jobs", "disque_jobs", "Jobs the worker holds (any state)."),
@@ -53,10 +32,6 @@ JOB_GAUGES = (
 )
 WL = ("node", "worker")
 HISTOGRAM_LE = [floatToGoString(b / 1e6) for b in LATENCY_BOUNDS_US] + ["+Inf"]
-
-
-def active(w):
-    return w.get("active", max(0, w.get("jobs", 0) - w.get("queued", 0)))
 
 
 class NodeCollector:

@@ -7,7 +7,7 @@ import time
 import psutil
 
 from disque import VERSION
-from disque.metrics import prom
+from disque.metrics import figures
 
 _PROC = psutil.Process()
 
@@ -18,7 +18,7 @@ def addr(fe):
 
 
 def node_figures(fe):
-    """Front-end figures for prom.NodeCollector."""
+    """Front-end figures for prom.NodeCollector (disque/metrics/prom.py)."""
     mem = _PROC.memory_info()
     cpu = _PROC.cpu_times()
     cluster = fe.relay.cluster
@@ -49,7 +49,7 @@ def node_view(fe, workers):
         "rss": n["fe_rss"] + sum(w.get("rss", 0) for w in workers),
         "cpu_user": round(n["fe_cpu_user"] + sum(w.get("cpu_user", 0) for w in workers), 3),
         "cpu_sys": round(n["fe_cpu_sys"] + sum(w.get("cpu_sys", 0) for w in workers), 3),
-        **{k: sum(prom.counter_value(w, k) for w in workers) for k, _, _ in prom.JOB_COUNTERS},
+        **{k: sum(figures.counter_value(w, k) for w in workers) for k, _, _ in figures.JOB_COUNTERS},
     }
 
 
@@ -78,6 +78,6 @@ def workers_view(workers):
     keys = ("pid", "ops", "jobs", "queued", "queues", "blocked", "rss", "data_bytes",
             "cpu_user", "cpu_sys", "uptime_s")
     return [dict({k: w.get(k, 0) for k in keys},
-                 **{k: prom.counter_value(w, k) for k, _, _ in prom.JOB_COUNTERS},
-                 worker=w["index"], active=prom.active(w))
+                 **{k: figures.counter_value(w, k) for k, _, _ in figures.JOB_COUNTERS},
+                 worker=w["index"], active=figures.active(w))
             for w in workers]

@@ -40,3 +40,29 @@ def assign_markers(items):
         kind = kind_of(item)
         if kind is not None:
             item.add_marker(getattr(pytest.mark, kind))
+
+
+# The suite runs in parallel (pytest-xdist, --dist loadgroup; docs/tests.md). Tests that share
+# something one process must own run in one group, one after the other, on one xdist worker:
+# the Spark tests share one JVM and their module fixtures (computed once, not per worker),
+# and the fault harness' tests share the namespace names of faults/netns.py.
+GROUPS = (("spark", ("test_spark_",)),
+          ("netns", ("test_faults_", "test_cluster_announce")))
+
+
+def group_of(item):
+    name = item.path.name
+    for group, prefixes in GROUPS:
+        if name.startswith(prefixes):
+            return group
+    return None
+
+
+def assign_groups(items):
+    """The xdist groups, and the order: the groups first (the longest paths through the
+    suite), so that they start at once and the other tests fill the other workers."""
+    for item in items:
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: group_of(item) is None)
