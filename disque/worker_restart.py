@@ -27,8 +27,8 @@ import time
 
 import msgpack
 
-from disque import replies as R
-from disque.contracts import worker_link as P
+from disque import replies
+from disque.contracts import worker_link as link_msg
 from disque.contracts.aof_format import aof_path
 
 log = logging.getLogger("disque.server")
@@ -36,7 +36,7 @@ log = logging.getLogger("disque.server")
 WORKER_FATAL_EXIT = 3
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
-LOST_REPLY = R.WORKER_DIED
+LOST_REPLY = replies.WORKER_DIED
 STARTED = "started"
 
 
@@ -78,7 +78,7 @@ class WorkerRestarts:
                       w, p.pid)
             self.aof_restarts += 1
             self.refuse[w] = why
-            lost_reply = R.misconf(why)
+            lost_reply = replies.misconf(why)
         elif self.note_death(now):
             log.error("Worker %d (pid %d) died (code %s), %d worker deaths in %ds: "
                       "shutting the node down", w, p.pid, code, len(self.recent),
@@ -111,14 +111,15 @@ class WorkerRestarts:
             cb = fe.pending.get(reqid)
             ctl = controls.get(reqid)
             if ctl is not None:
-                fe.send(w, P.Control.encode(reqid, ctl[0], ctl[1]))     # held: the next process
+                # held: the next process
+                fe.send(w, link_msg.Control.encode(reqid, ctl[0], ctl[1]))
                 continue
             del fe.pending[reqid]
             try:
                 if hasattr(cb, "fill"):
                     cb.fill(lost_reply)
                 else:
-                    cb(P.GetJobReply.encode(reqid, lost_reply, None))
+                    cb(link_msg.GetJobReply.encode(reqid, lost_reply, None))
             except Exception:
                 log.exception("answering request %d of dead worker %d", reqid, w)
         fe.flush_replies()
@@ -154,7 +155,7 @@ class WorkerRestarts:
                 return
             done(rep[1])
         fe.pending[reqid] = got
-        control = P.Control.encode(reqid, name, arg)
+        control = link_msg.Control.encode(reqid, name, arg)
         self.node.links.send_now(w, msgpack.packb([control]))
 
     def load_aof(self, w):

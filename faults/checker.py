@@ -1,6 +1,6 @@
 """Per scenario: acknowledged, lost, duplicated, unexpected, producer errors by type,
 crashed processes, whether every node answers, seconds to recover the fault-free rate."""
-from faults import nodes as N
+from faults import nodes as fault_nodes
 from faults.workload import RECOVER_MAX
 
 # log lines of a process that died or gave up on its own: ours (a Python traceback, a node
@@ -25,15 +25,15 @@ def check(name, aof, record, ctx):
     tracebacks = 0
     exits = ctx.unexpected_exits
     for node in nodes:
-        r = N.info_field(node.i, "server", "worker_restarts")
+        r = fault_nodes.info_field(node.i, "server", "worker_restarts")
         restarts += int(r) if r and r.isdigit() else 0
         text = node.log_text()
         tracebacks += sum(text.count(marker) for marker in CRASH_MARKERS)
     for node in ctx.removed:
         tracebacks += sum(node.log_text().count(marker) for marker in CRASH_MARKERS)
-    answering = [N.cli(n.i, "PING") == "PONG" for n in nodes]
+    answering = [fault_nodes.cli(n.i, "PING") == "PONG" for n in nodes]
     # of the first lost jobs, those a node still holds: late (a timer held back), not gone
-    held = sum(any(N.cli(n.i, "SHOW", jid) for n in nodes) for jid in lost[:10])
+    held = sum(any(fault_nodes.cli(n.i, "SHOW", jid) for n in nodes) for jid in lost[:10])
     return {
         "scenario": name, "aof": aof or "off",
         "attempts": record["attempts"], "acked": len(acked),

@@ -14,7 +14,7 @@ are never reused, one producer's jobs on one node come in order."""
 import os
 import time
 
-from faults import nodes as N
+from faults import nodes as fault_nodes
 from faults.scenario import Scenario
 from faults.scenarios import _sleep_until
 from faults.wallclock import Clock
@@ -53,12 +53,12 @@ def check_clocks(ctx):
     reaches the node (tests/test_server_clock_steps.py checks the workers too)."""
     for node in ctx.nodes:
         for _ in range(10):
-            reply = (N.cli(node.i, "TIME") or "").split()
+            reply = (fault_nodes.cli(node.i, "TIME") or "").split()
             if len(reply) == 2:
                 seen = int(reply[0]) + int(reply[1]) / 1e6 - time.time()
                 if abs(seen - clock(ctx, node.i).offset) < CLOCK_SLACK_S:
                     break
-            time.sleep(N.CLI_POLL)
+            time.sleep(fault_nodes.CLI_POLL)
         else:
             raise RuntimeError("node %d does not follow its clock offset %+.0fs (TIME %r)"
                                % (node.i, clock(ctx, node.i).offset, reply))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from faults import nodes as N
+from faults import nodes as fault_nodes
 from faults.scenario import Scenario
 from faults.scenarios import _sleep_until
 
@@ -30,7 +30,7 @@ def dir_args(ctx, d):
     """The node's --dir (AOF, cluster config) on the faulty disk; the log stays outside."""
     args = ["--dir", d]
     if ctx.args.disque_binary:      # the original's cluster file too (the harness puts it
-        args += ["--cluster-config-file", os.path.join(d, "nodes-%d.conf" % N.PORT)]  # beside)
+        args += ["--cluster-config-file", os.path.join(d, "nodes-%d.conf" % fault_nodes.PORT)]  # beside)
     return args
 
 
@@ -139,7 +139,7 @@ def count_aof_restarts(ctx):
     """Workers restarted after an AOF write error (ours, appendfsync always)."""
     n = 0
     for node in ctx.nodes:
-        v = N.info_field(node.i, "server", "worker_aof_restarts")
+        v = fault_nodes.info_field(node.i, "server", "worker_aof_restarts")
         n += int(v) if v and v.isdigit() else 0
     ctx.extra["worker_aof_restarts"] = n
 
@@ -166,7 +166,7 @@ def fuse_mount(ctx):
     for i in range(ctx.args.nodes):
         os.makedirs(os.path.join(backing, "n%d" % i), exist_ok=True)
     ctx.fuse = subprocess.Popen([sys.executable, "-m", "faults.flakyfs", backing, mountpoint,
-                                 control], cwd=N.REPO, env=N.env(),
+                                 control], cwd=fault_nodes.REPO, env=fault_nodes.env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while not os.path.ismount(mountpoint):

@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-from faults import netns, network, nodes as N
+from faults import netns, network
+from faults import nodes as fault_nodes
 
 PROBE = r'''
 import redis, socket, statistics, sys, threading, time
@@ -50,7 +51,7 @@ def start(n, binary):
     net = netns.HARNESS
     net.setup(n)
     root = tempfile.mkdtemp(prefix=net.prefix + "measure-")
-    nodes = [N.Node(i, root, 2, None, original=binary) for i in range(n)]
+    nodes = [fault_nodes.Node(i, root, 2, None, original=binary) for i in range(n)]
     for node in nodes:
         node.start()
     if not all(node.wait_ready() for node in nodes):
@@ -68,7 +69,7 @@ def tbf(args):
             for load in ("0", "1"):
                 r = subprocess.run(["ip", "netns", "exec", net.client, sys.executable, "-c", PROBE,
                                     net.node_addr(0), "5", load],
-                                   capture_output=True, text=True, cwd=N.REPO, env=N.env())
+                                   capture_output=True, text=True, cwd=fault_nodes.REPO, env=fault_nodes.env())
                 print("rate %s, %s: %s" % ("%d kbit" % rate if rate else "none",
                                            "bulk" if load == "1" else "idle",
                                            r.stdout.strip() or r.stderr[-200:]), flush=True)
@@ -82,10 +83,10 @@ def oneway(args):
     net, nodes = start(3, args.disque_binary)
 
     def replicated(i, timeout_ms):
-        reply = N.cli(i, "ADDJOB", "q", "x", timeout_ms, "REPLICATE", 3, "RETRY", 5)
+        reply = fault_nodes.cli(i, "ADDJOB", "q", "x", timeout_ms, "REPLICATE", 3, "RETRY", 5)
         return bool(reply) and reply.startswith("D-")
     try:
-        if not N.join(nodes):
+        if not fault_nodes.join(nodes):
             raise RuntimeError("the cluster did not form")
         deadline = time.monotonic() + 30
         while not (replicated(0, 1000) and replicated(1, 1000)):

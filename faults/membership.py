@@ -8,7 +8,8 @@ import time
 
 from disque._fast.jobid import queue_worker
 from disque.harness import cluster
-from faults import netns, nodes as N
+from faults import netns
+from faults import nodes as fault_nodes
 from faults.scenario import Scenario
 from faults.workload import BUCKET, QUEUE
 
@@ -24,7 +25,7 @@ def _sleep_until(t, until):
     time.sleep(max(0.0, min(t, until) - time.monotonic()))
 
 
-def _wait(cond, seconds, poll=N.CLI_POLL):
+def _wait(cond, seconds, poll=fault_nodes.CLI_POLL):
     """Until cond() is true (True) or `seconds` passed (False)."""
     deadline = time.monotonic() + seconds
     while not cond():
@@ -35,7 +36,7 @@ def _wait(cond, seconds, poll=N.CLI_POLL):
 
 
 def _cluster_field(i, name):
-    value = cluster.field(N.cli(i, "CLUSTER", "INFO"), name)
+    value = cluster.field(fault_nodes.cli(i, "CLUSTER", "INFO"), name)
     return int(value) if value is not None and value.isdigit() else None
 
 
@@ -55,8 +56,8 @@ def sees_all(nodes):
 def holds(i):
     """What node i still holds: its registered jobs (queued, active copies, acks waiting
     for garbage collection) plus its queue's length; None when it does not answer."""
-    jobs = N.info_field(i, "jobs", "registered_jobs")
-    qlen = N.cli(i, "QLEN", QUEUE)
+    jobs = fault_nodes.info_field(i, "jobs", "registered_jobs")
+    qlen = fault_nodes.cli(i, "QLEN", QUEUE)
     if not (jobs or "").isdigit() or not (qlen or "").isdigit():
         return None
     return int(jobs) + int(qlen)
@@ -88,7 +89,7 @@ def join_spares(ctx):
         member = ctx.rng.choice(ctx.nodes)
         ctx.note("node %d: CLUSTER MEET %s (node %d)" % (spare.i, netns.node_addr(member.i),
                                                           member.i))
-        reply = N.cli(spare.i, "CLUSTER", "MEET", netns.node_addr(member.i), N.PORT)
+        reply = fault_nodes.cli(spare.i, "CLUSTER", "MEET", netns.node_addr(member.i), fault_nodes.PORT)
         if reply != "OK":
             raise RuntimeError("CLUSTER MEET on node %d answered %r" % (spare.i, reply))
     everyone = ctx.nodes + ctx.spares
@@ -108,8 +109,8 @@ def leave(ctx, leavers, before_drain=lambda: None):
     stay = [n for n in ctx.all_nodes if n not in leavers]
     ids = {}
     for node in leavers:
-        ids[node.i] = N.cli(node.i, "CLUSTER", "MYID")
-        reply = N.cli(node.i, "CLUSTER", "LEAVING", "yes")
+        ids[node.i] = fault_nodes.cli(node.i, "CLUSTER", "MYID")
+        reply = fault_nodes.cli(node.i, "CLUSTER", "LEAVING", "yes")
         if reply != "OK":
             raise RuntimeError("CLUSTER LEAVING yes on node %d answered %r" % (node.i, reply))
     ctx.note("nodes %s: CLUSTER LEAVING yes" % [n.i for n in leavers])
@@ -138,7 +139,7 @@ def leave(ctx, leavers, before_drain=lambda: None):
         ctx.removed.append(node)
     for node in stay:
         for i, nid in ids.items():
-            reply = N.cli(node.i, "CLUSTER", "FORGET", nid)
+            reply = fault_nodes.cli(node.i, "CLUSTER", "FORGET", nid)
             if reply != "OK":
                 raise RuntimeError("CLUSTER FORGET %s on node %d answered %r"
                                    % (nid, node.i, reply))
@@ -149,7 +150,7 @@ def leave(ctx, leavers, before_drain=lambda: None):
 
 def pause_out(ctx, how):
     """PAUSE the workload's queue in output on every node ("out") or lift it ("none")."""
-    reply = N.cli(ctx.nodes[0].i, "PAUSE", QUEUE, how, "bcast")
+    reply = fault_nodes.cli(ctx.nodes[0].i, "PAUSE", QUEUE, how, "bcast")
     if reply not in ("out", "none"):
         raise RuntimeError("PAUSE %s %s bcast answered %r" % (QUEUE, how, reply))
 
@@ -167,7 +168,7 @@ def join_leave(backlog):
             ctx.note("PAUSE %s out: a backlog builds" % QUEUE)
             pause_out(ctx, "out")
             time.sleep(backlog)
-            ctx.extra["backlog_at_leave"] = sum(int(N.cli(n.i, "QLEN", QUEUE) or 0)
+            ctx.extra["backlog_at_leave"] = sum(int(fault_nodes.cli(n.i, "QLEN", QUEUE) or 0)
                                                 for n in ctx.all_nodes)
         leavers = ctx.rng.sample(ctx.nodes, 2)
         try:
@@ -188,7 +189,7 @@ def restart(ctx, node):
     node.down_by_harness = True
     how = ctx.rng.choice(("SHUTDOWN", "SIGTERM"))
     if how == "SHUTDOWN":
-        N.cli(node.i, "SHUTDOWN")       # no reply: the connection closes
+        fault_nodes.cli(node.i, "SHUTDOWN")       # no reply: the connection closes
         node.wait_exit()
     code = node.stop()                  # SIGTERM unless it exited already
     if code != 0 or node.left_behind:
@@ -224,7 +225,7 @@ def rolling_restart(ctx, until):
 def worker_pids(node):
     """{worker index: pid} from INFO workers (`workerK:pid=...,`)."""
     out = {}
-    for line in (N.cli(node.i, "INFO", "workers") or "").splitlines():
+    for line in (fault_nodes.cli(node.i, "INFO", "workers") or "").splitlines():
         if line.startswith("worker") and "pid=" in line:
             k = line.split(":", 1)[0][len("worker"):]
             if k.isdigit():

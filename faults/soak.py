@@ -21,10 +21,12 @@ import time
 
 import psutil
 
-from faults import netns, nodes as N
+from faults import netns, runs
+from faults import nodes as fault_nodes
 from faults.catalog import SCENARIOS
+from faults.checker import check, table
 from faults.scenario import Scenario
-from faults.soak_memory import recoveries, recovery_summary, verdict, verdict_table
+from faults.soak_memory import picture, recoveries, recovery_summary, verdict, verdict_table
 
 BACKLOG = 2000          # jobs waiting undelivered once steady (the workload's --backlog)
 RATE = 200.0            # adds per second, all producers together
@@ -126,9 +128,9 @@ class Sampler(threading.Thread):
 
     def sample(self, t):
         for node in self.ctx.nodes:
-            info = N.cli(node.i, "INFO", "all", timeout=2) if node.alive() else None
+            info = fault_nodes.cli(node.i, "INFO", "all", timeout=2) if node.alive() else None
             fields, workers = parse_info(info)
-            qlen = N.cli(node.i, "QLEN", "faults", timeout=2) if info else None
+            qlen = fault_nodes.cli(node.i, "QLEN", "faults", timeout=2) if info else None
             total = 0.0
             for p in node.procs():
                 try:
@@ -174,7 +176,6 @@ class Sampler(threading.Thread):
 
 def inject(ctx, name, hold, faults, t0, out):
     """One fault of the pool, held `hold` seconds, then everything healed."""
-    from faults import harness
     sc = SCENARIOS[name]
     start = time.monotonic()
     ctx.scenario = sc                   # heal_all calls its heal hook
@@ -183,7 +184,7 @@ def inject(ctx, name, hold, faults, t0, out):
         sc.schedule(ctx, start + hold)
     finally:
         ctx.note("heal %s" % name)
-        harness.heal_all(ctx)
+        runs.heal_all(ctx)
         faults.append({"name": name, "start": round(start - t0, 1),
                        "end": round(time.monotonic() - t0, 1), "heal_unix": time.time()})
         with open(os.path.join(out, "faults.json"), "w") as f:
@@ -195,11 +196,10 @@ def soak_seconds(args):
 
 
 def run(args, root, out, log):
-    from faults import harness
     total = soak_seconds(args)
     base = Scenario(lambda ctx, until: None, AOF)
     rng = random.Random("%s-soak" % args.seed)
-    ctx = harness.Context("soak", base, args, os.path.join(root, "soak"), rng, log)
+    ctx = runs.Context("soak", base, args, os.path.join(root, "soak"), rng, log)
     os.makedirs(ctx.dir, exist_ok=True)
     pool = fault_pool(args.disque_binary)
     log("   fault pool: %s" % ", ".join(pool))
@@ -207,7 +207,7 @@ def run(args, root, out, log):
     faults = []
     try:
         ctx.nodes = [ctx.make_node(i) for i in range(args.nodes)]
-        harness.start_nodes(ctx)
+        runs.start_nodes(ctx)
         ctx.set_addrs(ctx.nodes)
         record_path = os.path.join(ctx.dir, "record.json")
         status = os.path.join(out, "workload-status.json")
@@ -217,7 +217,7 @@ def run(args, root, out, log):
              "--addrs-file", ctx.addrs_path, "--out", record_path, "--warmup", str(args.warmup),
              "--rate", str(args.soak_rate), "--backlog", str(args.soak_backlog),
              "--status", status, "--max-seconds", str(total + args.warmup + 300)],
-            cwd=N.REPO, env=N.env())
+            cwd=fault_nodes.REPO, env=fault_nodes.env())
         t0 = time.monotonic()
         sampler = Sampler(ctx, out, args.soak_every, status, t0)
         sampler.start()
@@ -234,13 +234,13 @@ def run(args, root, out, log):
             time.sleep(max(0.0, period_start - time.monotonic()))
         ctx.note("end of the soak")
         ctx.scenario = base
-        harness.heal_all(ctx)
+        runs.heal_all(ctx)
         sampler.finish()
         workload.send_signal(signal.SIGUSR1)
         workload.wait(timeout=300)
         with open(record_path) as f:
             record = json.load(f)
-        res = harness.check("soak", AOF, record, ctx)
+        res = check("soak", AOF, record, ctx)
         res["fault_recoveries"] = recoveries(record, faults)
         res["fault_recovery"] = recovery_summary(res["fault_recoveries"])
         res["faults"] = faults
@@ -260,8 +260,6 @@ def run(args, root, out, log):
 
 def main(args):
     """faults/run --soak: the harness's lock is held; returns the exit code."""
-    from faults.checker import table
-    from faults.soak_memory import picture
     out = args.soak_out or tempfile.mkdtemp(prefix="dqf-soak-")
     os.makedirs(out, exist_ok=True)
     root = tempfile.mkdtemp(prefix="dqf-run-")

@@ -3,13 +3,13 @@ import os
 import signal
 import time
 
-import conftest as _c
 from disque.contracts import job_codec as codec
 from disque.contracts.aof_format import LOADJOB, record
 from disque._fast.job import Job, QUEUED
+from support.info import parse_info
+from support.resp_client import NULL_ARRAY, Status, encode_command
+from support.waits import wait_until
 
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-wait_until = _c.wait_until
 
 
 def aof_files(srv):
@@ -51,7 +51,7 @@ def wait_exit(srv, timeout=15):
 
 
 def info(srv, section="persistence"):
-    return _c.parse_info(srv.execute("INFO", section))
+    return parse_info(srv.execute("INFO", section))
 
 
 def wait_rewrite_done(srv, timeout=20):
@@ -72,7 +72,7 @@ def add_jobs(r, queues, per_queue, *opts, body=b"job"):
     for q in queues:
         for i in range(per_queue):
             body_i = b"%s-%s-%d" % (body, q.encode(), i)
-            cmds.append(_c.encode_command("ADDJOB", q, body_i, 0, *opts))
+            cmds.append(encode_command("ADDJOB", q, body_i, 0, *opts))
             order.append(q)
     r.send(b"".join(cmds))
     ids = {}

@@ -7,8 +7,7 @@ Module-scoped servers are reset with ``DEBUG FLUSHALL`` before each test that us
 checked for liveness after it, and restarted if a test killed or crashed them. Every
 process a fixture starts is stopped by PID at teardown, and the test fails if one survives.
 
-The helpers are re-exported here for the tests that still write ``import conftest as _c``
-or ``from conftest import ...``; new code imports them from ``support.<module>``.
+Tests import the helpers from ``support.<module>``, never from this file.
 """
 from __future__ import annotations
 
@@ -16,20 +15,15 @@ import pytest
 
 from support.bytecode import compile_package
 from support.markers import assign_groups, assign_markers
-from support.waits import wait_until  # noqa: F401
-from support.ports import BUS_OFFSET, PORT_LOCK_DIR, PORT_MAX, PORT_MIN, lease_port  # noqa: F401
-from support.slots import crc16, queues_on_distinct_workers  # noqa: F401
-from support.resp_client import Err, Incomplete, NULL_ARRAY, ProtocolViolation, RawConn, Status, encode_command, parse_resp  # noqa: F401
-from support.server import DESCENDANT_EXIT_TIMEOUT, DisqueServer, REPO_ROOT, START_TIMEOUT, STOP_TIMEOUT, ServerStartError, stop_servers  # noqa: F401
-from support.info import info_sections, parse_info  # noqa: F401
-from support.jobs import JOB_ID_RE, SHOW_FIELDS, addjob, queue_names, show  # noqa: F401
-from support.cluster import CLUSTER_NODE_TIMEOUT, DisqueCluster  # noqa: F401
+from support.cluster import CLUSTER_NODE_TIMEOUT, DisqueCluster
+from support.server import START_TIMEOUT, DisqueServer, stop_servers
 
 
 def pytest_configure(config):
     compile_package()
 
 
+@pytest.hookimpl(tryfirst=True)      # before xdist's, which reads the groups (markers.py)
 def pytest_collection_modifyitems(config, items):
     assign_markers(items)
     assign_groups(items)

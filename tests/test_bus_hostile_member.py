@@ -15,7 +15,7 @@ from support.bus_net import Net
 from support.ports import lease_port
 from disque._fast.job import ACTIVE, Job
 from disque._fast.jobid import IdMaker, queue_slot
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import serialize
 
 NODE_TIMEOUT = 5000
@@ -48,7 +48,7 @@ def joined(srv, member):
     """The server and the member know each other as full members."""
     member.bus.meet("127.0.0.1", srv.port)
     member.until(lambda: b"cluster_reachable_nodes:1" in srv.execute("CLUSTER", "INFO")
-                 and any(not n.has(M.HANDSHAKE) and n is not member.bus.myself
+                 and any(not n.has(bus_msg.HANDSHAKE) and n is not member.bus.myself
                          for n in member.bus.nodes.values()),
                  message="the member did not join the server's cluster")
     return srv.execute("CLUSTER", "MYID").decode()
@@ -69,8 +69,8 @@ def send_copy(member, server, server_id, after, frame=None):
     """Send a new job's copy (alone, or after the entries of `frame` in the same JOBS
     frame) and wait for its GOTJOB: the proof that the server read what came before."""
     jid, copy = copy_of_new_job(member, server_id)
-    assert member.bus.send(server, M.JOBS, list(frame or ()) + [[M.REPLJOB, 0, copy]])
-    member.until(lambda: [M.GOTJOB, 0, [jid, 0]] in member.received,
+    assert member.bus.send(server, bus_msg.JOBS, list(frame or ()) + [[bus_msg.REPLJOB, 0, copy]])
+    member.until(lambda: [bus_msg.GOTJOB, 0, [jid, 0]] in member.received,
                  message=f"no GOTJOB for a copy sent after {after}")
     return jid, copy
 
@@ -83,29 +83,29 @@ def assert_unharmed(srv, workers):
 
 GARBAGE = [
     "not a list",
-    [M.GOTJOB, 0],                              # two fields
-    [M.GOTJOB, 0, [b"D-x", 0], "extra"],        # four
+    [bus_msg.GOTJOB, 0],                              # two fields
+    [bus_msg.GOTJOB, 0, [b"D-x", 0], "extra"],        # four
     [99, 0, [b"x", 0]],                         # no such type
-    [M.PING, 0, []],                            # a membership type inside JOBS
+    [bus_msg.PING, 0, []],                            # a membership type inside JOBS
     [2 ** 63, 0, []],                           # a type beyond a C long
     [True, 0, [b"x", 0]],                       # a bool is not a type
-    [M.GOTJOB, "0", [b"x", 0]],                 # flags not an int
-    [M.GOTJOB, 2 ** 64 - 1, [b"x", 0]],         # flags beyond 63 bits
-    [M.REPLJOB, 0, 12345],                      # a copy that is not bytes
-    [M.REPLJOB, 0, b"short"],                   # a copy cut short
-    [M.REPLJOB, 0, [b"a", b"b"]],               # a list where the copy goes
-    [M.YOURJOBS, 0, [5]],
-    [M.YOURJOBS, 0, []],
-    [M.NEEDJOBS, 0, []],                        # no queue
-    [M.NEEDJOBS, 0, [12]],                      # a queue that is not bytes
-    [M.INTEREST, 0, [b"q", "many"]],
-    [M.PAUSE, 0, [b"q", None]],
-    [M.GOTJOB, 0, {"a": 1}],                    # a map where the job ID goes
-    [M.GOTJOB, 0, []],
-    [M.DELJOB, 0, [b"D-" + b"?" * 38, 0]],      # an ID whose slot is not base64
-    [M.SETACK, 0, [None, None]],
-    [M.ENQUEUE, 0, [b"D-" + b"A" * 38, "soon"]],
-    [M.WORKING, 0, 7],
+    [bus_msg.GOTJOB, "0", [b"x", 0]],                 # flags not an int
+    [bus_msg.GOTJOB, 2 ** 64 - 1, [b"x", 0]],         # flags beyond 63 bits
+    [bus_msg.REPLJOB, 0, 12345],                      # a copy that is not bytes
+    [bus_msg.REPLJOB, 0, b"short"],                   # a copy cut short
+    [bus_msg.REPLJOB, 0, [b"a", b"b"]],               # a list where the copy goes
+    [bus_msg.YOURJOBS, 0, [5]],
+    [bus_msg.YOURJOBS, 0, []],
+    [bus_msg.NEEDJOBS, 0, []],                        # no queue
+    [bus_msg.NEEDJOBS, 0, [12]],                      # a queue that is not bytes
+    [bus_msg.INTEREST, 0, [b"q", "many"]],
+    [bus_msg.PAUSE, 0, [b"q", None]],
+    [bus_msg.GOTJOB, 0, {"a": 1}],                    # a map where the job ID goes
+    [bus_msg.GOTJOB, 0, []],
+    [bus_msg.DELJOB, 0, [b"D-" + b"?" * 38, 0]],      # an ID whose slot is not base64
+    [bus_msg.SETACK, 0, [None, None]],
+    [bus_msg.ENQUEUE, 0, [b"D-" + b"A" * 38, "soon"]],
+    [bus_msg.WORKING, 0, 7],
 ]
 
 
@@ -118,22 +118,22 @@ def test_garbage_in_a_jobs_frame_costs_only_itself(start_server, member):
     jid, _ = send_copy(member, server, server_id, "the garbage", frame=GARBAGE)
     assert srv.all_alive() and srv.worker_pids() == workers, srv.log_tail()
     # what is not a copy gets no GOTJOB: only the good one was answered
-    assert [m for m in member.received if m[0] == M.GOTJOB] == [[M.GOTJOB, 0, [jid, 0]]]
+    assert [m for m in member.received if m[0] == bus_msg.GOTJOB] == [[bus_msg.GOTJOB, 0, [jid, 0]]]
     shown = srv.client().execute_command("SHOW", jid)
     shown = dict(zip(shown[::2], shown[1::2]))
     assert shown[b"queue"] == b"hostile-q" and shown[b"body"] == b"the good one"
     assert shown[b"state"] == b"active"
     # each bad entry alone in a frame, then the node still answers and replicates
     for entry in GARBAGE:
-        assert member.bus.send(server, M.JOBS, [entry])
+        assert member.bus.send(server, bus_msg.JOBS, [entry])
     # copies whose ID is good and whose rest is damaged reach the worker, which drops them
     bad_id, bad = copy_of_new_job(member, server_id, b"damaged-q")
     for damaged in (bad[:60], bad[:-3], bad[:44] + b"\xff" * (len(bad) - 44)):
-        assert member.bus.send(server, M.JOBS, [[M.REPLJOB, M.NOREPLY, damaged],
-                                                [M.YOURJOBS, 0, [damaged, 0]]])
+        assert member.bus.send(server, bus_msg.JOBS, [[bus_msg.REPLJOB, bus_msg.NOREPLY, damaged],
+                                                [bus_msg.YOURJOBS, 0, [damaged, 0]]])
     jid2, copy2 = copy_of_new_job(member, server_id)
-    member.bus.send(server, M.REPLJOB, copy2)          # a lone message, outside JOBS
-    member.until(lambda: [M.GOTJOB, 0, [jid2, 0]] in member.received,
+    member.bus.send(server, bus_msg.REPLJOB, copy2)          # a lone message, outside JOBS
+    member.until(lambda: [bus_msg.GOTJOB, 0, [jid2, 0]] in member.received,
                  message="no GOTJOB for a lone REPLJOB after the garbage frames")
     assert_unharmed(srv, workers)
     assert srv.execute("PING") == b"PONG"
@@ -151,13 +151,13 @@ def test_out_of_range_values_about_a_held_job(start_server, member):
     jid, copy = send_copy(member, server, server_id, "nothing")
     q = b"hostile-q"
     for value in (2 ** 64 - 1, 2 ** 63, -(2 ** 63), "x", None, [1], 1.5):
-        frame = [[M.ENQUEUE, 0, [jid, value]], [M.WORKING, 0, [jid, value]],
-                 [M.WILLQUEUE, 0, [jid, value]], [M.QUEUED, 0, [jid, value]],
-                 [M.SETACK, 0, [jid, value]], [M.GOTACK, 0, [jid, value]],
-                 [M.GOTJOB, 0, [jid, value]], [M.NEEDJOBS, 0, [q, value]],
-                 [M.INTEREST, 0, [q, value]], [M.PAUSE, 0, [q, value]],
-                 [M.YOURJOBS, 0, [copy, value]]]
-        assert member.bus.send(server, M.JOBS, frame)
+        frame = [[bus_msg.ENQUEUE, 0, [jid, value]], [bus_msg.WORKING, 0, [jid, value]],
+                 [bus_msg.WILLQUEUE, 0, [jid, value]], [bus_msg.QUEUED, 0, [jid, value]],
+                 [bus_msg.SETACK, 0, [jid, value]], [bus_msg.GOTACK, 0, [jid, value]],
+                 [bus_msg.GOTJOB, 0, [jid, value]], [bus_msg.NEEDJOBS, 0, [q, value]],
+                 [bus_msg.INTEREST, 0, [q, value]], [bus_msg.PAUSE, 0, [q, value]],
+                 [bus_msg.YOURJOBS, 0, [copy, value]]]
+        assert member.bus.send(server, bus_msg.JOBS, frame)
     send_copy(member, server, server_id, "the out-of-range frames")
     assert_unharmed(srv, workers)
     c = srv.client()
@@ -170,10 +170,10 @@ def test_out_of_range_values_about_a_held_job(start_server, member):
     # the job (SETACK acks it), never crash a worker
     big = (1 << 48) - 1
     send_copy(member, server, server_id, "the largest values", frame=[
-        [M.ENQUEUE, 0, [jid, big]], [M.WORKING, M.INCR_NACKS, [jid, big]],
-        [M.QUEUED, M.INCR_NACKS | M.INCR_DELIV, [jid, big]], [M.NEEDJOBS, 0, [q, big]],
-        [M.INTEREST, 0, [q, big]], [M.PAUSE, 0, [q, big]], [M.SETACK, 0, [jid, big]],
-        [M.GOTACK, 0, [jid, big]]])
+        [bus_msg.ENQUEUE, 0, [jid, big]], [bus_msg.WORKING, bus_msg.INCR_NACKS, [jid, big]],
+        [bus_msg.QUEUED, bus_msg.INCR_NACKS | bus_msg.INCR_DELIV, [jid, big]], [bus_msg.NEEDJOBS, 0, [q, big]],
+        [bus_msg.INTEREST, 0, [q, big]], [bus_msg.PAUSE, 0, [q, big]], [bus_msg.SETACK, 0, [jid, big]],
+        [bus_msg.GOTACK, 0, [jid, big]]])
     assert_unharmed(srv, workers)
 
 
@@ -191,11 +191,11 @@ def test_gossip_about_impossible_addresses_is_not_followed(start_server, member)
                   ("999.1.1.1", 7000), ("127.0.0.1:5", 7000), ("x" * 5000, 7000)]
     for i, (ip, port) in enumerate(impossible):
         entry = ["%040x" % (i + 1), 0, 0, ip, port, 0]
-        for mtype in (M.PING, M.PONG, M.MEET):
+        for mtype in (bus_msg.PING, bus_msg.PONG, bus_msg.MEET):
             assert member.bus.send(server, mtype, [entry])
     marker = lease_port()
     try:
-        member.bus.send(server, M.PING, [["f" * 40, 0, 0, "127.0.0.1", marker.port, 0]])
+        member.bus.send(server, bus_msg.PING, [["f" * 40, 0, 0, "127.0.0.1", marker.port, 0]])
         member.until(lambda: b"127.0.0.1:%d " % marker.port in srv.execute("CLUSTER", "NODES"),
                      message="the well-formed gossip entry was not followed")
     finally:
@@ -243,7 +243,7 @@ def test_seeded_random_job_messages(start_server, member, seed):
     server_id = joined(srv, member)
     server = member.bus.nodes[server_id]
     jid, copy = send_copy(member, server, server_id, "nothing")
-    types = list(range(M.REPLJOB, M.PAUSE + 1)) + [M.INTEREST]
+    types = list(range(bus_msg.REPLJOB, bus_msg.PAUSE + 1)) + [bus_msg.INTEREST]
     for _ in range(60):
         entries = []
         for _ in range(40):
@@ -251,19 +251,19 @@ def test_seeded_random_job_messages(start_server, member, seed):
             if rng.random() < 0.5:
                 payload = [rng.choice([jid, b"hostile-q", random_value(rng, jid, copy)]),
                            random_value(rng, jid, copy)]
-            elif mtype == M.REPLJOB:
+            elif mtype == bus_msg.REPLJOB:
                 damaged = bytearray(copy)
                 for _ in range(rng.randrange(1, 8)):
                     damaged[rng.randrange(44, len(damaged))] = rng.randrange(256)
                 payload = bytes(damaged)
-            elif mtype == M.YOURJOBS:
+            elif mtype == bus_msg.YOURJOBS:
                 payload = [random_value(rng, jid, copy) for _ in range(rng.randrange(3))]
             else:
                 payload = random_value(rng, jid, copy)
-            flags = rng.choice([0, 0, M.NOREPLY, M.INCR_NACKS, M.INCR_DELIV, M.DEADLETTERED,
-                                M.ACCEPTED, 7, 2 ** 40])
+            flags = rng.choice([0, 0, bus_msg.NOREPLY, bus_msg.INCR_NACKS, bus_msg.INCR_DELIV, bus_msg.DEADLETTERED,
+                                bus_msg.ACCEPTED, 7, 2 ** 40])
             entries.append([mtype, flags, payload])
-        assert member.bus.send(server, M.JOBS, entries)
+        assert member.bus.send(server, bus_msg.JOBS, entries)
         member.step()
     send_copy(member, server, server_id, "the random frames")
     assert_unharmed(srv, workers)

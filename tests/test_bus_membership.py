@@ -9,7 +9,7 @@ import time
 import pytest
 
 from support.bus_net import Net
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.bus.nodes import ConfigFileError, NodesFile
 
 NODE_TIMEOUT = 600
@@ -23,7 +23,7 @@ def net(tmp_path):
 
 
 def ids(c):
-    return {n.id for n in c.nodes.values() if not n.has(M.HANDSHAKE)}
+    return {n.id for n in c.nodes.values() if not n.has(bus_msg.HANDSHAKE)}
 
 
 def full_mesh(net):
@@ -66,7 +66,7 @@ def test_killed_node_goes_pfail_then_fail_and_clears_after_restart(net):
     victim = net.nodes["c"].myself.id
     net.kill("c")
     a, b = net.nodes["a"], net.nodes["b"]
-    net.until(lambda: a.nodes[victim].has(M.FAIL_FLAG) and b.nodes[victim].has(M.FAIL_FLAG),
+    net.until(lambda: a.nodes[victim].has(bus_msg.FAIL_FLAG) and b.nodes[victim].has(bus_msg.FAIL_FLAG),
               message="FAIL never agreed")
     assert "fail" in a.nodes_text().splitlines()[[l.split()[0] for l in a.nodes_text().splitlines()].index(victim)]
     assert victim not in {n.id for n in a.reachable()}
@@ -123,11 +123,11 @@ def test_leaving_flag_propagates(net):
     a.meet("127.0.0.1", b.myself.port)
     net.until(lambda: full_mesh(net))
     a.set_leaving(True)
-    net.until(lambda: b.nodes[a.myself.id].has(M.LEAVING))
+    net.until(lambda: b.nodes[a.myself.id].has(bus_msg.LEAVING))
     assert a.myself.id not in {n.id for n in b.reachable()}
     assert "leaving" in open(a.file.path).read()
     a.set_leaving(False)
-    net.until(lambda: not b.nodes[a.myself.id].has(M.LEAVING))
+    net.until(lambda: not b.nodes[a.myself.id].has(bus_msg.LEAVING))
 
 
 def test_job_messages_reach_the_handler_only_from_known_nodes(net):
@@ -136,28 +136,28 @@ def test_job_messages_reach_the_handler_only_from_known_nodes(net):
     a.on_job_messages = lambda sender, msgs: got.extend((sender, *m) for m in msgs)
     a.meet("127.0.0.1", b.myself.port)
     net.until(lambda: full_mesh(net))
-    b.send(b.nodes[a.myself.id], M.GOTJOB, ["D-" + "x" * 38, 0])
+    b.send(b.nodes[a.myself.id], bus_msg.GOTJOB, ["D-" + "x" * 38, 0])
     net.until(lambda: got)
     sender, mtype, _flags, payload = got[0]
-    assert mtype == M.GOTJOB and sender.id == b.myself.id and payload[1] == 0
+    assert mtype == bus_msg.GOTJOB and sender.id == b.myself.id and payload[1] == 0
     # a JOBS frame carries several job messages; each reaches the handler on its own
-    b.send(b.nodes[a.myself.id], M.JOBS, [[M.WORKING, 0, ["j1", 0]], [M.DELJOB, 0, ["j2", 0]]])
+    b.send(b.nodes[a.myself.id], bus_msg.JOBS, [[bus_msg.WORKING, 0, ["j1", 0]], [bus_msg.DELJOB, 0, ["j2", 0]]])
     net.until(lambda: len(got) == 3)
-    assert [m[1] for m in got[1:]] == [M.WORKING, M.DELJOB]
+    assert [m[1] for m in got[1:]] == [bus_msg.WORKING, bus_msg.DELJOB]
     # from a node it does not know, nothing is handed over
     stranger = net.add("stranger")
     stranger.transport.connect(a.myself.id, "127.0.0.1", a.myself.port + 10000)
     for _ in range(40):          # resent while the link comes up: messages are never queued
-        stranger.send(a.myself, M.GOTJOB, ["x", 0])
+        stranger.send(a.myself, bus_msg.GOTJOB, ["x", 0])
         net.step()
     assert stranger.transport.sent > 0
     assert len(got) == 3
 
 
 def test_malformed_frames_are_ignored():
-    assert M.decode(b"\x00garbage") is None
-    assert M.decode(M.encode(99, "a" * 40, "", 1, 0, 0, None)) is None
-    assert M.decode(M.encode(M.PING, "short", "", 1, 0, 0, [])) is None
-    assert M.decode(M.encode(M.PING, "a" * 40, "", 1, 0, 0, [["x"]])) is None
-    ok = M.decode(M.encode(M.PING, "a" * 40, "127.0.0.1", 7711, 0, 0, []))
+    assert bus_msg.decode(b"\x00garbage") is None
+    assert bus_msg.decode(bus_msg.encode(99, "a" * 40, "", 1, 0, 0, None)) is None
+    assert bus_msg.decode(bus_msg.encode(bus_msg.PING, "short", "", 1, 0, 0, [])) is None
+    assert bus_msg.decode(bus_msg.encode(bus_msg.PING, "a" * 40, "", 1, 0, 0, [["x"]])) is None
+    ok = bus_msg.decode(bus_msg.encode(bus_msg.PING, "a" * 40, "127.0.0.1", 7711, 0, 0, []))
     assert ok is not None and ok.name == "PING"

@@ -8,7 +8,7 @@ import pytest
 
 from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
 from disque._fast.jobid import IdMaker, queue_slot
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 
 pytestmark = pytest.mark.unit
 
@@ -23,11 +23,11 @@ def sample_messages(rng, n):
     for i in range(n):
         queue = b"q%d" % rng.randrange(10_000)
         jid = ids.make(queue_slot(queue), 60, 5)
-        kind = rng.choice([M.GOTJOB, M.SETACK, M.DELJOB, M.QUEUED, M.NEEDJOBS, M.PAUSE,
-                           M.INTEREST, M.REPLJOB])
-        if kind == M.REPLJOB:
+        kind = rng.choice([bus_msg.GOTJOB, bus_msg.SETACK, bus_msg.DELJOB, bus_msg.QUEUED, bus_msg.NEEDJOBS, bus_msg.PAUSE,
+                           bus_msg.INTEREST, bus_msg.REPLJOB])
+        if kind == bus_msg.REPLJOB:
             payload = b"\x00\x00\x00\x00" + jid + b"rest of a serialized job"
-        elif kind in (M.NEEDJOBS, M.PAUSE, M.INTEREST):
+        elif kind in (bus_msg.NEEDJOBS, bus_msg.PAUSE, bus_msg.INTEREST):
             payload = [queue, i]
         else:
             payload = [jid, i]
@@ -57,18 +57,18 @@ def test_destinations_without_a_link_up_are_left_for_the_bus():
     while on_w0 is None or on_w1 is None:
         jid = ids.make(queue_slot(b"q%d" % random.randrange(1000)), 60, 5)
         inbox = {}
-        route_job_messages([[M.SETACK, 0, [jid, 1]]], ME, 2, inbox, FORWARD_COPIES, [])
+        route_job_messages([[bus_msg.SETACK, 0, [jid, 1]]], ME, 2, inbox, FORWARD_COPIES, [])
         if 0 in inbox:
             on_w0 = jid
         else:
             on_w1 = jid
     leftover = []
-    group_by_link([((B, C, ME), M.SETACK, 0, [on_w0, 1]),     # B direct, C by the bus
-                   (None, M.SETACK, 0, [on_w1, 2]),           # everyone; B's worker 1 is down
-                   ((ME,), M.DELJOB, 0, [on_w0, 0])],         # only this node: nothing
+    group_by_link([((B, C, ME), bus_msg.SETACK, 0, [on_w0, 1]),     # B direct, C by the bus
+                   (None, bus_msg.SETACK, 0, [on_w1, 2]),           # everyone; B's worker 1 is down
+                   ((ME,), bus_msg.DELJOB, 0, [on_w0, 0])],         # only this node: nothing
                   boxes, ME, (B, C), leftover)
-    assert up == [[M.SETACK, 0, [on_w0, 1]]]
-    assert leftover == [[(C,), M.SETACK, 0, [on_w0, 1]], [(B, C), M.SETACK, 0, [on_w1, 2]]]
+    assert up == [[bus_msg.SETACK, 0, [on_w0, 1]]]
+    assert leftover == [[(C,), bus_msg.SETACK, 0, [on_w0, 1]], [(B, C), bus_msg.SETACK, 0, [on_w1, 2]]]
 
 
 # ---- reading job link frames (disque/_fast/frames.pyx) -------------------------------

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import aof_helpers as H
+import aof_helpers
 from disque.client import Disque, errors
 from support.admin import start_with_password
 from support.clients import Api
@@ -108,7 +108,7 @@ def test_misconf_while_the_aof_cannot_be_written(start_server, connect):
     api.add_job("full", b"x")
     [worker] = srv.worker_pids()
     hard = resource.prlimit(worker, resource.RLIMIT_FSIZE)[1]
-    resource.prlimit(worker, resource.RLIMIT_FSIZE, (int(H.info(srv)["aof_current_size"]) + 10, hard))
+    resource.prlimit(worker, resource.RLIMIT_FSIZE, (int(aof_helpers.info(srv)["aof_current_size"]) + 10, hard))
     with pytest.raises(errors.MisconfError):
         for _ in range(10):
             api.add_job("full", b"y" * 200)
@@ -118,9 +118,9 @@ def test_misconf_while_the_aof_cannot_be_written(start_server, connect):
 def test_loading_while_a_large_aof_loads(start_server, connect):
     srv = start_server(extra_args=["--appendonly", "yes"])
     node_id = srv.execute("CLUSTER", "MYID")
-    H.kill_node(srv)
-    H.write_big_aof(H.aof_files(srv)[0], 300000, node_id)
-    H.restart(srv, wait=False)
+    aof_helpers.kill_node(srv)
+    aof_helpers.write_big_aof(aof_helpers.aof_files(srv)[0], 300000, node_id)
+    aof_helpers.restart(srv, wait=False)
     api = connect(srv, failover_timeout=30)     # connection refused until the node listens
     seen = []
 

@@ -13,11 +13,11 @@ import hiredis
 import pytest
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
 from support.slots import queues_on_distinct_workers
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-encode = _c.encode_command
-JOB_ID_RE = _c.JOB_ID_RE
+from support.info import info_sections
+from support.jobs import JOB_ID_RE
+from support.resp_client import Err, NULL_ARRAY, Status, encode_command, parse_resp2
+encode = encode_command
 ID_TEXT = r"D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}"
 EMPTY_ARRAY = r"\((empty array|empty list or set)\)"    # redis-cli >= 6.2 / older
 
@@ -221,35 +221,6 @@ def test_cli_pipe_mode_counts_errors(server):
 # ---------------------------------------------------------------------------
 
 
-def parse_resp2(buf: bytes, pos: int = 0):
-    """One strict RESP2 reply -> (value, end), typed like conftest's parser (Status /
-    Err / int / bytes / None / NULL_ARRAY / list); any other type byte fails."""
-    nl = buf.index(b"\r\n", pos)
-    kind, line, pos = buf[pos:pos + 1], buf[pos + 1:nl], nl + 2
-    if kind == b"+":
-        return Status(line), pos
-    if kind == b"-":
-        return Err(line), pos
-    assert kind in (b":", b"$", b"*"), f"not a RESP2 type byte: {kind!r}"
-    assert re.fullmatch(rb"-?[0-9]+", line), line
-    n = int(line)
-    if kind == b":":
-        return n, pos
-    if kind == b"$":
-        if n == -1:
-            return None, pos
-        assert n >= 0 and buf[pos + n:pos + n + 2] == b"\r\n", buf[pos:pos + n + 2]
-        return bytes(buf[pos:pos + n]), pos + n + 2
-    if n == -1:
-        return NULL_ARRAY, pos
-    assert n >= 0, n
-    items = []
-    for _ in range(n):
-        item, pos = parse_resp2(buf, pos)
-        items.append(item)
-    return items, pos
-
-
 def type_tree(value):
     """The strict parse -> nested type tags."""
     if type(value) is Status:
@@ -359,7 +330,7 @@ def test_hiredis_pipelined_mix_exact_types(server):
     check(r[20], "int", 0)
 
     if server.workers == 3:
-        workers = _c.info_sections(server.execute("INFO", "workers"))["Workers"]
+        workers = info_sections(server.execute("INFO", "workers"))["Workers"]
         jobs = [int(re.search(r"jobs=(\d+)", w).group(1)) for w in workers]
         assert jobs == [1, 2, 1], workers     # one queue per worker; q1 holds two jobs
 

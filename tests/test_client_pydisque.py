@@ -30,11 +30,10 @@ import pydisque.client
 from pydisque.client import Client
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
 from support.slots import queues_on_distinct_workers
-Err = _c.Err
-JOB_ID_RE = _c.JOB_ID_RE
-SHOW_FIELDS = _c.SHOW_FIELDS
+from support.jobs import JOB_ID_RE, SHOW_FIELDS
+from support.ports import lease_port
+from support.resp_client import Err
 
 
 
@@ -182,7 +181,7 @@ def test_pydisque_blocking_get_job(pd):
 def test_pydisque_connects_to_the_first_live_node(pd, server):
     """Node choice is pydisque's own logic: one server suffices (redis-py retries the
     refused connection a few times with back-off, which takes a few seconds)."""
-    dead = _c.lease_port(exclude={server.port})
+    dead = lease_port(exclude={server.port})
     try:
         c = pd([f"127.0.0.1:{dead.port}", f"127.0.0.1:{server.port}"])
     finally:

@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 from disque.bus.announce import announce  # noqa: E402
 from disque.bus.nodes import Node as BusNode, NodesFile, node_address  # noqa: E402
 from disque.config import ConfigError, parse_command_line  # noqa: E402
-from disque.contracts import bus_messages as M  # noqa: E402
+from disque.contracts import bus_messages as bus_msg  # noqa: E402
 from disque.harness import node as harness  # noqa: E402
 from faults.netns import Net  # noqa: E402
 
@@ -232,14 +232,14 @@ def test_bad_announce_values_are_refused_with_one_line():
 @pytest.mark.unit
 def test_a_bus_port_travels_only_when_it_is_not_port_plus_10000():
     sender = "a" * 40
-    plain = M.decode(M.encode(M.PING, sender, "10.0.0.5", 7711, 0, 0, []))
-    assert plain.cport == 0 and len(msgpack.unpackb(M.encode(M.PING, sender, "", 7711, 0, 0, []))) == 7
-    told = M.decode(M.encode(M.PING, sender, "10.0.0.5", 8711, 0, 0, [], 19711))
+    plain = bus_msg.decode(bus_msg.encode(bus_msg.PING, sender, "10.0.0.5", 7711, 0, 0, []))
+    assert plain.cport == 0 and len(msgpack.unpackb(bus_msg.encode(bus_msg.PING, sender, "", 7711, 0, 0, []))) == 7
+    told = bus_msg.decode(bus_msg.encode(bus_msg.PING, sender, "10.0.0.5", 8711, 0, 0, [], 19711))
     assert (told.port, told.cport) == (8711, 19711)
-    assert M.decode(M.encode(M.PING, sender, "10.0.0.5", 8711, 0, 0, [], 70000)) is None
+    assert bus_msg.decode(bus_msg.encode(bus_msg.PING, sender, "10.0.0.5", 8711, 0, 0, [], 70000)) is None
     entry = ["b" * 40, 0, 0, "10.0.0.6", 8712, 0]
-    assert M.decode(M.encode(M.PONG, sender, "", 8711, 0, 0, [entry, entry + [19712]])) is not None
-    assert M.decode(M.encode(M.PONG, sender, "", 8711, 0, 0, [entry + [0]])) is None
+    assert bus_msg.decode(bus_msg.encode(bus_msg.PONG, sender, "", 8711, 0, 0, [entry, entry + [19712]])) is not None
+    assert bus_msg.decode(bus_msg.encode(bus_msg.PONG, sender, "", 8711, 0, 0, [entry + [0]])) is None
     assert node_address("10.0.0.6", 8712, 18712) == ("10.0.0.6", 8712, 0)    # the implicit one
     assert node_address("10.0.0.6", 60000) is None            # no bus port 70000
     assert node_address("10.0.0.6", 60000, 19000) == ("10.0.0.6", 60000, 19000)
@@ -248,7 +248,7 @@ def test_a_bus_port_travels_only_when_it_is_not_port_plus_10000():
 @pytest.mark.unit
 def test_nodes_conf_writes_and_reads_the_bus_port_as_redis_does(tmp_path):
     f = NodesFile(str(tmp_path / "nodes.conf"))
-    me = BusNode("a" * 40, "203.0.113.7", 8711, M.MYSELF, 19711)
+    me = BusNode("a" * 40, "203.0.113.7", 8711, bus_msg.MYSELF, 19711)
     other = BusNode("b" * 40, "10.0.0.6", 7712)
     f.save(me, [me, other])
     text = (tmp_path / "nodes.conf").read_text()

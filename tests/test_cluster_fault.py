@@ -5,16 +5,16 @@ import random
 import threading
 import time
 
-import conftest as _c
 from support.jobs import show
 from support.resp_client import NULL_ARRAY, RawConn, Status
 from support.waits import wait_until
+from support.jobs import addjob
 
 
 def test_partition_then_heal_requeues_no_acknowledged_job(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        ids = [_c.addjob(r, "pq", b"p%d" % i, 5000, "REPLICATE", 3, "RETRY", 2)
+        ids = [addjob(r, "pq", b"p%d" % i, 5000, "REPLICATE", 3, "RETRY", 2)
                for i in range(20)]
     # node 2 is cut off; the jobs are consumed and acknowledged on node 0 meanwhile
     assert c[2].execute("DEBUG", "BUS", "DROP-ALL") == Status(b"OK")
@@ -67,7 +67,7 @@ def test_replication_routes_around_a_silent_node(start_cluster):
         with RawConn(c[0].port) as r:
             for i in range(20):
                 t0 = time.monotonic()
-                jid = _c.addjob(r, "rr", b"r%d" % i, 3000, "REPLICATE", 2)
+                jid = addjob(r, "rr", b"r%d" % i, 3000, "REPLICATE", 2)
                 took = time.monotonic() - t0
                 assert took < 1.5, f"ADDJOB took {took:.2f}s"
                 s = show(r, jid)

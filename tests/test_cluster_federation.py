@@ -8,11 +8,13 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import NULL_ARRAY, RawConn
 from support.waits import wait_until
+from support.jobs import addjob
+from support.resp_client import Err, Status, encode_command
+from support.slots import queues_on_distinct_workers
 
 
 def consume(port, queue, n, timeout_s=30.0, ack=True):
@@ -39,7 +41,7 @@ def add_on_random_nodes(c, queue, n, *opts, seed=1):
         ids = {}
         for i in range(n):
             k = rnd.randrange(len(c))
-            jid = _c.addjob(conns[k], queue, b"job-%d" % i, 5000, *opts)
+            jid = addjob(conns[k], queue, b"job-%d" % i, 5000, *opts)
             ids[jid] = (k, b"job-%d" % i)
         return ids
     finally:
@@ -92,7 +94,7 @@ def test_at_most_once_jobs_through_federation_are_delivered_exactly_once(start_c
     with RawConn(c[1].port) as r1, RawConn(c[2].port) as r2:
         for i in range(60):
             r = (r1, r2)[i % 2]
-            jid = _c.addjob(r, "amo", b"m%d" % i, 0, "REPLICATE", 1, "RETRY", 0)
+            jid = addjob(r, "amo", b"m%d" % i, 0, "REPLICATE", 1, "RETRY", 0)
             ids[jid] = b"m%d" % i
     got = consume(c[0].port, "amo", 60, ack=False)
     assert len(got) == 60 and {jid for jid, _ in got} == set(ids)
@@ -131,7 +133,7 @@ def test_first_cross_node_delivery_to_a_waiting_consumer_is_fast(start_cluster):
         time.sleep(0.1)
         with RawConn(c[0].port) as r:
             t0 = time.monotonic()
-            jid = _c.addjob(r, queue, b"x", 0, "REPLICATE", 1)
+            jid = addjob(r, queue, b"x", 0, "REPLICATE", 1)
         th.join(15)
         assert result["reply"] is not NULL_ARRAY and result["reply"][0][1] == jid
         samples.append((result["t"] - t0) * 1000)
@@ -157,7 +159,7 @@ def test_idle_waiting_consumers_keep_bus_traffic_low(start_cluster):
         for i in range(3):
             for k in range(2):                       # 2 consumers per node on 2 queues
                 r = RawConn(c[i].port, timeout=30)
-                r.send(_c.encode_command("GETJOB", "TIMEOUT", 0, "FROM", f"idle{k}"))
+                r.send(encode_command("GETJOB", "TIMEOUT", 0, "FROM", f"idle{k}"))
                 conns.append(r)
         wait_until(lambda: all(int(parse_info(c[i].execute("INFO", "clients"))["blocked_clients"])
                                == 2 for i in range(3)), timeout=5)
@@ -180,7 +182,7 @@ def test_idle_waiting_consumers_keep_bus_traffic_low(start_cluster):
 
 def test_pause_bcast_reaches_every_node(start_cluster):
     c = start_cluster(3)
-    assert c[0].execute("PAUSE", "pq", "in", "bcast") == _c.Status(b"in")
+    assert c[0].execute("PAUSE", "pq", "in", "bcast") == Status(b"in")
 
     def pause_of(i):
         reply = c[i].execute("QSTAT", "pq")
@@ -188,16 +190,16 @@ def test_pause_bcast_reaches_every_node(start_cluster):
     for i in (1, 2):
         wait_until(lambda i=i: pause_of(i) == b"in", timeout=5,
                    message=f"node {i} never paused the queue")
-    assert c[2].execute("ADDJOB", "pq", "x", 0, "REPLICATE", 1) == _c.Err(
+    assert c[2].execute("ADDJOB", "pq", "x", 0, "REPLICATE", 1) == Err(
         b"PAUSED Queue paused in input, try later")
-    assert c[1].execute("PAUSE", "pq", "all", "bcast") == _c.Status(b"all")
+    assert c[1].execute("PAUSE", "pq", "all", "bcast") == Status(b"all")
     for i in (0, 2):
         wait_until(lambda i=i: pause_of(i) == b"all", timeout=5)
-    assert c[2].execute("PAUSE", "pq", "none", "bcast") == _c.Status(b"none")
+    assert c[2].execute("PAUSE", "pq", "none", "bcast") == Status(b"none")
     for i in (0, 1):
         wait_until(lambda i=i: pause_of(i) == b"none", timeout=5)
     # without BCAST only the local queue changes
-    assert c[0].execute("PAUSE", "pq", "out") == _c.Status(b"out")
+    assert c[0].execute("PAUSE", "pq", "out") == Status(b"out")
     time.sleep(0.5)
     assert pause_of(1) == b"none" and pause_of(2) == b"none"
 
@@ -215,7 +217,7 @@ def test_job_added_where_a_consumer_then_waits_is_not_moved_away_by_stale_intere
     th.start()
     wait_until(lambda: c[0].execute("QSTAT", "si") is not NULL_ARRAY, timeout=5)
     with RawConn(c[2].port) as r:
-        _c.addjob(r, "si", b"first", 0, "REPLICATE", 1)
+        addjob(r, "si", b"first", 0, "REPLICATE", 1)
     th.join(15)
     assert result["reply"][0][2] == b"first"         # node 1's consumer is served
     jid = c[0].execute("ADDJOB", "si", "second", 0, "REPLICATE", 1)
@@ -229,7 +231,7 @@ def test_job_added_where_a_consumer_then_waits_is_not_moved_away_by_stale_intere
 
 def test_consumer_blocked_on_queues_of_two_workers_gets_jobs_from_another_node(start_cluster):
     c = start_cluster(3)
-    qa, qb = _c.queues_on_distinct_workers("mw", 1, 2)
+    qa, qb = queues_on_distinct_workers("mw", 1, 2)
     for queue in (qb, qa):
         result = {}
 

@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.info import parse_info
 from support.resp_client import NULL_ARRAY, RawConn
 from support.waits import wait_until
+from support.resp_client import encode_command
+from support.slots import queues_on_distinct_workers
 
 pytestmark = pytest.mark.cluster
 
@@ -69,12 +70,12 @@ def test_consumer_that_timed_out_leaves_no_interest(start_cluster, spanning):
     c = start_cluster(2)
     if spanning:
         # GETJOB over queues of two workers: the front-end owns the timeout
-        queues = _c.queues_on_distinct_workers("to", 1, 2)
+        queues = queues_on_distinct_workers("to", 1, 2)
     else:
         queues = ["to"]
     with RawConn(c[1].port, timeout=10) as r:
         # under the 1 s refresh: the only INTEREST after `told` is the cancel
-        r.send(_c.encode_command("GETJOB", "TIMEOUT", 500, "FROM", *queues))
+        r.send(encode_command("GETJOB", "TIMEOUT", 500, "FROM", *queues))
         for q in queues:
             interest_reached(c, 0, q)
         told = interest_messages_in(c[0])
@@ -88,7 +89,7 @@ def test_consumer_that_disconnected_leaves_no_interest(start_cluster):
     c = start_cluster(2)
     r = RawConn(c[1].port, timeout=10)
     try:
-        r.send(_c.encode_command("GETJOB", "TIMEOUT", 0, "FROM", "dc"))
+        r.send(encode_command("GETJOB", "TIMEOUT", 0, "FROM", "dc"))
         interest_reached(c, 0, "dc")
         wait_until(lambda: blocked_clients(c[1]) == 1, timeout=5)
         told = interest_messages_in(c[0])
@@ -134,7 +135,7 @@ def test_one_of_two_consumers_leaving_keeps_the_interest_of_the_other(start_clus
     th.start()
     try:
         with RawConn(c[1].port, timeout=10) as r:
-            r.send(_c.encode_command("GETJOB", "TIMEOUT", 300, "FROM", "two"))
+            r.send(encode_command("GETJOB", "TIMEOUT", 300, "FROM", "two"))
             wait_until(lambda: blocked_clients(c[1]) == 2, timeout=5)
             interest_reached(c, 0, "two")
             assert r.read_parsed(timeout=5) is NULL_ARRAY

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.resp_client import RawConn, Status
 from support.waits import wait_until
+from support.info import parse_info
+from support.jobs import addjob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -25,7 +26,7 @@ def qlens(c, queue):
 def test_nack_delay_is_honoured_by_every_copy(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "cnd", b"w", 5000, "REPLICATE", 3, "RETRY", 2)
+        jid = addjob(r, "cnd", b"w", 5000, "REPLICATE", 3, "RETRY", 2)
         assert r.execute("GETJOB", "NOHANG", "FROM", "cnd")[0][1] == jid
         assert r.execute("NACK", jid, "DELAY", 3) == 1
         t0 = time.monotonic()
@@ -46,7 +47,7 @@ def test_nack_delay_is_honoured_by_every_copy(start_cluster):
 def test_dead_letter_move_reaches_every_copy_and_one_ack_removes_them(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "cmv", b"poison", 5000, "REPLICATE", 3, "RETRY", 5,
+        jid = addjob(r, "cmv", b"poison", 5000, "REPLICATE", 3, "RETRY", 5,
                         "MAXDELIVERIES", 1)
         assert r.execute("GETJOB", "NOHANG", "FROM", "cmv")[0][1] == jid
         assert r.execute("NACK", jid) == 1
@@ -68,7 +69,7 @@ def test_dead_letter_move_reaches_every_copy_and_one_ack_removes_them(start_clus
 def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluster, n):
     c = start_cluster(n)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "cdq", b"poison", 5000, "REPLICATE", n, "RETRY", 2,
+        jid = addjob(r, "cdq", b"poison", 5000, "REPLICATE", n, "RETRY", 2,
                         "MAXDELIVERIES", 2)
         assert r.execute("GETJOB", "NOHANG", "FROM", "cdq")[0][1] == jid
         assert r.execute("NACK", jid) == 1               # delivery 1, queued again
@@ -108,6 +109,6 @@ def test_dead_letter_during_a_partition_converges_to_one_queued_job(start_cluste
         assert r.execute("ACKJOB", jid) == 1
     wait_until(lambda: all(show(c[i].port, jid) is None for i in range(n)), timeout=20,
                message="copies left after the ACK")
-    moved = sum(int(_c.parse_info(c[i].execute("INFO", "deadletter"))["dead_lettered_jobs"])
+    moved = sum(int(parse_info(c[i].execute("INFO", "deadletter"))["dead_lettered_jobs"])
                 for i in range(n))
     assert moved >= 2          # each side counted the move it made

@@ -12,7 +12,6 @@ import struct
 import msgpack
 import pytest
 
-import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import Err, RawConn
@@ -21,8 +20,10 @@ from support.waits import wait_until
 from test_bus_hostile_member import GARBAGE, copy_of_new_job, joined, member  # noqa: F401 (fixture)
 from test_config import parse_error
 from disque.config import Config
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.workers.job_links import HELLO, VERSION
+from support.jobs import addjob
+from support.resp_client import Err
 
 pytestmark = [pytest.mark.cluster]
 
@@ -49,7 +50,7 @@ def replicate_and_ack(c, origin, queue, n=20):
     """n jobs with a copy on every node, from node `origin`: each has its copies on every node; then
     acked, each is gone from every node."""
     with RawConn(c[origin].port) as r:
-        ids = [_c.addjob(r, queue, b"body%d" % i, 5000, "REPLICATE", len(c)) for i in range(n)]
+        ids = [addjob(r, queue, b"body%d" % i, 5000, "REPLICATE", len(c)) for i in range(n)]
     for i in range(len(c)):
         with RawConn(c[i].port) as r:
             for jid in ids:
@@ -144,7 +145,7 @@ def test_debug_bus_drop_stops_the_links_too(start_cluster):
     try:
         with RawConn(c[0].port) as r:
             reply = r.execute("ADDJOB", "cut-q", "x", 300, "REPLICATE", 2)
-            assert reply == _c.Err(b"NOREPL Timeout reached before replicating to the "
+            assert reply == Err(b"NOREPL Timeout reached before replicating to the "
                                    b"requested number of nodes")
     finally:
         c[1].execute("DEBUG", "BUS", "RESTORE")
@@ -195,7 +196,7 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     refused = [
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                  # not our framing at all
         struct.pack("<I", 0xFFFFFFFF) + b"x" * 100,            # a 4 GiB frame announced
-        frame([[M.GOTJOB, 0, [b"x", 0]]]),                     # job messages before a hello
+        frame([[bus_msg.GOTJOB, 0, [b"x", 0]]]),                     # job messages before a hello
         hello(version=VERSION + 1),                            # a version we do not speak
         hello(sender=b"short id"),
         hello(magic=b"other"),
@@ -218,17 +219,17 @@ def test_garbage_on_a_job_link_port_is_refused_and_harms_nothing(start_server, m
     # a hello claiming a node this one does not know: its copies are dropped
     stranger = os.urandom(20).hex().encode()
     jid, copy = copy_of_new_job(member, server_id, stranger_q)
-    s = send_raw(port, hello(sender=stranger) + frame([[M.REPLJOB, 0, copy]]), close=False)
+    s = send_raw(port, hello(sender=stranger) + frame([[bus_msg.REPLJOB, 0, copy]]), close=False)
     # well-formed entries next to garbage from the known member: the good copy is kept
     # and answered (by the bus: the member has no job link port), the rest dropped
     good_id, good = copy_of_new_job(member, server_id, member_q)
-    t = send_raw(port, hello() + frame(GARBAGE + [[M.REPLJOB, 0, good]]), close=False)
-    member.until(lambda: [M.GOTJOB, 0, [good_id, 0]] in member.received,
+    t = send_raw(port, hello() + frame(GARBAGE + [[bus_msg.REPLJOB, 0, good]]), close=False)
+    member.until(lambda: [bus_msg.GOTJOB, 0, [good_id, 0]] in member.received,
                  message="no GOTJOB for the copy sent on a job link after garbage")
     # a message the other worker owns (a sender routing otherwise): counted and dropped
     other_q = queues_on_distinct_workers("link", 2, 2)[2].encode()      # worker 1's
     misrouted_id, misrouted = copy_of_new_job(member, server_id, other_q)
-    u = send_raw(port, hello() + frame([[M.REPLJOB, 0, misrouted]]), close=False)
+    u = send_raw(port, hello() + frame([[bus_msg.REPLJOB, 0, misrouted]]), close=False)
     wait_until(lambda: counter(srv, "cluster_job_messages_misrouted") == 1, timeout=10)
     s.close()
     t.close()

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.jobs import show
 from support.resp_client import RawConn
 from support.waits import wait_until
@@ -23,9 +22,11 @@ from disque._fast.job import ACTIVE, Job
 from disque._fast.jobid import IdMaker, queue_slot
 from disque.bus.link_keys import identity
 from disque.bus.secret import derive_keypair, link_seed, stretch, KDF_SALT
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import serialize
 from disque.contracts.job_link import HELLO, MAX_FRAME, VERSION
+from support.cluster import CLUSTER_NODE_TIMEOUT
+from support.jobs import addjob
 
 SECRET = "links-secret-A-0123456789abcdef"
 OTHER = "links-secret-B-0123456789abcdef"
@@ -86,7 +87,7 @@ def test_nodes_mid_rotation_still_link(start_cluster, start_server):
     c = start_cluster(2, workers=1, join=False, extra_args=[
         "--cluster-secret", SECRET, "--cluster-secret-previous", OTHER, *DIRECT])
     c.nodes.append(start_server(workers=1, extra_args=[
-        "--cluster-node-timeout", str(_c.CLUSTER_NODE_TIMEOUT),
+        "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT),
         "--cluster-secret", OTHER, "--cluster-secret-previous", SECRET, *DIRECT]))
     c.ids.append(c.nodes[2].execute("CLUSTER", "MYID").decode())
     c.join()
@@ -145,11 +146,11 @@ def test_outsiders_can_neither_link_nor_inject(start_cluster, tmp_path):
     server_id, member_id = c.ids[0], c.ids[1]
     port = job_link_port(c[0])
     with RawConn(c[0].port) as r:
-        kept = _c.addjob(r, "kept-q", b"kept", 5000, "REPLICATE", 2)
+        kept = addjob(r, "kept-q", b"kept", 5000, "REPLICATE", 2)
     forged_id, copy = forged_copy(member_id, server_id, b"forged-q")
     # a hello as the member would send it, then a copy to create and a DELJOB of a real job
     hello = frame([HELLO, VERSION, member_id.encode(), server_id.encode(), 0])
-    forged = hello + frame([[M.REPLJOB, 0, copy], [M.DELJOB, 0, [kept, 0]]])
+    forged = hello + frame([[bus_msg.REPLJOB, 0, copy], [bus_msg.DELJOB, 0, [kept, 0]]])
     refused = counter(c[0], "cluster_job_links_refused")
 
     # plaintext on a TLS port

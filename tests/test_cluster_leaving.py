@@ -3,17 +3,19 @@ external replication, -LEAVING to consumers, no dummy ACKs, still serving NEEDJO
 jobs drain to the other nodes."""
 import threading
 
-import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import NULL_ARRAY, Err, RawConn
 from support.waits import wait_until
+from support.jobs import addjob
+from support.resp_client import Status, encode_command
+from support.slots import queues_on_distinct_workers
 
 LEAVING = Err(b"LEAVING This node is leaving the cluster, please connect to a different one")
 
 
 def set_leaving(c, i, on=True):
-    assert c[i].execute("CLUSTER", "LEAVING", "yes" if on else "no") == _c.Status(b"OK")
+    assert c[i].execute("CLUSTER", "LEAVING", "yes" if on else "no") == Status(b"OK")
     # the others stop counting it as reachable (it is in every bus header)
     want = str(len(c) - 2) if on else str(len(c) - 1)
     for k in range(len(c)):
@@ -31,7 +33,7 @@ def test_addjob_on_a_leaving_node_keeps_no_copy_or_fails_with_the_reason(start_c
     set_leaving(c, 0)
     with RawConn(c[0].port) as r:
         # REPLICATE 2 needs 2 copies elsewhere: there are 2 reachable nodes
-        jid = _c.addjob(r, "lq", b"hello", 5000, "REPLICATE", 2)
+        jid = addjob(r, "lq", b"hello", 5000, "REPLICATE", 2)
         assert show(r, jid) is None and r.execute("QLEN", "lq") == 0
         assert r.execute("JSCAN", 0, "BUSYLOOP")[1] == []
         assert registered_jobs(c[0]) == 0
@@ -51,7 +53,7 @@ def test_addjob_on_a_leaving_node_keeps_no_copy_or_fails_with_the_reason(start_c
         assert r.execute("ADDJOB", "lq", "x", 0, "REPLICATE", 4) == Err(
             b"NOREPL Not enough reachable nodes for the requested replication level")
         # ASYNC: not stored here either
-        ajid = _c.addjob(r, "lq", b"async", 0, "REPLICATE", 2, "ASYNC")
+        ajid = addjob(r, "lq", b"async", 0, "REPLICATE", 2, "ASYNC")
         assert show(r, ajid) is None
     with RawConn(c[1].port) as r:
         bodies = set()
@@ -72,18 +74,18 @@ def test_addjob_on_a_leaving_node_keeps_no_copy_or_fails_with_the_reason(start_c
     set_leaving(c, 0, on=False)
     # (a fresh queue: node 1's consumer above left interest in "lq" on node 0 for a while)
     jid = c[0].execute("ADDJOB", "lq3", "x", 5000, "REPLICATE", 3)
-    assert type(jid) is _c.Status, jid
+    assert type(jid) is Status, jid
     assert c[0].execute("QLEN", "lq3") == 1 and c[0].execute("SHOW", jid)[5] == b"queued"
 
 
 def test_leaving_node_refuses_to_block_consumers_and_releases_blocked_ones(start_cluster):
     c = start_cluster(3)
     # two queues owned by different workers, so one GETJOB spans both workers
-    qa, qb = _c.queues_on_distinct_workers("lv", 1, 2)
+    qa, qb = queues_on_distinct_workers("lv", 1, 2)
     blocked = []
     for queues in ([qa], [qa, qb]):
         r = RawConn(c[0].port, timeout=15)
-        r.send(_c.encode_command("GETJOB", "TIMEOUT", 0, "FROM", *queues))
+        r.send(encode_command("GETJOB", "TIMEOUT", 0, "FROM", *queues))
         blocked.append(r)
     wait_until(lambda: int(parse_info(c[0].execute("INFO", "clients"))["blocked_clients"]) == 2,
                timeout=5)
@@ -114,11 +116,11 @@ def test_producer_waiting_for_copies_gets_leaving_when_the_node_starts_leaving(s
         c[i].execute("DEBUG", "BUS", "DROP-ALL")         # no GOTJOB can come back
     try:
         with RawConn(c[0].port, timeout=15) as r:
-            r.send(_c.encode_command("ADDJOB", "pq", "x", 0, "REPLICATE", 3))
+            r.send(encode_command("ADDJOB", "pq", "x", 0, "REPLICATE", 3))
             wait_until(lambda: int(parse_info(c[0].execute("INFO", "clients"))
                                    ["blocked_clients"]) == 1, timeout=5)
             assert not r.has_data(0.3)
-            assert c[0].execute("CLUSTER", "LEAVING", "yes") == _c.Status(b"OK")
+            assert c[0].execute("CLUSTER", "LEAVING", "yes") == Status(b"OK")
             assert r.read_parsed(timeout=5) == LEAVING      # SPEC 3.1 [quirk]
         assert registered_jobs(c[0]) == 0
     finally:
@@ -129,8 +131,8 @@ def test_producer_waiting_for_copies_gets_leaving_when_the_node_starts_leaving(s
 def test_leaving_node_drains_its_jobs_to_the_others(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        ids = {_c.addjob(r, "dq", b"d%d" % i, 5000, "REPLICATE", 1) for i in range(20)}
-        ids |= {_c.addjob(r, "dq", b"e%d" % i, 5000, "REPLICATE", 2) for i in range(10)}
+        ids = {addjob(r, "dq", b"d%d" % i, 5000, "REPLICATE", 1) for i in range(20)}
+        ids |= {addjob(r, "dq", b"e%d" % i, 5000, "REPLICATE", 2) for i in range(10)}
     assert c[0].execute("QLEN", "dq") == 30
     set_leaving(c, 0)
     # it sends no NEEDJOBS itself, but answers those of node 1's consumer
@@ -164,6 +166,6 @@ def test_blocked_consumer_elsewhere_gets_jobs_added_to_a_leaving_node(start_clus
     th.start()
     wait_until(lambda: (c[1].execute("QSTAT", "xq") or [0] * 10)[9] == 1, timeout=5)
     jid = c[2].execute("ADDJOB", "xq", "payload", 5000, "REPLICATE", 2)
-    assert type(jid) is _c.Status
+    assert type(jid) is Status
     th.join(15)
     assert result["reply"][0][1:] == [jid, b"payload"]

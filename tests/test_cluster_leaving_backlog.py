@@ -5,12 +5,13 @@ ones whose only two copies were on the two leaving nodes, and the others' garbag
 collection does not wait for the forgotten nodes."""
 import time
 
-import conftest as _c
-import spill_helpers as S
+import spill_helpers
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import NULL_ARRAY, RawConn
 from support.waits import wait_until
+from support.jobs import addjob
+from support.resp_client import Status
 
 STALL_S = 20.0      # seconds without a delivery before the drain counts as stuck
 
@@ -27,13 +28,13 @@ def test_two_leaving_nodes_hand_over_their_backlog_then_are_forgotten(start_clus
     for i in (0, 1, 2):
         with RawConn(c[i].port) as r:
             for k in range(30):
-                jid = _c.addjob(r, "bk", b"n%d-%d" % (i, k), 5000, "REPLICATE", 2 if i < 2 else 3,
+                jid = addjob(r, "bk", b"n%d-%d" % (i, k), 5000, "REPLICATE", 2 if i < 2 else 3,
                                 "RETRY", 60)
                 ids.add(jid)
                 both_leaving += set(show(r, jid)[b"nodes-delivered"]) == leavers
     assert both_leaving > 0, "no job had its two copies on the leaving nodes; add more jobs"
     for i in (0, 1):
-        assert c[i].execute("CLUSTER", "LEAVING", "yes") == _c.Status(b"OK")
+        assert c[i].execute("CLUSTER", "LEAVING", "yes") == Status(b"OK")
     for i in (2, 3):
         wait_until(lambda i=i: c.cluster_info(i)["cluster_reachable_nodes"] == "1", timeout=5)
     got = {}
@@ -61,7 +62,7 @@ def test_two_leaving_nodes_hand_over_their_backlog_then_are_forgotten(start_clus
         c[i].stop()
     for i in (2, 3):
         for gone in c.ids[:2]:
-            assert c[i].execute("CLUSTER", "FORGET", gone) == _c.Status(b"OK")
+            assert c[i].execute("CLUSTER", "FORGET", gone) == Status(b"OK")
     for i in (2, 3):
         wait_until(lambda i=i: registered_jobs(c[i]) == 0, timeout=15,
                    message="acks wait for a forgotten node")
@@ -75,12 +76,12 @@ def test_a_leaving_node_counts_its_spilled_copies_until_they_are_acknowledged(st
     (They used to be left out, so a node with only spilled copies read registered_jobs:0.)"""
     c = start_cluster(3, workers=1, extra_args=["--maxmemory", "8mb", "--spill-keep", "64"])
     n = 6_000           # 6 MB of bodies, a copy on each node: past the 60% spill threshold
-    ids, _ = S.fill_concurrently([c[0]], n, ["sp"], "REPLICATE", 3, "RETRY", 600)
+    ids, _ = spill_helpers.fill_concurrently([c[0]], n, ["sp"], "REPLICATE", 3, "RETRY", 600)
     spilled = int(parse_info(c[1].execute("INFO", "memory"))["spilled_jobs"])
     assert spilled > 0
-    assert c[1].execute("CLUSTER", "LEAVING", "yes") == _c.Status(b"OK")
+    assert c[1].execute("CLUSTER", "LEAVING", "yes") == Status(b"OK")
     assert registered_jobs(c[1]) == n       # in RAM or on disk, one copy of each job
-    _, seen = S.drain([S.client(c[0])], n, ["sp"])
+    _, seen = spill_helpers.drain([spill_helpers.client(c[0])], n, ["sp"])
     assert seen == set(ids)
     # acknowledged: the copies are loaded back by their SETACK and collected
     wait_until(lambda: registered_jobs(c[1]) == 0, timeout=60,

@@ -178,14 +178,14 @@ def test_a_member_asking_malformed_queries_gets_errors_and_breaks_nothing(start_
     they are off: each gets an ANSWER with ok false, the node and its workers live on, and a
     well-formed question is still answered."""
     from test_bus_hostile_member import Member, assert_unharmed, joined
-    from disque.contracts import bus_messages as M
+    from disque.contracts import bus_messages as bus_msg
     srv = start_server(workers=2)
     workers = srv.worker_pids()
     srv.execute("ADDJOB", "mq", b"x", 0)
     member = Member(tmp_path)
     answers = {}
     member.bus.on_query = lambda sender, msg: answers.update(
-        {msg.payload[0]: msg.payload[1:]} if msg.type == M.ANSWER else {})
+        {msg.payload[0]: msg.payload[1:]} if msg.type == bus_msg.ANSWER else {})
     try:
         server_id = joined(srv, member)
         node = member.bus.nodes[server_id]
@@ -194,12 +194,12 @@ def test_a_member_asking_malformed_queries_gets_errors_and_breaks_nothing(start_
                ["act", ["delete", [[b"D-x"]], "member"]],
                ["act", ["pause", [], "member"]], ["act", ["rm", [b"x"], "member"]]]
         for qid, (kind, args) in enumerate(bad, 1):
-            assert member.bus.send(node, M.QUERY, M.Query.encode(qid, kind, args))
+            assert member.bus.send(node, bus_msg.QUERY, bus_msg.Query.encode(qid, kind, args))
         clamped = len(bad) + 1         # numbers out of range are brought within bounds
-        assert member.bus.send(node, M.QUERY, M.Query.encode(
+        assert member.bus.send(node, bus_msg.QUERY, bus_msg.Query.encode(
             clamped, "search", [b"mq", b"x", -5, 2 ** 62]))
         good = clamped + 1
-        assert member.bus.send(node, M.QUERY, M.Query.encode(good, "qlen", [b"mq"]))
+        assert member.bus.send(node, bus_msg.QUERY, bus_msg.Query.encode(good, "qlen", [b"mq"]))
         member.until(lambda: good in answers, message="the well-formed query was not answered")
         member.until(lambda: len(answers) == good, message="some queries got no answer")
         for qid in range(1, clamped):

@@ -3,10 +3,11 @@
 import time
 
 
-import conftest as _c
 from support.jobs import show
 from support.resp_client import RawConn
 from support.waits import wait_until
+from support.jobs import addjob
+from support.resp_client import Err
 
 
 def test_chain_of_meets_forms_a_full_mesh_and_hello_lists_every_node(start_cluster):
@@ -28,7 +29,7 @@ def test_chain_of_meets_forms_a_full_mesh_and_hello_lists_every_node(start_clust
 def test_addjob_replicates_to_n_nodes_and_ack_removes_every_copy(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "rq", b"payload", 5000)      # default REPLICATE = min(3, size) = 3
+        jid = addjob(r, "rq", b"payload", 5000)      # default REPLICATE = min(3, size) = 3
         info = show(r, jid)
         assert info[b"repl"] == 3 and info[b"state"] == b"queued"
         assert sorted(x.decode() for x in info[b"nodes-delivered"]) == sorted(c.ids)
@@ -53,11 +54,11 @@ def test_addjob_replicates_to_n_nodes_and_ack_removes_every_copy(start_cluster):
 def test_replicate_two_copies_and_norepl_errors(start_cluster):
     c = start_cluster(3)
     with RawConn(c[2].port) as r:
-        jid = _c.addjob(r, "q2", b"x", 5000, "REPLICATE", 2)
+        jid = addjob(r, "q2", b"x", 5000, "REPLICATE", 2)
         assert len(show(r, jid)[b"nodes-delivered"]) == 2
-        assert r.execute("ADDJOB", "q2", "x", 0, "REPLICATE", 4) == _c.Err(
+        assert r.execute("ADDJOB", "q2", "x", 0, "REPLICATE", 4) == Err(
             b"NOREPL Not enough reachable nodes for the requested replication level")
-        assert r.execute("ADDJOB", "q2", "x", 0, "RETRY", 0) == _c.Err(
+        assert r.execute("ADDJOB", "q2", "x", 0, "RETRY", 0) == Err(
             b"ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)")
 
 
@@ -69,7 +70,7 @@ def test_norepl_timeout_when_copies_cannot_be_confirmed(start_cluster):
         with RawConn(c[0].port) as r:
             t0 = time.monotonic()
             reply = r.execute("ADDJOB", "qt", "x", 300, "REPLICATE", 3)
-            assert reply == _c.Err(b"NOREPL Timeout reached before replicating to the requested "
+            assert reply == Err(b"NOREPL Timeout reached before replicating to the requested "
                                    b"number of nodes")
             assert time.monotonic() - t0 < 3
             assert r.execute("QLEN", "qt") == 0
@@ -82,7 +83,7 @@ def test_norepl_timeout_when_copies_cannot_be_confirmed(start_cluster):
 def test_async_addjob_replies_at_once_and_copies_follow(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "qa", b"x", 0, "ASYNC")
+        jid = addjob(r, "qa", b"x", 0, "ASYNC")
     for i in (1, 2):
         def has_copy(i=i):
             with RawConn(c[i].port) as r:
@@ -93,7 +94,7 @@ def test_async_addjob_replies_at_once_and_copies_follow(start_cluster):
 def test_ack_on_a_node_without_a_copy_reaches_the_owners(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "qd", b"x", 5000, "REPLICATE", 2)
+        jid = addjob(r, "qd", b"x", 5000, "REPLICATE", 2)
         owners = {x.decode() for x in show(r, jid)[b"nodes-delivered"]}
     outsider = [i for i in range(3) if c.ids[i] not in owners][0]
     with RawConn(c[outsider].port) as r:

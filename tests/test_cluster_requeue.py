@@ -3,10 +3,12 @@ node after a retry, delivery after its queueing node and another copy die, WORKI
 propagation, FASTACK (SPEC 3.4, 3.6, 3.7, 7.2-7.4)."""
 import time
 
-import conftest as _c
 from support.jobs import show
 from support.resp_client import RawConn
 from support.waits import wait_until
+from support.info import parse_info
+from support.jobs import addjob
+from support.resp_client import NULL_ARRAY
 
 
 def qlens(c, queue, nodes=None):
@@ -30,7 +32,7 @@ def gone_everywhere(c, jid):
 def test_requeue_happens_on_exactly_one_node_and_counts_a_delivery(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "rq", b"work", 5000, "REPLICATE", 3, "RETRY", 1)
+        jid = addjob(r, "rq", b"work", 5000, "REPLICATE", 3, "RETRY", 1)
         got = r.execute("GETJOB", "NOHANG", "FROM", "rq")
         assert got[0][1] == jid                       # consumed, never acknowledged
     assert qlens(c, "rq") == [0, 0, 0]
@@ -64,7 +66,7 @@ def test_requeue_happens_on_exactly_one_node_and_counts_a_delivery(start_cluster
 def test_job_survives_its_queueing_node_and_one_more_copy(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "sq", b"precious", 5000, "REPLICATE", 3, "RETRY", 1)
+        jid = addjob(r, "sq", b"precious", 5000, "REPLICATE", 3, "RETRY", 1)
         assert show(r, jid)[b"state"] == b"queued"      # queued on the originator only
     assert qlens(c, "sq") == [1, 0, 0]
     c.kill(0)
@@ -72,7 +74,7 @@ def test_job_survives_its_queueing_node_and_one_more_copy(start_cluster):
     t0 = time.monotonic()
     with RawConn(c[2].port) as r:
         got = r.execute("GETJOB", "TIMEOUT", 10000, "FROM", "sq")
-        assert got is not _c.NULL_ARRAY and got[0][1:] == [jid, b"precious"]
+        assert got is not NULL_ARRAY and got[0][1:] == [jid, b"precious"]
         print(f"\nsurvivor delivered the job {time.monotonic() - t0:.2f}s after the kills")
         assert r.execute("ACKJOB", jid) == 1
         assert show(r, jid)[b"state"] == b"acked"     # the dead copies cannot confirm yet
@@ -87,7 +89,7 @@ def test_job_survives_its_queueing_node_and_one_more_copy(start_cluster):
 def test_working_postpones_the_requeue_on_every_copy(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "wq", b"slow", 5000, "REPLICATE", 3, "RETRY", 2)
+        jid = addjob(r, "wq", b"slow", 5000, "REPLICATE", 3, "RETRY", 2)
         assert r.execute("GETJOB", "NOHANG", "FROM", "wq")[0][1] == jid
         # keep saying WORKING for three retry periods: nobody requeues it
         end = time.monotonic() + 6.0
@@ -108,7 +110,7 @@ def test_working_postpones_the_requeue_on_every_copy(start_cluster):
 def test_nack_requeues_at_once_and_the_nack_count_reaches_every_copy(start_cluster):
     c = start_cluster(3)
     with RawConn(c[1].port) as r:
-        jid = _c.addjob(r, "nq", b"bad", 5000, "REPLICATE", 3, "RETRY", 30)
+        jid = addjob(r, "nq", b"bad", 5000, "REPLICATE", 3, "RETRY", 30)
         assert r.execute("GETJOB", "NOHANG", "FROM", "nq")[0][1] == jid
         assert r.execute("NACK", jid) == 1
         assert r.execute("QLEN", "nq") == 1
@@ -129,7 +131,7 @@ def test_nack_requeues_at_once_and_the_nack_count_reaches_every_copy(start_clust
 def test_fastack_deletes_every_copy(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "fq", b"x", 5000, "REPLICATE", 3)
+        jid = addjob(r, "fq", b"x", 5000, "REPLICATE", 3)
     with RawConn(c[2].port) as r:
         assert r.execute("FASTACK", jid) == 1           # from a replica
     wait_until(lambda: gone_everywhere(c, jid), timeout=5)
@@ -137,7 +139,7 @@ def test_fastack_deletes_every_copy(start_cluster):
 
     # FASTACK on a node that has no copy: DELJOB goes to every node
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "fq", b"y", 5000, "REPLICATE", 2)
+        jid = addjob(r, "fq", b"y", 5000, "REPLICATE", 2)
         owners = {x.decode() for x in show(r, jid)[b"nodes-delivered"]}
     outsider = [i for i in range(3) if c.ids[i] not in owners][0]
     with RawConn(c[outsider].port) as r:
@@ -149,7 +151,7 @@ def test_fastack_deletes_every_copy(start_cluster):
 def test_ackjob_on_a_replica_clears_every_copy_and_no_requeue_follows(start_cluster):
     c = start_cluster(3)
     with RawConn(c[0].port) as r:
-        ids = [_c.addjob(r, "aq", b"j%d" % i, 5000, "REPLICATE", 3, "RETRY", 1) for i in range(5)]
+        ids = [addjob(r, "aq", b"j%d" % i, 5000, "REPLICATE", 3, "RETRY", 1) for i in range(5)]
         got = r.execute("GETJOB", "COUNT", 5, "NOHANG", "FROM", "aq")
         assert sorted(j[1] for j in got) == sorted(ids)
     with RawConn(c[2].port) as r:                       # acked where they were not delivered
@@ -157,6 +159,6 @@ def test_ackjob_on_a_replica_clears_every_copy_and_no_requeue_follows(start_clus
     for jid in ids:
         wait_until(lambda jid=jid: gone_everywhere(c, jid), timeout=10)
     for i in range(3):
-        assert _c.parse_info(c[i].execute("INFO", "jobs"))["registered_jobs"] == "0"
+        assert parse_info(c[i].execute("INFO", "jobs"))["registered_jobs"] == "0"
     time.sleep(2.0)                                     # two retry periods: nothing comes back
     assert qlens(c, "aq") == [0, 0, 0]

@@ -7,19 +7,22 @@ import msgpack
 import pytest
 import zmq
 
-import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import RawConn
 from support.waits import wait_until
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.bus.secret import derive_keypair
+from support.cluster import CLUSTER_NODE_TIMEOUT
+from support.jobs import addjob
+from support.ports import BUS_OFFSET
+from support.resp_client import Err
 
 pytestmark = pytest.mark.cluster
 
 SECRET = "secret-A-0123456789abcdef"
 OTHER = "secret-B-0123456789abcdef"
-BUS = _c.BUS_OFFSET
+BUS = BUS_OFFSET
 
 
 def info_cluster(node):
@@ -42,7 +45,7 @@ def replicates_everywhere(c, queue="rq"):
         for node in c.nodes:
             with RawConn(node.port) as r:
                 reply = r.execute("ADDJOB", queue, "x", 2000, "REPLICATE", len(c))
-                if isinstance(reply, _c.Err):
+                if isinstance(reply, Err):
                     return False
         return True
     return ok
@@ -51,12 +54,12 @@ def replicates_everywhere(c, queue="rq"):
 def test_cluster_with_a_secret_forms_replicates_and_hides_the_secret(start_cluster):
     c = start_cluster(3, extra_args=["--cluster-secret", SECRET])
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "sq", b"secured body", 5000, "REPLICATE", 3)
+        jid = addjob(r, "sq", b"secured body", 5000, "REPLICATE", 3)
         assert sorted(x.decode() for x in show(r, jid)[b"nodes-delivered"]) == sorted(c.ids)
         assert r.execute("CONFIG", "GET", "cluster-secret") == [b"cluster-secret", b"(hidden)"]
         assert SECRET.encode() not in b"".join(r.execute("CONFIG", "GET", "*"))
         err = r.execute("CONFIG", "SET", "cluster-secret", OTHER)
-        assert isinstance(err, _c.Err) and b"Unsupported CONFIG parameter" in err
+        assert isinstance(err, Err) and b"Unsupported CONFIG parameter" in err
     for i in (1, 2):
         with RawConn(c[i].port) as r:
             assert show(r, jid)[b"body"] == b"secured body"
@@ -73,7 +76,7 @@ def test_open_node_reports_an_open_bus(start_server):
 
 def test_nodes_with_another_secret_or_none_stay_out(start_cluster, start_server):
     c = start_cluster(2, extra_args=["--cluster-secret", SECRET])
-    args = ["--cluster-node-timeout", str(_c.CLUSTER_NODE_TIMEOUT)]
+    args = ["--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT)]
     wrong = start_server(extra_args=args + ["--cluster-secret", OTHER])
     none = start_server(extra_args=args)
     # both directions: outsiders meet members, members meet outsiders
@@ -103,7 +106,7 @@ def test_nodes_with_another_secret_or_none_stay_out(start_cluster, start_server)
         assert not (known_ids(outsider) & set(c.ids))
         with RawConn(outsider.port) as r:
             err = r.execute("ADDJOB", "q", "x", 0, "REPLICATE", 2)
-            assert isinstance(err, _c.Err) and err.startswith(b"NOREPL")
+            assert isinstance(err, Err) and err.startswith(b"NOREPL")
     for member in c.nodes:
         assert registered_jobs(member) == 0
 
@@ -118,8 +121,8 @@ def forged_frames(sender_id, victim_jid, forged_jid):
                        0, 60, 0, 0)
     job = struct.pack("<I", len(head) + len(rest)) + head + rest
     header = [sender_id, "127.0.0.1", 1, 0, 0]
-    return [msgpack.packb([M.DELJOB, *header, [victim_jid, 0]], use_bin_type=True),
-            msgpack.packb([M.REPLJOB, *header, job], use_bin_type=True)]
+    return [msgpack.packb([bus_msg.DELJOB, *header, [victim_jid, 0]], use_bin_type=True),
+            msgpack.packb([bus_msg.REPLJOB, *header, job], use_bin_type=True)]
 
 
 def forge(ctx, bus_port, sender_id, frames, keys=None, server_key=None):
@@ -140,8 +143,8 @@ def forge(ctx, bus_port, sender_id, frames, keys=None, server_key=None):
 def job_pair(c):
     """A job replicated on both nodes, and an unused ID from the same node (for REPLJOB)."""
     with RawConn(c[0].port) as r:
-        jid = _c.addjob(r, "victim", b"v", 5000, "REPLICATE", 2)
-        other = _c.addjob(r, "victim2", b"w", 5000, "REPLICATE", 1)
+        jid = addjob(r, "victim", b"v", 5000, "REPLICATE", 2)
+        other = addjob(r, "victim2", b"w", 5000, "REPLICATE", 1)
         assert r.execute("DELJOB", other) == 1          # a well-formed ID no node holds
     with RawConn(c[1].port) as r:
         assert show(r, jid) is not None
@@ -203,7 +206,7 @@ def test_forged_bus_frames_change_nothing_on_a_secured_node(start_cluster):
 def restart_with(c, i, args):
     node = c[i]
     c.kill(i)
-    node.extra_args = ["--cluster-node-timeout", str(_c.CLUSTER_NODE_TIMEOUT), *args]
+    node.extra_args = ["--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT), *args]
     c.restart(i)
 
 
@@ -240,5 +243,5 @@ def test_skipping_the_serving_pass_splits_the_cluster(start_cluster):
     restart_with(c, 0, ["--cluster-secret", OTHER])         # pass 2 skipped
     with RawConn(c[0].port) as r:
         err = r.execute("ADDJOB", "split", "x", 1000, "REPLICATE", 2)
-        assert isinstance(err, _c.Err) and err.startswith(b"NOREPL"), err
+        assert isinstance(err, Err) and err.startswith(b"NOREPL"), err
     wait_until(lambda: "another cluster secret" in c[1].log_text(), timeout=10)

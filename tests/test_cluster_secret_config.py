@@ -5,7 +5,7 @@ import os
 import psutil
 import pytest
 
-from disque.bus import secret as S
+from disque.bus import secret
 from disque.config import ConfigError, load_config, parse_command_line
 
 SECRET = "secret-A-0123456789abcdef"
@@ -14,11 +14,11 @@ OTHER = "secret-B-0123456789abcdef"
 
 @pytest.mark.unit
 def test_keys_are_derived_deterministically_and_differ_per_secret():
-    a1, a2, b = S.derive_keypair(SECRET), S.derive_keypair(SECRET), S.derive_keypair(OTHER)
+    a1, a2, b = secret.derive_keypair(SECRET), secret.derive_keypair(SECRET), secret.derive_keypair(OTHER)
     assert (a1.public, a1.secret) == (a2.public, a2.secret)
     assert a1.public != b.public and a1.secret != b.secret
     assert len(a1.public) == 40 and len(a1.public_raw) == 32
-    keys = S.BusKeys(SECRET, OTHER)
+    keys = secret.BusKeys(SECRET, OTHER)
     assert keys.serving.public == a1.public and keys.accepted == {a1.public_raw, b.public_raw}
 
 
@@ -26,15 +26,15 @@ def test_keys_are_derived_deterministically_and_differ_per_secret():
 def test_secret_file_holds_one_or_two_secrets(tmp_path):
     f = tmp_path / "s"
     f.write_text("# bus secret\n%s\n" % SECRET)
-    assert S.read_secret_file(str(f)) == (SECRET, None)
+    assert secret.read_secret_file(str(f)) == (SECRET, None)
     f.write_text("%s\n\n%s\n" % (OTHER, SECRET))
-    assert S.read_secret_file(str(f)) == (OTHER, SECRET)
+    assert secret.read_secret_file(str(f)) == (OTHER, SECRET)
     for bad in ("", "short\n", "%s\n%s\n%s\n" % (SECRET, OTHER, SECRET)):
         f.write_text(bad)
-        with pytest.raises(S.SecretError):
-            S.read_secret_file(str(f))
-    with pytest.raises(S.SecretError, match="No such file"):
-        S.read_secret_file(str(tmp_path / "missing"))
+        with pytest.raises(secret.SecretError):
+            secret.read_secret_file(str(f))
+    with pytest.raises(secret.SecretError, match="No such file"):
+        secret.read_secret_file(str(tmp_path / "missing"))
 
 
 @pytest.mark.unit
@@ -42,17 +42,17 @@ def test_conflicting_secret_settings_are_refused(tmp_path):
     f = tmp_path / "s"
     f.write_text(SECRET + "\n" + OTHER + "\n")
     both = parse_command_line(["--cluster-secret", SECRET, "--cluster-secret-file", str(f)])
-    with pytest.raises(S.SecretError, match="both set"):
-        S.bus_keys_from_config(both)
+    with pytest.raises(secret.SecretError, match="both set"):
+        secret.bus_keys_from_config(both)
     previous_only = parse_command_line(["--cluster-secret-previous", SECRET])
-    with pytest.raises(S.SecretError, match="needs cluster-secret"):
-        S.bus_keys_from_config(previous_only)
+    with pytest.raises(secret.SecretError, match="needs cluster-secret"):
+        secret.bus_keys_from_config(previous_only)
     twice = parse_command_line(["--cluster-secret-file", str(f), "--cluster-secret-previous", OTHER])
-    with pytest.raises(S.SecretError, match="use one"):
-        S.bus_keys_from_config(twice)
-    assert S.bus_keys_from_config(parse_command_line([])) is None
-    keys = S.bus_keys_from_config(parse_command_line(["--cluster-secret-file", str(f)]))
-    assert len(keys.pairs) == 2 and keys.serving.public == S.derive_keypair(SECRET).public
+    with pytest.raises(secret.SecretError, match="use one"):
+        secret.bus_keys_from_config(twice)
+    assert secret.bus_keys_from_config(parse_command_line([])) is None
+    keys = secret.bus_keys_from_config(parse_command_line(["--cluster-secret-file", str(f)]))
+    assert len(keys.pairs) == 2 and keys.serving.public == secret.derive_keypair(SECRET).public
 
 
 @pytest.mark.unit

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.jobs import show
 from support.resp_client import RawConn, Status
 from support.waits import wait_until
+from support.resp_client import Err, encode_command
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -23,7 +23,7 @@ def _waiting_addjob(cluster, cut, queue, timeout_ms):
     one confirmed copy (node 1) and keeps waiting. Returns the producer's connection."""
     assert cluster[cut].execute("DEBUG", "BUS", "DROP-ALL") == Status(b"OK")
     prod = RawConn(cluster[0].port, timeout=timeout_ms / 1000 + 10)
-    prod.send(_c.encode_command("ADDJOB", queue, b"racy", timeout_ms,
+    prod.send(encode_command("ADDJOB", queue, b"racy", timeout_ms,
                                 "REPLICATE", 3, "RETRY", 1))
     return prod
 
@@ -58,7 +58,7 @@ def test_setack_for_a_delivered_job_still_waiting_for_copies(start_cluster):
         # the producer: -NOREPL at its timeout, as the original does
         reply = prod.read_parsed(timeout=timeout_ms / 1000 + 5)
         waited = time.monotonic() - t0
-        assert isinstance(reply, _c.Err) and reply.startswith(b"NOREPL"), reply
+        assert isinstance(reply, Err) and reply.startswith(b"NOREPL"), reply
         assert waited >= timeout_ms / 1000 - 0.5
         assert c[0].all_alive(), c[0].log_text()[-2000:]
         with RawConn(c[0].port) as r:
@@ -86,7 +86,7 @@ def test_local_ack_of_a_waiting_job_keeps_it_acked(start_cluster):
             assert r.execute("ACKJOB", jid) == 1
             assert show(r, jid)[b"state"] == b"acked"
         reply = prod.read_parsed(timeout=timeout_ms / 1000 + 5)
-        assert isinstance(reply, _c.Err) and reply.startswith(b"NOREPL"), reply
+        assert isinstance(reply, Err) and reply.startswith(b"NOREPL"), reply
         # the acknowledgement survives on node 1 (not deleted as a failed ADDJOB would be;
         # its GC cannot finish while node 2 is cut off)
         time.sleep(0.3)
@@ -113,7 +113,7 @@ def test_fastack_of_a_waiting_job_answers_at_once(start_cluster):
         with RawConn(c[0].port) as r:
             assert r.execute("FASTACK", jid) == 1
         reply = prod.read_parsed(timeout=5)
-        assert isinstance(reply, _c.Err) and reply.startswith(b"NOREPL"), reply
+        assert isinstance(reply, Err) and reply.startswith(b"NOREPL"), reply
         assert time.monotonic() - t0 < 2.0
         with RawConn(c[0].port) as r:
             assert show(r, jid) is None

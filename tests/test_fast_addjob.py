@@ -3,7 +3,7 @@ every error in SPEC 3.1's order, and the job that needs copies handed to the rep
 as a value (a ReplWait), which never reads the ADDJOB's arguments again."""
 import pytest
 
-from disque import replies as R
+from disque import replies
 from disque._fast.addjob import ReplWait, parse_options
 from disque._fast.job import QUEUED, WAIT_REPL
 from disque.workers.shard import Shard
@@ -47,8 +47,8 @@ def test_no_deadletter_and_no_async_by_default():
 ERRORS = [
     ((b"REPLICATE", b"0"), b"-ERR REPLICATE must be between 1 and 65535\r\n"),
     ((b"REPLICATE", b"65536"), b"-ERR REPLICATE must be between 1 and 65535\r\n"),
-    ((b"DELAY", b"-1"), R.DELAY_NEGATIVE),
-    ((b"DELAY", b"4294967296"), R.DELAY_NEGATIVE),
+    ((b"DELAY", b"-1"), replies.DELAY_NEGATIVE),
+    ((b"DELAY", b"4294967296"), replies.DELAY_NEGATIVE),
     ((b"RETRY", b"x"), b"-ERR RETRY time must be a non negative number\r\n"),
     ((b"TTL", b"0"), b"-ERR TTL must be a number > 0\r\n"),
     ((b"MAXLEN", b"0"), b"-ERR MAXLEN must be a positive number\r\n"),
@@ -58,8 +58,8 @@ ERRORS = [
      b"-ERR DEADLETTER queue must be a non empty name different from the job's queue\r\n"),
     ((b"DEADLETTER", b""),
      b"-ERR DEADLETTER queue must be a non empty name different from the job's queue\r\n"),
-    ((b"NOSUCH",), R.SYNTAX_ERROR),
-    ((b"DELAY",), R.SYNTAX_ERROR),              # an option missing its value
+    ((b"NOSUCH",), replies.SYNTAX_ERROR),
+    ((b"DELAY",), replies.SYNTAX_ERROR),              # an option missing its value
     ((b"REPLICATE", b"2", b"RETRY", b"0"),
      b"-ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)\r\n"),
     ((b"DELAY", b"10", b"TTL", b"10"),
@@ -76,9 +76,9 @@ def test_every_error(opts, error):
     assert parse(*opts) == error
 
 
-@pytest.mark.parametrize("timeout, error", [(b"x", R.TIMEOUT_NOT_INTEGER),
-                                            (b"99999999999999999999", R.TIMEOUT_NOT_INTEGER),
-                                            (b"-1", R.TIMEOUT_NEGATIVE)])
+@pytest.mark.parametrize("timeout, error", [(b"x", replies.TIMEOUT_NOT_INTEGER),
+                                            (b"99999999999999999999", replies.TIMEOUT_NOT_INTEGER),
+                                            (b"-1", replies.TIMEOUT_NEGATIVE)])
 def test_timeout_errors(timeout, error):
     assert parse(timeout=timeout) == error
 
@@ -87,11 +87,11 @@ def test_the_order_of_the_errors():
     """SPEC 3.1: the options left to right (the first wrong one answers), then the
     timeout, then the rules between options."""
     assert parse(b"TTL", b"0", b"DELAY", b"-1") == b"-ERR TTL must be a number > 0\r\n"
-    assert parse(b"DELAY", b"-1", b"TTL", b"0") == R.DELAY_NEGATIVE
+    assert parse(b"DELAY", b"-1", b"TTL", b"0") == replies.DELAY_NEGATIVE
     assert parse(b"TTL", b"0", timeout=b"x") == b"-ERR TTL must be a number > 0\r\n"
-    assert parse(b"NOSUCH", timeout=b"-1") == R.SYNTAX_ERROR
+    assert parse(b"NOSUCH", timeout=b"-1") == replies.SYNTAX_ERROR
     # the timeout before the rules between options
-    assert parse(b"DELAY", b"10", b"TTL", b"5", timeout=b"-1") == R.TIMEOUT_NEGATIVE
+    assert parse(b"DELAY", b"10", b"TTL", b"5", timeout=b"-1") == replies.TIMEOUT_NEGATIVE
     # REPLICATE vs RETRY 0 before DELAY >= TTL, which comes before the job features
     assert parse(b"REPLICATE", b"2", b"RETRY", b"0", b"DELAY", b"9", b"TTL", b"9") == ERRORS[13][1]
     assert parse(b"DELAY", b"9", b"TTL", b"9", b"DEADLETTER", b"dlq") == ERRORS[14][1]

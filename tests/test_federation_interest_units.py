@@ -2,7 +2,7 @@
 moves: what a node whose consumers wait tells the others, and what a node told keeps."""
 import pytest
 
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.workers.shard import Shard
 from disque.contracts.getjob_options import GetjobRequest
 
@@ -41,28 +41,28 @@ def block(s, client, timeout_ms, queue=b"q"):
 def test_a_blocked_consumer_tells_interest_once_and_its_timeout_cancels_it():
     s = clustered_shard()
     block(s, 1, 500)
-    assert sent(s, M.INTEREST) == [[b"q", 1]]
-    assert sent(s, M.NEEDJOBS) == []                # no pull before the INTEREST any more
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 1]]
+    assert sent(s, bus_msg.NEEDJOBS) == []                # no pull before the INTEREST any more
     move(s, T0 + 499)
     s.run_timers()
-    assert sent(s, M.INTEREST) == []
+    assert sent(s, bus_msg.INTEREST) == []
     move(s, T0 + 500)
     s.run_timers()                                  # the GETJOB times out
-    assert sent(s, M.INTEREST) == [[b"q", 0]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 0]]
 
 
 def test_disconnect_and_served_consumers_cancel_the_interest():
     s = clustered_shard()
     block(s, 1, 0)
-    sent(s, M.INTEREST)
+    sent(s, bus_msg.INTEREST)
     s.consumers.unblock_client(1, 1)                          # the front-end: client gone
-    assert sent(s, M.INTEREST) == [[b"q", 0]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 0]]
     move(s, T0 + 100)
     block(s, 2, 0)
-    assert sent(s, M.INTEREST) == [[b"q", 1]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 1]]
     s.execute(3, [b"addjob", b"q", b"body", b"0", b"REPLICATE", b"1"])
     s.consumers.serve_ready()                                 # served by a local job
-    assert sent(s, M.INTEREST) == [[b"q", 0]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 0]]
 
 
 def test_one_of_two_consumers_leaving_lowers_the_credit_soon():
@@ -70,44 +70,44 @@ def test_one_of_two_consumers_leaving_lowers_the_credit_soon():
     block(s, 1, 0)
     move(s, T0 + 10)
     block(s, 2, 0)                                  # rate-limited: told when allowed
-    assert sent(s, M.INTEREST) == [[b"q", 1]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 1]]
     move(s, T0 + 60)
     s.federation.tell_interest_due()
-    assert sent(s, M.INTEREST) == [[b"q", 2]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 2]]
     s.consumers.unblock_client(1, 1)
-    assert sent(s, M.INTEREST) == []                # one still waits: no cancel
+    assert sent(s, bus_msg.INTEREST) == []                # one still waits: no cancel
     move(s, T0 + 120)
     s.federation.tell_interest_due()
-    assert sent(s, M.INTEREST) == [[b"q", 1]]
+    assert sent(s, bus_msg.INTEREST) == [[b"q", 1]]
 
 
 def test_a_told_node_pushes_only_while_the_interest_lasts():
     s = clustered_shard()
-    s.replication.on_bus([[OTHER, M.INTEREST, 0, [b"q", 1]]])
+    s.replication.on_bus([[OTHER, bus_msg.INTEREST, 0, [b"q", 1]]])
     assert OTHER in s.queues[b"q"].remote
-    s.replication.on_bus([[OTHER, M.INTEREST, 0, [b"q", 0]]])
+    s.replication.on_bus([[OTHER, bus_msg.INTEREST, 0, [b"q", 0]]])
     assert s.queues[b"q"].remote is None
     s.execute(1, [b"addjob", b"q", b"body", b"0", b"REPLICATE", b"1"])
     s.consumers.serve_ready()
-    assert sent(s, M.YOURJOBS) == [] and len(s.queues[b"q"].jobs) == 1
-    s.replication.on_bus([[OTHER, M.INTEREST, 0, [b"q", 1]]])  # a consumer waits there again
-    assert len(sent(s, M.YOURJOBS)) == 1 and len(s.queues[b"q"].jobs) == 0
+    assert sent(s, bus_msg.YOURJOBS) == [] and len(s.queues[b"q"].jobs) == 1
+    s.replication.on_bus([[OTHER, bus_msg.INTEREST, 0, [b"q", 1]]])  # a consumer waits there again
+    assert len(sent(s, bus_msg.YOURJOBS)) == 1 and len(s.queues[b"q"].jobs) == 0
 
 
 def test_needjobs_pulls_but_leaves_no_interest():
     s = clustered_shard()
-    s.replication.on_bus([[OTHER, M.NEEDJOBS, 0, [b"q", 5]]])
+    s.replication.on_bus([[OTHER, bus_msg.NEEDJOBS, 0, [b"q", 5]]])
     assert b"q" not in s.queues                     # nothing kept for a pull
     s.execute(1, [b"addjob", b"q", b"body", b"0", b"REPLICATE", b"1"])
     s.consumers.serve_ready()
-    assert sent(s, M.YOURJOBS) == []
-    s.replication.on_bus([[OTHER, M.NEEDJOBS, 0, [b"q", 5]]])
-    assert len(sent(s, M.YOURJOBS)) == 1
+    assert sent(s, bus_msg.YOURJOBS) == []
+    s.replication.on_bus([[OTHER, bus_msg.NEEDJOBS, 0, [b"q", 5]]])
+    assert len(sent(s, bus_msg.YOURJOBS)) == 1
     assert s.queues[b"q"].remote is None
 
 
 @pytest.mark.parametrize("payload", [[1, 1], [b"q", "x"], [b"q"], [], None, [b"q", 1.5]])
 def test_malformed_interest_is_dropped(payload):
     s = clustered_shard()
-    s.replication.on_bus([[OTHER, M.INTEREST, 0, payload], [OTHER, M.NEEDJOBS, 0, payload]])
+    s.replication.on_bus([[OTHER, bus_msg.INTEREST, 0, payload], [OTHER, bus_msg.NEEDJOBS, 0, payload]])
     assert not s.queues

@@ -35,12 +35,12 @@ import hiredis
 import pytest
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
 from support.slots import queues_on_distinct_workers
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-encode = _c.encode_command
-wait_until = _c.wait_until
-JOB_ID_RE = _c.JOB_ID_RE
+from support.jobs import JOB_ID_RE
+from support.resp_client import (Err, Incomplete, Malformed, NULL_ARRAY, RawConn, Status,
+                                 encode_command, parse_resp2)
+from support.waits import wait_until
+encode = encode_command
 
 SEED = int(os.environ.get("DISQUE_FUZZ_SEED", "7711"))
 ROUNDS = int(os.environ.get("DISQUE_FUZZ_ROUNDS", "1200"))
@@ -56,51 +56,6 @@ REPLY_TIMEOUT = 10.0        # any other missing reply after this long is a failu
 # ---------------------------------------------------------------------------
 # reply checking: hiredis + a strict RESP2 parser over the same bytes
 # ---------------------------------------------------------------------------
-
-
-class Malformed(AssertionError):
-    pass
-
-
-def parse_resp2(buf: bytes, pos: int = 0):
-    """One strict RESP2 reply at ``buf[pos:]`` -> (value, end), typed like conftest's
-    parser (Status / Err / int / bytes / None / NULL_ARRAY / list). Anything a RESP2
-    connection must never carry (other type bytes, bad integers, a bulk without its
-    CRLF) raises Malformed; a reply still arriving raises conftest's Incomplete."""
-    nl = buf.find(b"\r\n", pos)
-    if nl < 0:
-        raise _c.Incomplete
-    kind, line, pos = buf[pos:pos + 1], buf[pos + 1:nl], nl + 2
-    if kind == b"+":
-        return Status(line), pos
-    if kind == b"-":
-        return Err(line), pos
-    if kind in (b":", b"$", b"*"):
-        if not re.fullmatch(rb"-?[0-9]+", line):
-            raise Malformed(f"bad number in {kind + line!r}")
-        n = int(line)
-        if kind == b":":
-            return n, pos
-        if kind == b"$":
-            if n < 0:
-                if n != -1:
-                    raise Malformed(f"bulk length {n}")
-                return None, pos
-            if len(buf) < pos + n + 2:
-                raise _c.Incomplete
-            if buf[pos + n:pos + n + 2] != b"\r\n":
-                raise Malformed(f"bulk not followed by CRLF: {buf[pos:pos + n + 2][:200]!r}")
-            return bytes(buf[pos:pos + n]), pos + n + 2
-        if n < 0:
-            if n != -1:
-                raise Malformed(f"array length {n}")
-            return NULL_ARRAY, pos
-        items = []
-        for _ in range(n):
-            item, pos = parse_resp2(buf, pos)
-            items.append(item)
-        return items, pos
-    raise Malformed(f"type byte {kind!r} is not RESP2: {bytes(buf[pos - len(line) - 3:pos + 40])!r}")
 
 
 def _same(h, typed):
@@ -138,7 +93,7 @@ class ReplyStream:
                 break
             try:
                 typed, end = parse_resp2(self.raw, self.pos)
-            except _c.Incomplete:
+            except Incomplete:
                 raise Malformed(f"hiredis took a reply the strict parser finds incomplete: "
                                 f"{self.raw[self.pos:self.pos + 200]!r}")
             if not _same(h, typed):
@@ -699,7 +654,7 @@ class ValidClient(threading.Thread):
 
     def run(self):
         try:
-            conn = _c.RawConn(self.port, timeout=REPLY_TIMEOUT)
+            conn = RawConn(self.port, timeout=REPLY_TIMEOUT)
             try:
                 self.loop(conn)
             finally:

@@ -211,7 +211,7 @@ OTHER = b"b" * 40
 def test_an_acked_job_is_collected_once_every_node_confirms(node):
     """GC of an ACK in a cluster (SPEC 7.4): SETACK to every node that may hold a copy,
     again after 2 s, 4 s ... while one is missing, and the job goes at the last GOTACK."""
-    from disque.contracts import bus_messages as M
+    from disque.contracts import bus_messages as bus_msg
     shard = node.shard
     shard.replication.set_cluster({"myid": NODE, "size": 2, "reachable": [OTHER],
                                    "known": [OTHER], "leaving": False})
@@ -222,7 +222,7 @@ def test_an_acked_job_is_collected_once_every_node_confirms(node):
     assert node.show(jid)[b"state"] == b"acked"
 
     def setacks():
-        sent = [m for m in shard.bus_out if m[1] == M.SETACK and m[3][0] == jid]
+        sent = [m for m in shard.bus_out if m[1] == bus_msg.SETACK and m[3][0] == jid]
         shard.bus_out = []
         return sent
 
@@ -232,5 +232,5 @@ def test_an_acked_job_is_collected_once_every_node_confirms(node):
     assert not setacks()                    # the first retry waits 2 s (jitter aside)
     node.advance(-JITTER_LOW + JITTER_HIGH + 20)
     assert setacks()
-    shard.replication.on_bus([[OTHER, M.GOTACK, 0, [jid, 0]]])
+    shard.replication.on_bus([[OTHER, bus_msg.GOTACK, 0, [jid, 0]]])
     assert node.show(jid) is None

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.info import parse_info
 from support.waits import wait_until
+from support.jobs import addjob, queue_names
 
 FRESH_NODE_MAX = 512 * 1024      # well under a 3 MB maxmemory
 
@@ -52,12 +52,12 @@ def test_fresh_node_is_small_and_accepts_jobs_under_3mb(start_server):
 def test_used_memory_follows_job_bytes(start_server):
     srv = start_server(workers=2)
     r = srv.raw()
-    queues = _c.queue_names("grow", 4)
+    queues = queue_names("grow", 4)
     for q in queues:                                  # queues exist before the baseline
         r.execute("GETJOB", "NOHANG", "FROM", q)
     before = used_memory(r)
     n, body = 2000, b"b" * 1000
-    ids = [_c.addjob(r, queues[i % 4], body) for i in range(n)]
+    ids = [addjob(r, queues[i % 4], body) for i in range(n)]
     grown = used_memory(r) - before
     assert n * len(body) < grown < n * (len(body) + 700), grown / n
     assert int(memory_info(r)["used_memory_peak"]) >= before + grown

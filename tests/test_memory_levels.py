@@ -5,10 +5,10 @@ nodes and keeps no copy (with spilling, counting its spilled jobs as if they wer
 node, every node above its level, REPLICATE larger than the nodes below theirs."""
 import pytest
 
-import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.waits import wait_until
+from support.jobs import addjob
 
 MB = 1 << 20
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
@@ -60,17 +60,17 @@ def test_maxmemory_3mb_turns_to_external_replication_not_oom(start_cluster, mode
         assert info["spilled_jobs"] == 0 and info["memory_level"] == 1, info
     # above 75%: each job is held by REPLICATE other nodes and not here
     for repl in (1, 2):
-        jid = _c.addjob(r, "mq", body, 5000, "REPLICATE", repl)
+        jid = addjob(r, "mq", body, 5000, "REPLICATE", repl)
         wait_until(lambda: len(held_by(c, jid)) == repl, timeout=5)
         assert 0 not in held_by(c, jid)
     # a sane limit again: local copies at once
     assert r.call("CONFIG", "SET", "maxmemory", "1gb") == b"+OK\r\n"
 
     def local_copy():
-        jid = _c.addjob(r, "mq", body, 5000, "REPLICATE", 1)
+        jid = addjob(r, "mq", body, 5000, "REPLICATE", 1)
         return show(r, jid) is not None
     wait_until(local_copy, timeout=5, message="no local copies after CONFIG SET maxmemory 1gb")
-    jid = _c.addjob(r, "mq", body, 5000, "REPLICATE", 2)
+    jid = addjob(r, "mq", body, 5000, "REPLICATE", 2)
     held = held_by(c, jid)
     assert 0 in held and len(held) == 2, held
 
@@ -161,7 +161,7 @@ def test_when_every_node_is_above_its_level_spilling_serves(start_cluster):
         info = memory_info(n.raw())
         assert info["used_memory"] < 3 * MB * 0.95, info
     # REPLICATE 3 on 3 nodes that are all high: kept here and on both others
-    jid = _c.addjob(r, "fq", b"f" * 200, 5000, "REPLICATE", 3, "RETRY", 3600)
+    jid = addjob(r, "fq", b"f" * 200, 5000, "REPLICATE", 3, "RETRY", 3600)
     assert sorted(held_by(c, jid)) == [0, 1, 2]
     # everything comes back (federation may move jobs to a node already drained)
     want = set(ids) | {jid}

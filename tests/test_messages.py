@@ -19,7 +19,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import conftest as _c
 from support.info import parse_info
 from support.jobs import show
 from support.resp_client import RawConn
@@ -27,15 +26,16 @@ from support.waits import wait_until
 from disque._fast import frames
 from disque._fast.busrelay import ACCEPT_COPIES, group_by_link, group_by_node, route_job_messages
 from disque._fast.jobid import IdMaker, queue_slot
-from disque.contracts import bus_messages as M
-from disque.contracts import connection_handover as H
-from disque.contracts import job_link as J
-from disque.contracts import peer_link as PL
-from disque.contracts import worker_link as P
+from disque.contracts import bus_messages as bus_msg
+from disque.contracts import connection_handover as handover_msg
+from disque.contracts import job_link
+from disque.contracts import peer_link
+from disque.contracts import worker_link as link_msg
 from disque.contracts.worker_link import FrameReader, FrameTooLong
+from support.jobs import addjob
 
-BOUNDARIES = {"worker_link": P, "connection_handover": H, "peer_link": PL, "job_link": J,
-              "bus_messages": M}
+BOUNDARIES = {"worker_link": link_msg, "connection_handover": handover_msg,
+              "peer_link": peer_link, "job_link": job_link, "bus_messages": bus_msg}
 
 
 def message_types(module):
@@ -95,31 +95,31 @@ def test_a_list_of_another_shape_is_no_message(boundary, mtype):
 
 @pytest.mark.unit
 def test_kinds_are_unique_per_boundary():
-    for mapping in (P.REQUESTS, H.MESSAGES, PL.ENTRIES):
+    for mapping in (link_msg.REQUESTS, handover_msg.MESSAGES, peer_link.ENTRIES):
         assert all(t.KIND == k for k, t in mapping.items())
-    assert set(H.MESSAGES) == {H.HANDOFF, H.RECALL, H.KILL, H.HANDBACK, H.GONE, H.SLOWLOG, H.PEER,
-                               H.TLS_ACCEPT, H.TLS_CONN}
+    assert set(handover_msg.MESSAGES) == {handover_msg.HANDOFF, handover_msg.RECALL, handover_msg.KILL, handover_msg.HANDBACK, handover_msg.GONE, handover_msg.SLOWLOG, handover_msg.PEER,
+                               handover_msg.TLS_ACCEPT, handover_msg.TLS_CONN}
 
 
 @pytest.mark.unit
 def test_the_bus_envelope_goes_through_encode_and_decode():
     sender = "a" * 40
-    data = M.encode(M.FAIL, sender, "127.0.0.1", 7711, M.LEAVING, M.NOREPLY, "b" * 40)
-    msg = M.decode(data, "10.0.0.1")
+    data = bus_msg.encode(bus_msg.FAIL, sender, "127.0.0.1", 7711, bus_msg.LEAVING, bus_msg.NOREPLY, "b" * 40)
+    msg = bus_msg.decode(data, "10.0.0.1")
     assert (msg.type, msg.sender, msg.ip, msg.port, msg.node_flags, msg.flags, msg.payload,
-            msg.peer_ip) == (M.FAIL, sender, "127.0.0.1", 7711, M.LEAVING, M.NOREPLY,
+            msg.peer_ip) == (bus_msg.FAIL, sender, "127.0.0.1", 7711, bus_msg.LEAVING, bus_msg.NOREPLY,
                              "b" * 40, "10.0.0.1")
-    assert M.decode(msgpack.packb([M.FAIL, sender])) is None
+    assert bus_msg.decode(msgpack.packb([bus_msg.FAIL, sender])) is None
 
 
 @pytest.mark.unit
 def test_a_hello_is_read_only_when_it_is_ours():
     me = b"n" * 40
-    assert J.read_hello(over_the_wire(J.Hello.encode(J.VERSION, me, b"m" * 40, 1))) == \
-        J.Hello(J.VERSION, me, b"m" * 40, 1)
-    assert J.read_hello(J.Hello.encode(J.VERSION + 1, me, b"m" * 40, 1)) is None
-    assert J.read_hello(J.Hello.encode(J.VERSION, b"short", b"m" * 40, 1)) is None
-    assert J.read_hello([b"other", J.VERSION, me, b"m" * 40, 1]) is None
+    assert job_link.read_hello(over_the_wire(job_link.Hello.encode(job_link.VERSION, me, b"m" * 40, 1))) == \
+        job_link.Hello(job_link.VERSION, me, b"m" * 40, 1)
+    assert job_link.read_hello(job_link.Hello.encode(job_link.VERSION + 1, me, b"m" * 40, 1)) is None
+    assert job_link.read_hello(job_link.Hello.encode(job_link.VERSION, b"short", b"m" * 40, 1)) is None
+    assert job_link.read_hello([b"other", job_link.VERSION, me, b"m" * 40, 1]) is None
 
 
 # ---- the Cython cores' inline lists are the encoders' ---------------------------------------
@@ -147,16 +147,16 @@ def test_peer_link_requests_and_replies_are_the_contracts():
         assert links.forward(1, [b"qlen", b"q"], "waiter")
         links.send_all()
         (entry,) = read_one_frame(theirs)
-        request = PL.Request.decode(entry)
+        request = peer_link.Request.decode(entry)
         assert request.argv == [b"qlen", b"q"]
         # the other worker asks in turn, and answers ours
-        theirs.sendall(frames.frame(msgpack.packb([PL.Request.encode(7, [b"ping"]),
-                                                   PL.Reply.encode(request.reqid, b":3\r\n")])))
+        theirs.sendall(frames.frame(msgpack.packb([peer_link.Request.encode(7, [b"ping"]),
+                                                   peer_link.Reply.encode(request.reqid, b":3\r\n")])))
         links.readable(mine.fileno())
         assert answered == [("waiter", b":3\r\n")]
         links.send_all()
         (entry,) = read_one_frame(theirs)
-        assert PL.Reply.decode(entry) == PL.Reply(7, b"+ran ping\r\n")
+        assert peer_link.Reply.decode(entry) == peer_link.Reply(7, b"+ran ping\r\n")
     finally:
         links.close()
         theirs.close()
@@ -168,23 +168,23 @@ def test_the_bus_relay_builds_the_job_message_shapes():
     jid = IdMaker(b"a" * 40).make(queue_slot(b"q"), 60, 5)
     inbox, gotjobs = {}, []
     copy = b"\0" * 4 + jid + b"rest"
-    route_job_messages([M.JobMessage.encode(M.GOTJOB, 0, [jid, 1]),
-                        M.JobMessage.encode(M.REPLJOB, 0, copy)], b"s" * 40, 1, inbox,
+    route_job_messages([bus_msg.JobMessage.encode(bus_msg.GOTJOB, 0, [jid, 1]),
+                        bus_msg.JobMessage.encode(bus_msg.REPLJOB, 0, copy)], b"s" * 40, 1, inbox,
                        ACCEPT_COPIES, gotjobs)
-    assert [M.Inbound.decode(e) for e in inbox[0]] == [
-        M.Inbound(b"s" * 40, M.GOTJOB, 0, [jid, 1]),
-        M.Inbound(b"s" * 40, M.REPLJOB, M.NOREPLY | M.ACCEPTED, copy)]
-    assert [M.JobMessage.decode(g) for g in gotjobs] == [M.JobMessage(M.GOTJOB, 0, [jid, 0])]
-    outbound = [list(M.Outbound.encode([b"n" * 40], M.WORKING, 0, [jid, 5]))]
+    assert [bus_msg.Inbound.decode(e) for e in inbox[0]] == [
+        bus_msg.Inbound(b"s" * 40, bus_msg.GOTJOB, 0, [jid, 1]),
+        bus_msg.Inbound(b"s" * 40, bus_msg.REPLJOB, bus_msg.NOREPLY | bus_msg.ACCEPTED, copy)]
+    assert [bus_msg.JobMessage.decode(g) for g in gotjobs] == [bus_msg.JobMessage(bus_msg.GOTJOB, 0, [jid, 0])]
+    outbound = [list(bus_msg.Outbound.encode([b"n" * 40], bus_msg.WORKING, 0, [jid, 5]))]
     outbox = {}
     assert group_by_node(outbound, outbox, "me", lambda: [], {})
-    assert outbox == {"n" * 40: [M.JobMessage.encode(M.WORKING, 0, [jid, 5])]}
+    assert outbox == {"n" * 40: [bus_msg.JobMessage.encode(bus_msg.WORKING, 0, [jid, 5])]}
     box, leftover = [], []
-    group_by_link(outbound + [M.Outbound.encode([b"x" * 40], M.WORKING, 0, [jid, 6])],
+    group_by_link(outbound + [bus_msg.Outbound.encode([b"x" * 40], bus_msg.WORKING, 0, [jid, 6])],
                   {b"n" * 40: [box]}, b"me", (), leftover)
-    assert box == [M.JobMessage.encode(M.WORKING, 0, [jid, 5])]
-    assert [M.Outbound.decode(list(e)) for e in leftover] == [
-        M.Outbound((b"x" * 40,), M.WORKING, 0, [jid, 6])]
+    assert box == [bus_msg.JobMessage.encode(bus_msg.WORKING, 0, [jid, 5])]
+    assert [bus_msg.Outbound.decode(list(e)) for e in leftover] == [
+        bus_msg.Outbound((b"x" * 40,), bus_msg.WORKING, 0, [jid, 6])]
 
 
 # ---- the frame reader ---------------------------------------------------------------------
@@ -267,9 +267,9 @@ def test_the_python_links_read_through_the_one_reader():
         a.sendall(framed(b"123456789"))
         with pytest.raises(FrameTooLong):
             reader.recv_from(b)
-        channel = H.HandoverChannel(b, limit=8)
-        a.sendall(framed(msgpack.packb(H.Gone.encode(3))) + struct.pack("<I", 1000))
-        assert channel.receive() == [([H.GONE, 3], None)] and channel.closed
+        channel = handover_msg.HandoverChannel(b, limit=8)
+        a.sendall(framed(msgpack.packb(handover_msg.Gone.encode(3))) + struct.pack("<I", 1000))
+        assert channel.receive() == [([handover_msg.GONE, 3], None)] and channel.closed
     finally:
         a.close()
         b.close()
@@ -286,13 +286,13 @@ def test_an_oversized_frame_on_a_job_link_closes_that_link_and_loses_no_job(star
     for node in c.nodes:
         wait_until(lambda: info(node, "cluster_job_links_up") == "1", timeout=15)
     with RawConn(c[0].port) as r:
-        ids = [_c.addjob(r, "big-frame-q", b"body%d" % i, 5000, "REPLICATE", 2)
+        ids = [addjob(r, "big-frame-q", b"body%d" % i, 5000, "REPLICATE", 2)
                for i in range(10)]
     pids = c[1].worker_pids()
     port = int(info(c[1], "cluster_job_link_ports"))
-    hello = msgpack.packb(J.Hello.encode(J.VERSION, c.ids[0].encode(), c.ids[1].encode(), 0))
+    hello = msgpack.packb(job_link.Hello.encode(job_link.VERSION, c.ids[0].encode(), c.ids[1].encode(), 0))
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(framed(hello) + struct.pack("<I", J.MAX_FRAME + 1) + b"x" * 1000)
+    s.sendall(framed(hello) + struct.pack("<I", job_link.MAX_FRAME + 1) + b"x" * 1000)
     s.settimeout(10)
     assert s.recv(100) == b""           # closed on the header alone
     s.close()

@@ -2,16 +2,16 @@
 persistence"): every node SIGKILLed at once, restarted, and every job is still delivered."""
 import time
 
-import conftest as _c
 from support.resp_client import RawConn
 from support.waits import wait_until
+from support.jobs import queue_names, show
+from support.resp_client import NULL_ARRAY, Status
 
-Status, NULL_ARRAY = _c.Status, _c.NULL_ARRAY
 
 
 def test_seven_nodes_sigkilled_and_restarted_deliver_every_job(start_cluster):
     c = start_cluster(7, workers=1, extra_args=["--appendonly", "yes", "--appendfsync", "always"])
-    queues = _c.queue_names("mass", 5)
+    queues = queue_names("mass", 5)
     jobs = {}
     for i in range(7):
         with RawConn(c[i].port) as r:
@@ -28,7 +28,7 @@ def test_seven_nodes_sigkilled_and_restarted_deliver_every_job(start_cluster):
     def acked_gone():
         for node in c.nodes:
             with RawConn(node.port) as r:
-                if any(_c.show(r, jid) is not None for jid in acked):
+                if any(show(r, jid) is not None for jid in acked):
                     return False
         return True
     wait_until(acked_gone, timeout=15, message="acked jobs still known")

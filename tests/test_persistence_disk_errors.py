@@ -13,15 +13,16 @@ import sys
 
 import pytest
 
-import aof_helpers as H
-import conftest as _c
+import aof_helpers
 from disque.contracts.aof_format import RECORD_HEADS
+from support.jobs import addjob, queue_names, show
+from support.resp_client import Err, Status
+from support.server import REPO_ROOT
+from support.waits import wait_until
 
-sys.path.insert(0, str(_c.REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT))
 from faults.disks import fill, free  # noqa: E402
 
-Status, Err = _c.Status, _c.Err
-show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
 MISCONF = b"MISCONF"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mount needs root")
@@ -53,10 +54,10 @@ def refused(reply):
 
 
 def assert_all_back(srv, ok):
-    H.kill_node(srv)
-    H.restart(srv)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv)
     r = srv.raw()
-    assert H.registered_jobs(srv) == len(ok)
+    assert aof_helpers.registered_jobs(srv) == len(ok)
     for jid in ok:
         assert show(r, jid) is not None, jid
 
@@ -67,7 +68,7 @@ def test_always_write_error_withholds_the_reply_and_the_node_goes_on(start_serve
     r = srv.raw()
     ok = {addjob(r, "al", b"x", 0)}
     [worker] = srv.worker_pids()
-    set_fsize(worker, int(H.info(srv)["aof_current_size"]) + 10)
+    set_fsize(worker, int(aof_helpers.info(srv)["aof_current_size"]) + 10)
     reply = try_addjob(srv, "al")
     assert refused(reply), reply                # never an ID: the record is not on disk
     # a new worker (without the limit) loads its file, rewrites it and serves again
@@ -94,8 +95,8 @@ def tmpfs(tmp_path):
 def test_full_disk_refuses_writes_until_space_frees(start_server, tmpfs, policy):
     srv = start_server(workers=2, extra_args=["--appendonly", "yes", "--appendfsync", policy,
                                               "--dir", str(tmpfs)])
-    queues = _c.queue_names("df", 4)
-    ok = set(H.add_jobs(srv.raw(), queues, 5))
+    queues = queue_names("df", 4)
+    ok = set(aof_helpers.add_jobs(srv.raw(), queues, 5))
     fill(str(tmpfs))
     refusals = 0
     for i in range(200):
@@ -114,7 +115,7 @@ def test_full_disk_refuses_writes_until_space_frees(start_server, tmpfs, policy)
     assert type(srv.execute("QLEN", queues[0])) is int          # reads still work
     free(str(tmpfs))
     wait_until(lambda: ping(srv) == Status(b"PONG"), 30, 0.1, "MISCONF stays")
-    ok.update(H.add_jobs(srv.raw(), queues, 2))
+    ok.update(aof_helpers.add_jobs(srv.raw(), queues, 2))
     assert_all_back(srv, ok)
 
 
@@ -124,7 +125,7 @@ def test_a_node_that_cannot_write_takes_no_copies(start_cluster):
     a, b = c[0], c[1]
     addjob(b.raw(), "cp", b"x", 0)
     [worker] = b.worker_pids()
-    set_fsize(worker, int(H.info(b)["aof_current_size"]) + 10)
+    set_fsize(worker, int(aof_helpers.info(b)["aof_current_size"]) + 10)
     wait_until(lambda: refused(try_addjob(b, "cp")), 10, 0.1, "no MISCONF")
     reply = a.execute("ADDJOB", "cp", b"y", 1000, "REPLICATE", 2, timeout=10)
     assert type(reply) is Err and reply.startswith(b"NOREPL"), reply
@@ -152,7 +153,7 @@ def flaky(tmp_path):
     for d in (backing / "n0", mnt, control):
         d.mkdir(parents=True)
     p = subprocess.Popen([sys.executable, "-m", "faults.flakyfs", str(backing), str(mnt),
-                          str(control)], cwd=str(_c.REPO_ROOT))
+                          str(control)], cwd=str(REPO_ROOT))
     try:
         wait_until(lambda: os.path.ismount(mnt) or p.poll() is not None, 10, 0.05)
         assert os.path.ismount(mnt), "FUSE did not mount"
@@ -174,7 +175,7 @@ def test_failed_fsync_refuses_writes_until_the_file_is_rewritten(start_server, f
     d, fail = flaky
     srv = start_server(workers=1, extra_args=["--appendonly", "yes", "--appendfsync", policy,
                                               "--dir", str(d)])
-    ok = set(H.add_jobs(srv.raw(), ["fs"], 5))
+    ok = set(aof_helpers.add_jobs(srv.raw(), ["fs"], 5))
     fail.touch()
 
     def refusing():
@@ -190,7 +191,7 @@ def test_failed_fsync_refuses_writes_until_the_file_is_rewritten(start_server, f
     fail.unlink()
     wait_until(lambda: ping(srv) == Status(b"PONG"), 30, 0.1, "MISCONF stays")
     assert "AOF not trusted" in srv.log_text()
-    ok.update(H.add_jobs(srv.raw(), ["fs"], 2))
+    ok.update(aof_helpers.add_jobs(srv.raw(), ["fs"], 2))
     assert_all_back(srv, ok)
 
 
@@ -199,11 +200,11 @@ def test_failed_fsync_refuses_writes_until_the_file_is_rewritten(start_server, f
 def jobs_then_kill(start_server, n=5, ack_first=False):
     srv = start_server(workers=1, extra_args=["--appendonly", "yes"])
     r = srv.raw()
-    ids = list(H.add_jobs(r, ["torn"], n))
+    ids = list(aof_helpers.add_jobs(r, ["torn"], n))
     if ack_first:
         assert r.execute("ACKJOB", ids[0]) == 1
-    H.kill_node(srv)
-    [path] = H.aof_files(srv).values()
+    aof_helpers.kill_node(srv)
+    [path] = aof_helpers.aof_files(srv).values()
     return srv, ids, path
 
 
@@ -218,11 +219,11 @@ def test_torn_last_record_is_dropped_with_a_log_line(start_server, keep):
     start = last_start(data, RECORD_HEADS[0])
     cut = start + keep if keep > 0 else len(data) + keep
     path.write_bytes(data[:cut])
-    H.restart(srv)
+    aof_helpers.restart(srv)
     assert ("the %d bytes after the last complete record (byte offset %d) are ignored"
             % (cut - start, start)) in srv.log_text()
     r = srv.raw()
-    assert H.registered_jobs(srv) == len(ids) - 1       # the torn one only
+    assert aof_helpers.registered_jobs(srv) == len(ids) - 1       # the torn one only
     for jid in ids[:-1]:
         assert show(r, jid) is not None
     rc = subprocess.run([sys.executable, "-m", "disque.check_aof", str(path)],
@@ -239,8 +240,8 @@ def test_torn_record_in_the_middle_stops_the_start(start_server):
     deljob = last_start(data, RECORD_HEADS[1])
     torn = data.rfind(RECORD_HEADS[0], 0, deljob)
     path.write_bytes(data[:torn + 30] + data[deljob:])
-    H.restart(srv, wait=False)
-    assert H.wait_exit(srv) == 1
+    aof_helpers.restart(srv, wait=False)
+    assert aof_helpers.wait_exit(srv) == 1
     line = ("Bad file format reading the append only file %s at byte offset %d: a record "
             "cut short, followed by whole records %d bytes further" % (path, torn, 30))
     assert line in srv.log_text()
@@ -261,7 +262,7 @@ def test_a_full_disk_does_not_stop_the_front_ends_cron(start_server, tmpfs):
     assert hc.join([a, b, c])
     b_id = b.execute("CLUSTER", "MYID").decode()
     fill(str(tmpfs))
-    H.kill_node(b)              # a and c agree it failed: a's config file must be saved
+    aof_helpers.kill_node(b)              # a and c agree it failed: a's config file must be saved
     wait_until(lambda: " fail" in next(line for line in a.execute("CLUSTER", "NODES").decode()
                                        .splitlines() if line.startswith(b_id)), 20, 0.1)
     wait_until(lambda: "Can't save the cluster config" in a.log_text(), 10, 0.1)

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-import aof_helpers as H
-import conftest as _c
+import aof_helpers
 from support.resp_client import RawConn
+from support.jobs import addjob, queue_names
+from support.resp_client import Err, NULL_ARRAY, Status, encode_command
 
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
 LOADING = Err(b"LOADING Disque is loading the dataset in memory")
 
 
@@ -24,8 +24,8 @@ def first_replies(port, jid, deadline_s=60):
     while time.monotonic() < deadline:
         try:
             with RawConn(port, timeout=30) as c:
-                c.send(_c.encode_command("PING") + _c.encode_command("SHOW", jid)
-                       + _c.encode_command("CLUSTER", "NODES") + _c.encode_command("HELLO"))
+                c.send(encode_command("PING") + encode_command("SHOW", jid)
+                       + encode_command("CLUSTER", "NODES") + encode_command("HELLO"))
                 return [c.read_parsed() for _ in range(4)]
         except (ConnectionError, socket.error):
             time.sleep(0.005)
@@ -36,9 +36,9 @@ def first_replies(port, jid, deadline_s=60):
 def test_small_aof_clients_never_see_loading(start_server):
     srv = start_server(workers=2, extra_args=["--appendonly", "yes"])
     r = srv.raw()
-    jid = _c.addjob(r, "small", b"one job", 0)
-    H.kill_node(srv)
-    H.restart(srv, wait=False)
+    jid = addjob(r, "small", b"one job", 0)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv, wait=False)
     ping, shown, nodes, hello = first_replies(srv.port, jid)
     assert ping == Status(b"PONG"), ping
     assert shown is not None and shown != LOADING, shown
@@ -46,7 +46,7 @@ def test_small_aof_clients_never_see_loading(start_server):
     assert type(nodes) is not Err and b"myself" in nodes, nodes
     assert type(hello) is list, hello
     srv.wait_ready()
-    assert H.info(srv)["loading"] == "0"
+    assert aof_helpers.info(srv)["loading"] == "0"
 
 
 @pytest.mark.cluster
@@ -102,15 +102,15 @@ def test_each_worker_reads_its_own_file_unless_written_by_another_number_of_work
     detected and every worker then reads every file: no job is lost either way."""
     srv = start_server(workers=2, extra_args=["--appendonly", "yes"])
     r = srv.raw()
-    ids = H.add_jobs(r, _c.queue_names("own", 12), 3)
-    H.kill_node(srv)
-    H.restart(srv)                          # same number of workers: own files only
-    assert H.registered_jobs(srv) == len(ids)
+    ids = aof_helpers.add_jobs(r, queue_names("own", 12), 3)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv)                          # same number of workers: own files only
+    assert aof_helpers.registered_jobs(srv) == len(ids)
     assert "another number of workers" not in srv.log_text()
-    H.kill_node(srv)
-    H.restart(srv, workers=3)               # files 0 and 1 of 2 workers, read by 3
-    assert H.registered_jobs(srv) == len(ids)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv, workers=3)               # files 0 and 1 of 2 workers, read by 3
+    assert aof_helpers.registered_jobs(srv) == len(ids)
     assert "written by another number of workers: every worker reads every file" in srv.log_text()
     r = srv.raw()
-    assert H.enqueue_all(r, ids) == len(ids)
-    assert set(H.fetch_all(r, _c.queue_names("own", 12), len(ids))) == set(ids)
+    assert aof_helpers.enqueue_all(r, ids) == len(ids)
+    assert set(aof_helpers.fetch_all(r, queue_names("own", 12), len(ids))) == set(ids)

@@ -3,11 +3,11 @@
 import time
 
 import pytest
+from support.info import parse_info
+from support.jobs import addjob, show
+from support.waits import wait_until
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
 
 E_BADID = b"-BADID Invalid Job ID format.\r\n"
 E_NOJOB = b"-NOJOB Job not known in the context of this node.\r\n"
@@ -33,7 +33,7 @@ BAD_IDS = [
 
 
 def registered_jobs(r):
-    return int(_c.parse_info(r.execute("INFO", "jobs"))["registered_jobs"])
+    return int(parse_info(r.execute("INFO", "jobs"))["registered_jobs"])
 
 
 # ---------------------------------------------------------------------------

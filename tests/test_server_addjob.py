@@ -4,11 +4,11 @@ import os
 import time
 
 import pytest
+from support.info import parse_info
+from support.jobs import JOB_ID_RE, addjob, show
+from support.resp_client import Status, encode_command
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-JOB_ID_RE, show, addjob = _c.JOB_ID_RE, _c.show, _c.addjob
 
 E_SYNTAX = b"-ERR syntax error\r\n"
 E_REPLICATE = b"-ERR REPLICATE must be between 1 and 65535\r\n"
@@ -49,7 +49,7 @@ def test_addjob_reply_is_status_with_valid_id(server):
 def test_job_ids_unique_and_node_prefix(server):
     r = server.raw()
     prefix = _myid(r)[:8]
-    cmds = b"".join(_c.encode_command("ADDJOB", f"q{i % 7}", b"x", 0) for i in range(300))
+    cmds = b"".join(encode_command("ADDJOB", f"q{i % 7}", b"x", 0) for i in range(300))
     r.send(cmds)
     ids = []
     for _ in range(300):
@@ -277,7 +277,7 @@ def test_replicate_more_than_cluster_single_node(server, opts):
     r = server.raw()
     assert r.call("ADDJOB", "q", "b", 0, *opts) == E_NOREPL
     assert r.execute("QLEN", "q") == 0
-    assert _c.parse_info(r.execute("INFO", "jobs"))["registered_jobs"] == "0"
+    assert parse_info(r.execute("INFO", "jobs"))["registered_jobs"] == "0"
 
 
 def test_retry0_with_explicit_replicate_gt1_error(server):
@@ -305,7 +305,7 @@ def test_option_errors_leave_no_job(server):
     for args in (("TTL", 0), ("RETRY", -1), ("BOGUS",), ("DELAY", 5, "TTL", 5), ("REPLICATE", 2)):
         assert r.execute("ADDJOB", "q", "b", 0, *args)[:1] in (b"E", b"N")  # ERR / NOREPL
     assert r.execute("QLEN", "q") == 0
-    assert _c.parse_info(r.execute("INFO", "jobs"))["registered_jobs"] == "0"
+    assert parse_info(r.execute("INFO", "jobs"))["registered_jobs"] == "0"
 
 
 # ---------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Dispatch order (SPEC 1.3) and AUTH / requirepass (SPEC 4.5) against real servers."""
 
 from support.admin import arity_err, cli, needs_cli, NOAUTH, OK, start_with_password, UNKNOWN_ID
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
-parse_info, info_sections = _c.parse_info, _c.info_sections
+from support.jobs import addjob
+from support.resp_client import encode_command
+from support.waits import wait_until
+addjob, wait_until, encode = addjob, wait_until, encode_command
 
 
 # ---------------------------------------------------------------------------

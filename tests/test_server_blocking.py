@@ -12,11 +12,12 @@ import threading
 import time
 
 import pytest
+from support.jobs import addjob, show
+from support.resp_client import NULL_ARRAY, RawConn, Status, encode_command
+from support.waits import wait_until
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until, encode = _c.show, _c.addjob, _c.wait_until, _c.encode_command
+show, addjob, wait_until, encode = show, addjob, wait_until, encode_command
 
 QUEUES = [f"bq-{i}" for i in range(12)]
 
@@ -340,7 +341,7 @@ def test_disconnect_storm_loses_no_job(server):
     def storm(seed):
         rng = random.Random(seed)
         while not stop.is_set():
-            c = _c.RawConn(server.port, timeout=5)
+            c = RawConn(server.port, timeout=5)
             c.send(encode("GETJOB", "TIMEOUT", 5000, "FROM", *rng.sample(QUEUES, 4)))
             time.sleep(rng.uniform(0, 0.03))
             if rng.random() < 0.5:

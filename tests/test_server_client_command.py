@@ -5,10 +5,10 @@ import time
 import pytest
 
 from support.admin import addr_of, arity_err, CLIENT_LINE, client_list, CLIENT_SYNTAX, NOT_INT, OK, SYNTAX
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
-parse_info, info_sections = _c.parse_info, _c.info_sections
+from support.jobs import addjob, show
+from support.resp_client import encode_command
+from support.waits import wait_until
+addjob, wait_until, encode = addjob, wait_until, encode_command
 
 
 # ---------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def test_client_kill_blocked_client_loses_no_job(server):
     assert b.read_until_closed(timeout=5)[1]
     wait_until(lambda: server.info_fields("clients")["blocked_clients"] == "0", 5)
     jid = addjob(a, "killq2", b"x")
-    assert _c.show(a, jid)[b"state"] == b"queued"
+    assert show(a, jid)[b"state"] == b"queued"
     assert a.execute("QLEN", "killq2") == 1
 
 

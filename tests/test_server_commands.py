@@ -3,12 +3,12 @@
 import re
 
 import pytest
+from support.info import info_sections, parse_info
+from support.jobs import SHOW_FIELDS, addjob, show
+from support.resp_client import encode_command, parse_resp
+from support.waits import wait_until
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
-SHOW_FIELDS = _c.SHOW_FIELDS
 
 
 def arity_err(name):
@@ -31,14 +31,14 @@ def test_ping(server):
 
 def test_quit(server):
     r = server.raw()
-    r.send(_c.encode_command("QUIT"))
+    r.send(encode_command("QUIT"))
     data, closed = r.read_until_closed(5)
     assert data == b"+OK\r\n" and closed
 
 
 def test_quit_with_args_and_pipelined_rest_ignored(server):
     r = server.raw()
-    r.send(_c.encode_command("quit", "a", "b", "c") + _c.encode_command("PING"))
+    r.send(encode_command("quit", "a", "b", "c") + encode_command("PING"))
     data, closed = r.read_until_closed(5)
     assert data == b"+OK\r\n" and closed
 
@@ -51,7 +51,7 @@ def test_quit_with_args_and_pipelined_rest_ignored(server):
 def test_hello_single_node(server):
     r = server.raw()
     raw = r.call("HELLO")
-    reply = _c.parse_resp(raw)[0]
+    reply = parse_resp(raw)[0]
     assert raw.startswith(b"*3\r\n:1\r\n$40\r\n"), raw
     assert len(reply) == 3
     version, myid, entry = reply
@@ -88,7 +88,7 @@ def test_info_default_sections(server):
                      b"# Queues\r\n", b"# Stats\r\n"):
         assert section in text, section
     assert b"# Commandstats" not in text
-    fields = _c.parse_info(text)
+    fields = parse_info(text)
     assert fields["disque_version"] == "1.0-rc1"
     assert fields["tcp_port"] == str(server.port)
     assert fields["process_id"] == str(server.pid)
@@ -118,14 +118,14 @@ def test_info_sections_format(server):
 
 def test_info_jobs_and_queues_counts(server):
     r = server.raw()
-    fields = _c.parse_info(r.execute("INFO"))
+    fields = parse_info(r.execute("INFO"))
     assert fields["registered_jobs"] == "0"
     ids = [addjob(r, f"iq{i % 4}", b"x") for i in range(10)]
-    fields = _c.parse_info(r.execute("INFO"))
+    fields = parse_info(r.execute("INFO"))
     assert fields["registered_jobs"] == "10"
     assert fields["registered_queues"] == "4"
     r.execute("ACKJOB", *ids[:3])
-    assert _c.parse_info(r.execute("INFO"))["registered_jobs"] == "7"
+    assert parse_info(r.execute("INFO"))["registered_jobs"] == "7"
 
 
 def test_info_single_section_exact(server):
@@ -156,7 +156,7 @@ def test_info_all_has_commandstats(server):
 
 def test_info_workers_section(server):
     text = server.raw().execute("INFO").decode()
-    sections = _c.info_sections(text.encode())
+    sections = info_sections(text.encode())
     assert "Workers" in sections, list(sections)
     lines = [ln for ln in sections["Workers"] if ln.startswith("worker")]
     assert len(lines) == server.workers, sections["Workers"]
@@ -164,7 +164,7 @@ def test_info_workers_section(server):
 
 def test_info_blocked_clients(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "a"))
+    r.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "a"))
     wait_until(lambda: server.info_fields("clients")["blocked_clients"] == "1", 5)
     addjob(server.raw(), "a", b"x")
     assert len(r.read_parsed(timeout=5)) == 1
@@ -285,5 +285,5 @@ def test_debug_flushall(server):
     assert r.call("DEBUG", "FLUSHALL") == b"+OK\r\n"
     assert r.execute("SHOW", job_id) is None
     assert r.execute("QLEN", "fq") == 0
-    fields = _c.parse_info(r.execute("INFO"))
+    fields = parse_info(r.execute("INFO"))
     assert fields["registered_jobs"] == "0" and fields["registered_queues"] == "0"

@@ -3,11 +3,11 @@
 import time
 
 import pytest
+from support.jobs import addjob, show
+from support.resp_client import Status, encode_command
+from support.waits import wait_until
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
 
 E_SYNTAX = b"-ERR syntax error\r\n"
 E_COUNT = b"-ERR COUNT must be a number greater than zero\r\n"
@@ -195,11 +195,11 @@ def test_timeout_multi_queue_returns_null_array(server):
 
 def test_blocked_client_gets_exactly_one_job_even_with_count(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "COUNT", 5, "FROM", "bq"))
+    r.send(encode_command("GETJOB", "COUNT", 5, "FROM", "bq"))
     wait_until(lambda: blocked_clients(server) == 1, 5)
     assert not r.has_data(0.1)
     p = server.raw()
-    p.send(b"".join(_c.encode_command("ADDJOB", "bq", b"%d" % i, 0) for i in range(3)))
+    p.send(b"".join(encode_command("ADDJOB", "bq", b"%d" % i, 0) for i in range(3)))
     ids = [bytes(p.read_parsed()) for _ in range(3)]
     reply = r.read_parsed(timeout=5)
     assert reply == [[b"bq", ids[0], b"0"]]
@@ -209,7 +209,7 @@ def test_blocked_client_gets_exactly_one_job_even_with_count(server):
 
 def test_blocked_client_withcounters_remembered(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "WITHCOUNTERS", "TIMEOUT", 10000, "FROM", "bq"))
+    r.send(encode_command("GETJOB", "WITHCOUNTERS", "TIMEOUT", 10000, "FROM", "bq"))
     wait_until(lambda: blocked_clients(server) == 1, 5)
     job_id = addjob(server.raw(), "bq", b"payload")
     raw = r.read_reply(timeout=5)
@@ -219,7 +219,7 @@ def test_blocked_client_withcounters_remembered(server):
 
 def test_blocked_client_exact_reply_bytes(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "FROM", "bq"))
+    r.send(encode_command("GETJOB", "FROM", "bq"))
     wait_until(lambda: blocked_clients(server) == 1, 5)
     job_id = addjob(server.raw(), "bq", b"xyz")
     assert r.read_reply(timeout=5) == b"*1\r\n*3\r\n$2\r\nbq\r\n$40\r\n" + job_id + b"\r\n$3\r\nxyz\r\n"
@@ -227,7 +227,7 @@ def test_blocked_client_exact_reply_bytes(server):
 
 def test_blocking_on_duplicate_queue_names(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "dq", "dq", "dq"))
+    r.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "dq", "dq", "dq"))
     wait_until(lambda: blocked_clients(server) == 1, 5)   # duplicates counted once
     p = server.raw()
     id1 = addjob(p, "dq", b"1")
@@ -240,7 +240,7 @@ def test_blocking_on_duplicate_queue_names(server):
 
 def test_blocked_served_by_delayed_job(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "dlq"))
+    r.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "dlq"))
     wait_until(lambda: blocked_clients(server) == 1, 5)
     t0 = time.monotonic()
     job_id = addjob(server.raw(), "dlq", b"later", 0, "DELAY", 1)
@@ -253,8 +253,8 @@ def test_blocked_served_by_delayed_job(server):
 def test_pipelined_input_of_blocked_client_processed_after_unblock(server):
     """SPEC 1.2: a blocked client's further pipelined input is buffered."""
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "pq") + _c.encode_command("PING", "after")
-           + _c.encode_command("QLEN", "pq") + _c.encode_command("ADDJOB", "pq2", "y", 0))
+    r.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "pq") + encode_command("PING", "after")
+           + encode_command("QLEN", "pq") + encode_command("ADDJOB", "pq2", "y", 0))
     wait_until(lambda: blocked_clients(server) == 1, 5)
     assert not r.has_data(0.3), r.buf
     p = server.raw()
@@ -269,7 +269,7 @@ def test_pipelined_input_of_blocked_client_processed_after_unblock(server):
 
 def test_flushall_unblocks_with_null_array(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "FROM", "fq", "fq2"))
+    r.send(encode_command("GETJOB", "FROM", "fq", "fq2"))
     wait_until(lambda: blocked_clients(server) >= 1, 5)
     assert server.raw().call("DEBUG", "FLUSHALL") == b"+OK\r\n"
     assert r.read_reply(timeout=5) == b"*-1\r\n"
@@ -288,7 +288,7 @@ def test_nohang_never_blocks(server):
 
 def test_timeout_zero_blocks_until_job(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "TIMEOUT", 0, "FROM", "zq"))
+    r.send(encode_command("GETJOB", "TIMEOUT", 0, "FROM", "zq"))
     wait_until(lambda: blocked_clients(server) == 1, 5)
     assert not r.has_data(0.6)      # longer than any cron tick: TIMEOUT 0 = forever
     job_id = addjob(server.raw(), "zq", b"z")
@@ -297,7 +297,7 @@ def test_timeout_zero_blocks_until_job(server):
 
 def test_disconnect_while_blocked_is_cleaned_up(server):
     r = server.raw()
-    r.send(_c.encode_command("GETJOB", "FROM", "cq1", "cq2"))
+    r.send(encode_command("GETJOB", "FROM", "cq1", "cq2"))
     wait_until(lambda: blocked_clients(server) >= 1, 5)
     r.abort()
     wait_until(lambda: blocked_clients(server) == 0, 5)

@@ -8,10 +8,11 @@ import time
 import pytest
 
 from support.admin import cli, CLIENT_LINE, needs_cli, OK, REDIS_CLI, SYNTAX
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
-parse_info, info_sections = _c.parse_info, _c.info_sections
+from support.info import info_sections, parse_info
+from support.jobs import addjob
+from support.resp_client import encode_command
+from support.waits import wait_until
+addjob, wait_until, encode = addjob, wait_until, encode_command
 
 
 # ---------------------------------------------------------------------------

@@ -7,13 +7,14 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.resp_client import RawConn
 from support.waits import wait_until
 from disque.info_snapshot import MAX_AGE_S
+from support.info import parse_info
+from support.jobs import addjob, queue_names
+from support.resp_client import Status, encode_command
 
 pytestmark = pytest.mark.server
-parse_info = _c.parse_info
 
 
 def jobs_in(info_reply):
@@ -22,32 +23,32 @@ def jobs_in(info_reply):
 
 def test_info_counts_every_job_added_just_before(server3):
     r = server3.raw()
-    queues = _c.queue_names("snap", 6)
+    queues = queue_names("snap", 6)
     for i in range(60):
-        _c.addjob(r, queues[i % len(queues)], b"x", 0)
+        addjob(r, queues[i % len(queues)], b"x", 0)
         assert jobs_in(r.execute("INFO")) == i + 1
     # pipelined in one write: ADDJOB then INFO, the INFO still counts it
-    r.send(_c.encode_command("ADDJOB", queues[0], "y", 0) + _c.encode_command("INFO", "jobs"))
+    r.send(encode_command("ADDJOB", queues[0], "y", 0) + encode_command("INFO", "jobs"))
     r.read_parsed()
     assert jobs_in(r.read_parsed()) == 61
     # another connection's write is seen too
     other = server3.raw()
-    jid = _c.addjob(other, queues[1], b"z", 0)
+    jid = addjob(other, queues[1], b"z", 0)
     assert jobs_in(r.execute("INFO")) == 62
     other.execute("DELJOB", jid)
     assert jobs_in(r.execute("INFO")) == 61
-    assert r.execute("DEBUG", "FLUSHALL") == _c.Status(b"OK")
+    assert r.execute("DEBUG", "FLUSHALL") == Status(b"OK")
     assert jobs_in(r.execute("INFO")) == 0
     assert jobs_in(r.execute("INFO", "all")) == 0
 
 
 def test_many_clients_get_the_same_exact_figures(server3):
     r = server3.raw()
-    for q in _c.queue_names("many", 9):
-        _c.addjob(r, q, b"x", 0)
+    for q in queue_names("many", 9):
+        addjob(r, q, b"x", 0)
     conns = [server3.raw() for _ in range(20)]
     for c in conns:
-        c.send(_c.encode_command("INFO") * 5)
+        c.send(encode_command("INFO") * 5)
     for c in conns:
         for _ in range(5):
             i = parse_info(c.read_parsed())
@@ -56,7 +57,7 @@ def test_many_clients_get_the_same_exact_figures(server3):
 
 def test_changes_made_by_the_workers_timers_show_within_the_bound(server1):
     r = server1.raw()
-    _c.addjob(r, "ttlq", b"x", 0, "TTL", 1)
+    addjob(r, "ttlq", b"x", 0, "TTL", 1)
     assert jobs_in(r.execute("INFO")) == 1
     # the job expires by itself (no command): INFO shows it within TTL + the timer's
     # resolution + MAX_AGE_S; keep asking all along, which must not keep an old figure
@@ -78,7 +79,7 @@ def test_info_answers_without_a_round_trip_to_the_workers(start_server):
                 c.execute("INFO")                   # takes a fresh snapshot
                 os.kill(worker, signal.SIGSTOP)
                 try:
-                    c.send(_c.encode_command("INFO"))
+                    c.send(encode_command("INFO"))
                     if c.has_data(timeout=MAX_AGE_S / 2):
                         assert parse_info(c.read_parsed())["registered_jobs"] == "0"
                         answered = True

@@ -4,10 +4,10 @@ import re
 import time
 
 from support.admin import arity_err, OK, SYNTAX
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
-parse_info, info_sections = _c.parse_info, _c.info_sections
+from support.jobs import addjob
+from support.resp_client import encode_command
+from support.waits import wait_until
+addjob, wait_until, encode = addjob, wait_until, encode_command
 
 
 # ---------------------------------------------------------------------------

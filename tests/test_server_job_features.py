@@ -4,13 +4,15 @@ import time
 
 import pytest
 
-import aof_helpers as H
-import conftest as _c
+import aof_helpers
+from support.info import parse_info
+from support.jobs import addjob
+from support.resp_client import NULL_ARRAY, encode_command, parse_resp
+from support.slots import crc16, queues_on_distinct_workers
+from support.waits import wait_until
 
 pytestmark = pytest.mark.server
 
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-addjob, wait_until, RawConn = _c.addjob, _c.wait_until, _c.RawConn
 
 
 def show(r, jid):
@@ -32,8 +34,8 @@ def dead_queue_elsewhere(prefix, nworkers=3):
     """A queue name whose default dead-letter queue (<name>:dead) is on another worker."""
     for i in range(1000):
         name = f"{prefix}{i}"
-        if (_c.crc16(name.encode()) % 4096) % nworkers != \
-                (_c.crc16((name + ":dead").encode()) % 4096) % nworkers:
+        if (crc16(name.encode()) % 4096) % nworkers != \
+                (crc16((name + ":dead").encode()) % 4096) % nworkers:
             return name
     raise AssertionError("no such name")
 
@@ -150,7 +152,7 @@ def test_job_nacked_n_times_lands_in_the_dead_letter_queue_once(server):
     dead = q + ":dead"
     with server.raw() as r, server.raw() as consumer:
         # a consumer already blocked on the dead-letter queue gets the job
-        consumer.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "WITHCOUNTERS", "FROM", dead))
+        consumer.send(encode_command("GETJOB", "TIMEOUT", 10000, "WITHCOUNTERS", "FROM", dead))
         jid = addjob(r, q, b"poison", 0, "RETRY", 30, "MAXDELIVERIES", 3)
         for n in range(3):
             assert fetch(r, q)[1] == jid
@@ -158,7 +160,7 @@ def test_job_nacked_n_times_lands_in_the_dead_letter_queue_once(server):
             if n < 2:
                 assert r.execute("QLEN", q) == 1
         assert r.execute("QLEN", q) == 0
-        got = _c.parse_resp(consumer.read_reply(timeout=5))[0]
+        got = parse_resp(consumer.read_reply(timeout=5))[0]
         assert got[0][:3] == [dead.encode(), jid, b"poison"]
         assert got[0][3:] == [b"nacks", 3, b"additional-deliveries", 0]
         s = show(r, jid)
@@ -168,7 +170,7 @@ def test_job_nacked_n_times_lands_in_the_dead_letter_queue_once(server):
         assert r.execute("NACK", jid) == 1
         assert r.execute("QLEN", q) == 0
         assert fetch(r, dead)[1] == jid
-        info = _c.parse_info(r.execute("INFO", "deadletter"))
+        info = parse_info(r.execute("INFO", "deadletter"))
         assert info["dead_lettered_jobs"] == "1"
         assert f"queue={q},jobs=1" in r.execute("INFO", "deadletter").decode()
         assert r.execute("ACKJOB", jid) == 1
@@ -200,11 +202,11 @@ def test_from_prefix_serves_existing_and_new_queues(server):
         got = r.execute("GETJOB", "NOHANG", "COUNT", 5, "FROM-PREFIX", "fp:")
         assert [j[1] for j in got] == [a]
         # blocked before the queues exist: every worker creates one
-        for name in _c.queues_on_distinct_workers("fp:new", 1, 3):
-            consumer.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM-PREFIX", "fp:"))
+        for name in queues_on_distinct_workers("fp:new", 1, 3):
+            consumer.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM-PREFIX", "fp:"))
             time.sleep(0.1)     # let the GETJOB block first (what is tested is the wake-up)
             jid = addjob(r, name, b"x", 0)
-            got = _c.parse_resp(consumer.read_reply(timeout=5))[0]
+            got = parse_resp(consumer.read_reply(timeout=5))[0]
             assert got[0][:2] == [name.encode(), jid]
         # other prefixes do not wake it; the timeout ends it
         assert r.execute("GETJOB", "TIMEOUT", 300, "FROM-PREFIX", "zz:") is NULL_ARRAY
@@ -222,8 +224,8 @@ def test_aof_restart_keeps_the_options_and_the_move(start_server):
     assert r.execute("NACK", moved) == 1
     assert r.execute("QLEN", q + ":dead") == 1
     before = {j: show(r, j) for j in (moved, slow)}
-    H.kill_node(srv)
-    H.restart(srv)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv)
     r = srv.raw()
     for j in (moved, slow):
         s = show(r, j)
@@ -244,8 +246,8 @@ def test_aof_enqueue_once_is_no_redelivery(start_server):
                                               "--aof-enqueue-jobs-once", "yes"])
     r = srv.raw()
     jid = addjob(r, "once", b"b", 0, "RETRY", 30, "MAXDELIVERIES", 1)
-    H.kill_node(srv)
-    H.restart(srv)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv)
     r = srv.raw()
     s = show(r, jid)
     assert s[b"queue"] == b"once" and s[b"dead-lettered-from"] is None

@@ -5,12 +5,13 @@ requeues carry a +-250 ms jitter (rand_err(500)); we add another 0.5 s of slack 
 a loaded 2-core machine."""
 
 import time
+from support.info import parse_info
+from support.jobs import addjob, show
+from support.resp_client import NULL_ARRAY, Status, encode_command
+from support.waits import wait_until
 
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until = _c.show, _c.addjob, _c.wait_until
 
 JITTER = 0.25
 SCHED = 0.1
@@ -107,7 +108,7 @@ def test_delay_with_retry0_queued_once(server):
 def test_many_delayed_jobs_all_fire(server):
     r = server.raw()
     queues = [f"mdq{i}" for i in range(12)]
-    r.send(b"".join(_c.encode_command("ADDJOB", queues[i % 12], b"%d" % i, 0, "DELAY", 1)
+    r.send(b"".join(encode_command("ADDJOB", queues[i % 12], b"%d" % i, 0, "DELAY", 1)
                     for i in range(240)))
     for _ in range(240):
         assert type(r.read_parsed()) is Status
@@ -138,7 +139,7 @@ def test_ttl_expiry_in_every_state(server):
     assert r.execute("QLEN", "tq1") == 0 and r.execute("QLEN", "tq4") == 0 and r.execute("QLEN", "tq3") == 0
     assert r.call("GETJOB", "NOHANG", "FROM", "tq1", "tq2", "tq3", "tq4") == b"*-1\r\n"
     assert show(r, longer)[b"state"] == b"queued"
-    assert int(_c.parse_info(r.execute("INFO", "jobs"))["registered_jobs"]) == 1
+    assert int(parse_info(r.execute("INFO", "jobs"))["registered_jobs"]) == 1
 
 
 def test_ttl_expiry_not_early(server):

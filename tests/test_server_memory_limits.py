@@ -5,9 +5,10 @@ import time
 import pytest
 
 from support.admin import qstat
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
+from support.info import parse_info
+from support.jobs import addjob, show
+from support.resp_client import encode_command
+from support.waits import wait_until
 
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 
@@ -178,7 +179,7 @@ def test_queue_eviction_follows_memory_level(start_server):
     r.execute("GETJOB", "NOHANG", "FROM", "idle-q")            # created, empty
     assert r.call("PAUSE", "paused-in", "in") == b"+in\r\n"
     assert r.call("PAUSE", "paused-out", "out") == b"+out\r\n"
-    waiter.send(_c.encode_command("GETJOB", "TIMEOUT", 20000, "FROM", "blocked-q"))
+    waiter.send(encode_command("GETJOB", "TIMEOUT", 20000, "FROM", "blocked-q"))
     wait_until(lambda: qstat(r, "blocked-q") is not None)
     # level 2: empty queues idle for 2 s go (instead of 300 s)
     wait_until(lambda: qstat(r, "idle-q") is None, timeout=8)

@@ -3,9 +3,9 @@
 import time
 
 from support.admin import qstat, SYNTAX
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
+from support.jobs import addjob, queue_names, show
+from support.resp_client import encode_command
+from support.waits import wait_until
 
 PAUSED = b"-PAUSED Queue paused in input, try later\r\n"
 
@@ -101,7 +101,7 @@ def test_blocked_getjob_wakes_when_out_pause_cleared(server):
     consumer = server.raw()
     jid = addjob(r, "pwake", "body")
     assert r.call("PAUSE", "pwake", "out") == b"+out\r\n"
-    consumer.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "pwake"))
+    consumer.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", "pwake"))
     wait_until(lambda: qstat(r, "pwake")[b"blocked"] == 1)
     assert not consumer.has_data(0.3)
     # a new job while paused out does not wake it either
@@ -120,10 +120,10 @@ def test_blocked_multi_queue_getjob_wakes_when_out_pause_cleared(server):
     """Queues on different workers (w3): the proxy waiter is woken too."""
     r = server.raw()
     consumer = server.raw()
-    names = _c.queue_names("pmulti", 6)
+    names = queue_names("pmulti", 6)
     jid = addjob(r, names[0])
     assert r.call("PAUSE", names[0], "out") == b"+out\r\n"
-    consumer.send(_c.encode_command("GETJOB", "TIMEOUT", 10000, "FROM", *names))
+    consumer.send(encode_command("GETJOB", "TIMEOUT", 10000, "FROM", *names))
     wait_until(lambda: qstat(r, names[0])[b"blocked"] == 1)
     assert not consumer.has_data(0.3)
     assert r.call("PAUSE", names[0], "none") == b"+none\r\n"

@@ -10,10 +10,13 @@ import psutil
 import pytest
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
 from support.resp_client import RawConn
 from support.server import ipc_dirs, remove_new_ipc_dirs
-addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
+from support.jobs import addjob
+from support.ports import lease_port
+from support.resp_client import encode_command
+from support.waits import wait_until
+addjob, wait_until, encode = addjob, wait_until, encode_command
 
 
 def _alive(pid_or_proc):
@@ -85,7 +88,7 @@ def test_signal_clean_exit(start_server, workers, sig):
 def test_sigterm_as_soon_as_it_answers_stops_it_cleanly(start_server):
     """A SIGTERM that comes while the node finishes starting (its first PONG can be sent
     before the loop runs) stops it through its cleanup: exit 0, no ipc directory left."""
-    lease = _c.lease_port()
+    lease = lease_port()
     try:
         before = ipc_dirs(lease.port)
         srv = start_server(workers=2, wait=False, port=lease.port)
@@ -101,7 +104,7 @@ def test_sigterm_as_soon_as_it_answers_stops_it_cleanly(start_server):
                 return False
             finally:
                 r.close()
-        _c.wait_until(pong, timeout=20, message="the node never answered")
+        wait_until(pong, timeout=20, message="the node never answered")
         os.kill(srv.pid, signal.SIGTERM)
         rc = srv.wait_exit(10)
         assert rc == 0, f"exit code {rc}; log:\n{srv.log_tail()}"
@@ -170,7 +173,7 @@ def test_bad_configuration_fails_fast(start_server, extra):
 
 
 def test_port_in_use_fails_fast(start_server):
-    lease = _c.lease_port()
+    lease = lease_port()
     blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         blocker.bind(("127.0.0.1", lease.port))
@@ -204,7 +207,7 @@ def test_workers_import_the_installed_package_not_the_current_directory(tmp_path
     (fake / "workers").mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('shadowing package imported')\n")
     (fake / "workers" / "__init__.py").write_text("")
-    lease = _c.lease_port()
+    lease = lease_port()
     before = ipc_dirs(lease.port)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     log = open(tmp_path / "server.log", "wb")
@@ -219,7 +222,7 @@ def test_workers_import_the_installed_package_not_the_current_directory(tmp_path
             except OSError:
                 assert proc.poll() is None, (tmp_path / "server.log").read_text()
                 return False
-        _c.wait_until(pong, timeout=20)
+        wait_until(pong, timeout=20)
     finally:
         proc.terminate()
         try:

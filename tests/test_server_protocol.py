@@ -8,11 +8,12 @@ import socket
 import time
 
 import pytest
+from support.jobs import addjob, show
+from support.resp_client import Status, encode_command, parse_resp
+from support.waits import wait_until
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until, encode = _c.show, _c.addjob, _c.wait_until, _c.encode_command
+show, addjob, wait_until, encode = show, addjob, wait_until, encode_command
 
 QUEUES = [f"pq-{i}" for i in range(12)]
 
@@ -48,7 +49,7 @@ def test_inline_ping(server):
 def test_inline_quoted_args(server):
     r = server.raw()
     reply = r.inline(b'ADDJOB "queue one" "hello world" 0\r\n')
-    job_id = _c.parse_resp(reply)[0]
+    job_id = parse_resp(reply)[0]
     assert type(job_id) is Status, reply
     s = show(r, bytes(job_id))
     assert s[b"queue"] == b"queue one" and s[b"body"] == b"hello world"
@@ -56,9 +57,9 @@ def test_inline_quoted_args(server):
 
 def test_inline_escapes(server):
     r = server.raw()
-    job_id = bytes(_c.parse_resp(r.inline(b'ADDJOB q "a\\x41\\n\\t\\"\\\\z" 0\r\n'))[0])
+    job_id = bytes(parse_resp(r.inline(b'ADDJOB q "a\\x41\\n\\t\\"\\\\z" 0\r\n'))[0])
     assert show(r, job_id)[b"body"] == b'aA\n\t"\\z'
-    job_id = bytes(_c.parse_resp(r.inline(b"ADDJOB q 'it\\'s' 0\r\n"))[0])
+    job_id = bytes(parse_resp(r.inline(b"ADDJOB q 'it\\'s' 0\r\n"))[0])
     assert show(r, job_id)[b"body"] == b"it's"
 
 
@@ -290,7 +291,7 @@ def test_pipeline_mixed_reply_sizes(server):
         assert r.read_reply(timeout=15) == b"+PONG\r\n"
     r.send(b"".join(encode("SHOW", i) for i in ids) + encode("PING"))
     for i in ids:
-        s = _c.parse_resp(r.read_reply(timeout=15))[0]
+        s = parse_resp(r.read_reply(timeout=15))[0]
         assert s[1] == i and s[-1] == big
     assert r.read_reply() == b"+PONG\r\n"
 

@@ -15,11 +15,12 @@ import redis
 from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from support.jobs import JOB_ID_RE, addjob
+from support.resp_client import encode_command, parse_resp
+from support.waits import wait_until
 
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-addjob, wait_until, encode = _c.addjob, _c.wait_until, _c.encode_command
-JOB_ID_RE = _c.JOB_ID_RE
+addjob, wait_until, encode = addjob, wait_until, encode_command
 UNKNOWN_ID = "D-00000000-000000000000000000000000-0000"
 OK = b"+OK\r\n"
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
@@ -154,7 +155,7 @@ def test_resp3_nested_nulls_and_bodies_left_alone(server):
     timeless = re.compile(rb"(next-awake-within\r\n|ttl\r\n):\d+")   # ms-dependent
     assert timeless.sub(rb"\1", raw3) == timeless.sub(rb"\1", raw2).replace(
         b"$19\r\nnext-requeue-within\r\n$-1\r\n", b"$19\r\nnext-requeue-within\r\n_\r\n")
-    shown = _c.parse_resp(raw3)[0]
+    shown = parse_resp(raw3)[0]
     fields = dict(zip(shown[0::2], shown[1::2]))
     assert fields[b"next-requeue-within"] is None and fields[b"body"] == tricky
     peek = r.execute("QPEEK", "r3q", 1)

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from support.admin import NOT_INT, qstat, SYNTAX
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
+from support.jobs import SHOW_FIELDS, addjob, queue_names, show
+from support.resp_client import NULL_ARRAY, RawConn, Status, encode_command, parse_resp
+from support.waits import wait_until
 
 BAD_CURSOR = b"-ERR invalid cursor or option name\r\n"
 
@@ -50,7 +50,7 @@ def test_scan_empty_node_exact_reply(server):
 
 def test_qscan_returns_queue_names_as_bulk(server):
     r = server.raw()
-    names = _c.queue_names("qs", 12)
+    names = queue_names("qs", 12)
     for n in names:
         addjob(r, n)
     reply = r.call("QSCAN")
@@ -117,7 +117,7 @@ def test_jscan_filters_and_reply_types(server):
     assert cursor == b"0" and len(items) == len(queued)
     for item in items:
         assert isinstance(item, list) and len(item) == 30
-        assert item[0::2] == _c.SHOW_FIELDS
+        assert item[0::2] == SHOW_FIELDS
         fields = dict(zip(item[0::2], item[1::2]))
         assert fields[b"id"] in queued and fields[b"state"] == b"queued"
         expect = show(r, fields[b"id"])
@@ -132,8 +132,8 @@ def test_jscan_reply_all_exact_bytes_match_show(server1):
     raw = r.call("JSCAN", "REPLY", "all")
     show_raw = r.call("SHOW", jid)
     assert raw.startswith(b"*2\r\n$1\r\n0\r\n*1\r\n*30\r\n")
-    item = _c.parse_resp(raw)[0][1][0]
-    expect = _c.parse_resp(show_raw)[0]
+    item = parse_resp(raw)[0][1][0]
+    expect = parse_resp(show_raw)[0]
     # same fields, same types; only the clock moved between the two commands
     for n, (a, b) in enumerate(zip(item, expect)):
         if n in (9, 27):           # ttl, next-awake-within
@@ -198,9 +198,9 @@ def test_scan_cursor_forms(server):
 def test_scan_small_count_iterates_everything(server):
     r = server.raw()
     pipe = []
-    names = _c.queue_names("it", 40)
+    names = queue_names("it", 40)
     for i in range(120):
-        pipe.append(_c.encode_command("ADDJOB", names[i % 40], "b%d" % i, 0))
+        pipe.append(encode_command("ADDJOB", names[i % 40], "b%d" % i, 0))
     r.send(b"".join(pipe))
     jids = {bytes(r.read_parsed()) for _ in range(120)}
     assert len(jids) == 120
@@ -234,7 +234,7 @@ def test_scan_count_zero_negative_and_busyloop(server):
 def test_scan_count_bounds_work_per_call(server):
     """COUNT*10 entries are looked at per call: a selective filter returns few per call."""
     r = server.raw()
-    pipe = [_c.encode_command("ADDJOB", "bulk", "x", 0) for _ in range(300)]
+    pipe = [encode_command("ADDJOB", "bulk", "x", 0) for _ in range(300)]
     r.send(b"".join(pipe))
     for _ in range(300):
         r.read_reply()
@@ -275,11 +275,11 @@ def test_jscan_skips_deleted_and_acked(server):
 
 
 def _churn_jobs(port, stop, stats):
-    r = _c.RawConn(port)
+    r = RawConn(port)
     try:
         i = 0
         while not stop.is_set():
-            batch = [_c.encode_command("ADDJOB", "churn-%d" % (i % 37), "c", 0) for _ in range(50)]
+            batch = [encode_command("ADDJOB", "churn-%d" % (i % 37), "c", 0) for _ in range(50)]
             r.send(b"".join(batch))
             ids = [bytes(r.read_parsed()) for _ in batch]
             # delete most of them, keep a few for a while
@@ -298,8 +298,8 @@ def _churn_jobs(port, stop, stats):
 @pytest.mark.parametrize("count", [1, 5])
 def test_jscan_qscan_under_concurrent_adds_and_removes(server3, count):
     r = server3.raw()
-    stable_q = _c.queue_names("stable", 60)
-    pipe = [_c.encode_command("ADDJOB", stable_q[i % 60], "s", 0) for i in range(300)]
+    stable_q = queue_names("stable", 60)
+    pipe = [encode_command("ADDJOB", stable_q[i % 60], "s", 0) for i in range(300)]
     r.send(b"".join(pipe))
     stable_jobs = {bytes(r.read_parsed()) for _ in pipe}
     stop = threading.Event()
@@ -327,14 +327,14 @@ def test_qscan_while_queues_are_evicted(start_server):
     queues are never evicted and must all be returned."""
     srv = start_server(workers=3, extra_args=("--maxmemory", "1"))
     r = srv.raw()
-    stable = _c.queue_names("pinned", 50)
+    stable = queue_names("pinned", 50)
     for q in stable:
         assert r.call("PAUSE", q, "in") == b"+in\r\n"
     stop = threading.Event()
     created = [0]
 
     def churn():
-        c = _c.RawConn(srv.port)
+        c = RawConn(srv.port)
         try:
             while not stop.is_set():
                 c.execute("GETJOB", "NOHANG", "FROM", "tmpq-%d" % created[0])

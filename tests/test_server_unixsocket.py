@@ -12,11 +12,12 @@ import tempfile
 
 import pytest
 import redis
+from support.resp_client import encode_command
+from support.waits import wait_until
 
-import conftest as _c
 
 pytestmark = pytest.mark.server
-wait_until, encode = _c.wait_until, _c.encode_command
+wait_until, encode = wait_until, encode_command
 REDIS_CLI = shutil.which("redis-cli")
 
 

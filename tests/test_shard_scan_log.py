@@ -3,9 +3,6 @@ memory accounting of jobs and queues."""
 
 import pytest
 
-import conftest as _c  # pytest registers tests/conftest.py under this name
-Status, Err, NULL_ARRAY = _c.Status, _c.Err, _c.NULL_ARRAY
-show, addjob, wait_until, parse_info = _c.show, _c.addjob, _c.wait_until, _c.parse_info
 
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 

@@ -10,9 +10,9 @@ import redis
 
 import pytest
 
-import aof_helpers as H
-import spill_helpers as S
-from conftest import wait_until
+import aof_helpers
+import spill_helpers
+from support.waits import wait_until
 
 QUEUES = ["spq0", "spq1", "spq2", "spq3"]
 MB = 1024 * 1024
@@ -20,63 +20,63 @@ MB = 1024 * 1024
 
 def test_a_million_jobs_of_1kb_on_256mb_and_2_workers(start_server):
     srv = start_server(workers=2, extra_args=["--maxmemory", "256mb"])
-    c = S.client(srv)
+    c = spill_helpers.client(srv)
     n = 1_000_000
-    ids, crc, peak = S.fill([c], n, QUEUES, maxmemory=256 * MB)
+    ids, crc, peak = spill_helpers.fill([c], n, QUEUES, maxmemory=256 * MB)
     assert len(set(ids)) == n
-    info = S.memory(c)
+    info = spill_helpers.memory(c)
     assert info["used_memory"] < 256 * MB
     assert info["spilled_jobs"] > n * 3 // 4, info
     # index RAM per spilled job: the index's own bytes over the jobs it holds
     assert info["spill_index_bytes"] / info["spilled_jobs"] <= 150, info
     assert sum(c.execute_command("QLEN", q) for q in QUEUES) == n
-    got_crc, seen = S.drain([c], n, QUEUES)
+    got_crc, seen = spill_helpers.drain([c], n, QUEUES)
     assert seen == set(ids) and got_crc == crc
-    wait_until(lambda: len(S.spill_files(srv.workdir)[1]) == 0 and S.memory(c)["spilled_jobs"] == 0,
+    wait_until(lambda: len(spill_helpers.spill_files(srv.workdir)[1]) == 0 and spill_helpers.memory(c)["spilled_jobs"] == 0,
                timeout=10, message="spill files did not shrink after the drain")
-    assert len(S.spill_files(srv.workdir)[0]) <= 2          # at most one segment per worker
-    info = S.memory(c)
+    assert len(spill_helpers.spill_files(srv.workdir)[0]) <= 2          # at most one segment per worker
+    info = spill_helpers.memory(c)
     assert info["spill_errors"] == 0 and info["used_memory"] < 16 * MB, info
 
 
 def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluster):
     cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "64mb"])
-    clients = [S.client(node) for node in cl.nodes]
+    clients = [spill_helpers.client(node) for node in cl.nodes]
     n = 300_000         # with their copies, 200 MB of bodies per node
-    ids, crc = S.fill_concurrently(cl.nodes, n, QUEUES, "REPLICATE", 2, "RETRY", 3600)
+    ids, crc = spill_helpers.fill_concurrently(cl.nodes, n, QUEUES, "REPLICATE", 2, "RETRY", 3600)
     assert len(set(ids)) == n
     for c in clients:
-        info = S.memory(c)
+        info = spill_helpers.memory(c)
         assert info["spilled_jobs"] > 0 and info["used_memory"] < 64 * MB, info
     # every node's HELLO ranks every spilling node at priority 2 (told in the bus headers)
     wait_until(lambda: all(sorted(e[3] for e in c.execute_command("HELLO")[2:]) == [b"2"] * 3
                            for c in clients), timeout=10)
-    got_crc, seen = S.drain(clients, n, QUEUES)
+    got_crc, seen = spill_helpers.drain(clients, n, QUEUES)
     assert seen == set(ids) and got_crc == crc
     for c in clients:
-        assert S.memory(c)["used_memory"] < 64 * MB
+        assert spill_helpers.memory(c)["used_memory"] < 64 * MB
     # the copies are acknowledged through SETACK, loaded back and collected
-    wait_until(lambda: all(S.memory(c)["spilled_jobs"] == 0 for c in clients), timeout=60,
+    wait_until(lambda: all(spill_helpers.memory(c)["spilled_jobs"] == 0 for c in clients), timeout=60,
                message="copies still spilled after the drain")
 
 
 def test_spilled_jobs_answer_every_command_as_others(start_server):
     srv = start_server(workers=1, extra_args=["--maxmemory", "32mb", "--spill-keep", "64"])
-    c = S.client(srv)
-    ids, crc, _ = S.fill([c], 40_000, ["one"])
-    assert S.memory(c)["spilled_jobs"] > 20_000
+    c = spill_helpers.client(srv)
+    ids, crc, _ = spill_helpers.fill([c], 40_000, ["one"])
+    assert spill_helpers.memory(c)["spilled_jobs"] > 20_000
     last = ids[-1]
     # QLEN and QPEEK count and read what is on disk; QPEEK from the tail reads it back
     assert c.execute_command("QLEN", "one") == 40_000
     tail = c.execute_command("QPEEK", "one", -2)
     assert [j[1] for j in tail] == [ids[-1], ids[-2]]
-    assert tail[0][2] == S.body_of(39_999, b"spill-test-")
+    assert tail[0][2] == spill_helpers.body_of(39_999, b"spill-test-")
     assert [j[1] for j in c.execute_command("QPEEK", "one", 3)] == ids[:3]
     # JSCAN sees every job, in memory or not
     assert jscan_all(c, 5000) == set(ids)
     # SHOW, DELJOB, ACKJOB of spilled jobs by ID
     shown = dict(zip(*[iter(c.execute_command("SHOW", last))] * 2))
-    assert shown[b"state"] == b"queued" and shown[b"body"] == S.body_of(39_999, b"spill-test-")
+    assert shown[b"state"] == b"queued" and shown[b"body"] == spill_helpers.body_of(39_999, b"spill-test-")
     assert c.execute_command("DELJOB", ids[-3]) == 1
     assert c.execute_command("ACKJOB", ids[-4]) == 1
     assert c.execute_command("QLEN", "one") == 40_000 - 2
@@ -85,13 +85,13 @@ def test_spilled_jobs_answer_every_command_as_others(start_server):
     wait_until(lambda: c.info("persistence")["aof_rewrite_in_progress"] == 0
                and c.info("persistence")["aof_enabled"] == 1, timeout=30)
     srv.stop()
-    H.restart(srv, workers=2, extra_args=srv.extra_args + ["--appendonly", "yes",
+    aof_helpers.restart(srv, workers=2, extra_args=srv.extra_args + ["--appendonly", "yes",
                                                           "--aof-enqueue-jobs-once", "yes"])
-    c = S.client(srv)
+    c = spill_helpers.client(srv)
     wait_until(lambda: c.info("persistence")["loading"] == 0, timeout=30)
     assert c.execute_command("QLEN", "one") == 40_000 - 2
     rest = [jid for jid in ids if jid not in (ids[-3], ids[-4])]
-    _, seen = S.drain([c], len(rest), ["one"])
+    _, seen = spill_helpers.drain([c], len(rest), ["one"])
     assert seen == set(rest)
 
 
@@ -108,9 +108,9 @@ def jscan_all(c, count, between=None):
 
 def test_jscan_returns_jobs_moving_between_disk_and_ram_during_the_scan(start_server):
     srv = start_server(workers=1, extra_args=["--maxmemory", "16mb", "--spill-keep", "64"])
-    c = S.client(srv)
-    ids, _, _ = S.fill([c], 40_000, ["one"])
-    assert S.memory(c)["spilled_jobs"] > 20_000
+    c = spill_helpers.client(srv)
+    ids, _, _ = spill_helpers.fill([c], 40_000, ["one"])
+    assert spill_helpers.memory(c)["spilled_jobs"] > 20_000
     taken = set()
 
     def consume():
@@ -120,14 +120,14 @@ def test_jscan_returns_jobs_moving_between_disk_and_ram_during_the_scan(start_se
         c.execute_command("ACKJOB", *[j[1] for j in jobs])
     found = jscan_all(c, 2000, consume)
     assert len(taken) > 10_000
-    wait_until(lambda: S.memory(c)["spill_jobs_read"] > 3000, timeout=5)
+    wait_until(lambda: spill_helpers.memory(c)["spill_jobs_read"] > 3000, timeout=5)
     assert found >= set(ids) - taken        # every job present for the whole scan
 
 
 def test_kill_9_with_appendfsync_always_loses_no_acknowledged_job(start_server):
     args = ["--maxmemory", "16mb", "--appendonly", "yes", "--appendfsync", "always"]
     srv = start_server(workers=2, extra_args=args)
-    c = S.client(srv)
+    c = spill_helpers.client(srv)
     acknowledged = {}           # job ID -> its body's checksum, once ADDJOB answered
     stop = threading.Event()
 
@@ -138,7 +138,7 @@ def test_kill_9_with_appendfsync_always_loses_no_acknowledged_job(start_server):
             while not stop.is_set():
                 crcs = []
                 for _ in range(200):
-                    b = S.body_of(i, b"kill-")
+                    b = spill_helpers.body_of(i, b"kill-")
                     crcs.append(zlib.crc32(b))
                     p.execute_command("ADDJOB", QUEUES[i % 4], b, 0)
                     i += 1
@@ -149,13 +149,13 @@ def test_kill_9_with_appendfsync_always_loses_no_acknowledged_job(start_server):
 
     t = threading.Thread(target=produce, daemon=True)
     t.start()
-    wait_until(lambda: len(acknowledged) >= 30_000 and S.memory(S.client(srv))["spilled_jobs"] > 10_000,
+    wait_until(lambda: len(acknowledged) >= 30_000 and spill_helpers.memory(spill_helpers.client(srv))["spilled_jobs"] > 10_000,
                timeout=60, message="the producer did not get far enough")
-    H.kill_node(srv)
+    aof_helpers.kill_node(srv)
     stop.set()
     t.join(10)
-    H.restart(srv, extra_args=srv.extra_args + ["--aof-enqueue-jobs-once", "yes"])
-    c = S.client(srv)
+    aof_helpers.restart(srv, extra_args=srv.extra_args + ["--aof-enqueue-jobs-once", "yes"])
+    c = spill_helpers.client(srv)
     wait_until(lambda: c.info("persistence")["loading"] == 0, timeout=60)
     seen = {}
     while True:
@@ -192,20 +192,20 @@ def test_a_full_spill_disk_refuses_adds_clearly_loses_nothing_and_recovers(start
     ballast.write_bytes(b"\0" * (12 * MB))
     srv = start_server(workers=1, extra_args=["--maxmemory", "16mb", "--dir", str(small_disk),
                                               "--spill-keep", "64"])
-    c = S.client(srv)
+    c = spill_helpers.client(srv)
     accepted = []
     error = None
     i = 0
     while error is None and i < 200_000:
         try:
-            accepted.append((c.execute_command("ADDJOB", "full", S.body_of(i, b"full-"), 0), i))
+            accepted.append((c.execute_command("ADDJOB", "full", spill_helpers.body_of(i, b"full-"), 0), i))
         except Exception as e:  # the refusal, once the disk is full and RAM at the threshold
             error = str(e)
         i += 1
     assert error is not None and "spill disk refuses writes" in error, error
     assert "No space left on device" in error
     wait_until(lambda: "Spill disk error" in srv.log_text(), timeout=5)
-    info = S.memory(c)
+    info = spill_helpers.memory(c)
     assert info["spill_disk_ok"] == 0 and info["spill_errors"] > 0
     wait_until(lambda: hello_priority(c) == b"50", timeout=5)     # smart clients go elsewhere
     # the operator frees space: the node accepts again
@@ -213,15 +213,15 @@ def test_a_full_spill_disk_refuses_adds_clearly_loses_nothing_and_recovers(start
 
     def writes_again():
         try:
-            accepted.append((c.execute_command("ADDJOB", "full", S.body_of(i, b"full-"), 0), i))
+            accepted.append((c.execute_command("ADDJOB", "full", spill_helpers.body_of(i, b"full-"), 0), i))
             return True
         except Exception:
             return False
     wait_until(writes_again, timeout=20, message="ADDJOB still refused after space freed")
-    wait_until(lambda: S.memory(c)["spill_disk_ok"] == 1, timeout=20)
+    wait_until(lambda: spill_helpers.memory(c)["spill_disk_ok"] == 1, timeout=20)
     wait_until(lambda: hello_priority(c) == b"2", timeout=5)      # still spilling
     # nothing accepted was lost: every job comes back, body intact
-    want = {jid: zlib.crc32(S.body_of(k, b"full-")) for jid, k in accepted}
+    want = {jid: zlib.crc32(spill_helpers.body_of(k, b"full-")) for jid, k in accepted}
     seen = {}
     while len(seen) < len(want):
         jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", "full")

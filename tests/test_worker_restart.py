@@ -11,11 +11,12 @@ import time
 
 import pytest
 
-import conftest as _c
 from support.info import parse_info
 from support.resp_client import RawConn, Status
 from support.slots import queues_on_distinct_workers
 from support.waits import wait_until
+from support.jobs import addjob
+from support.resp_client import Err, encode_command
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -95,14 +96,14 @@ def test_worker_kill9_with_aof_loses_nothing_and_the_node_keeps_serving(start_se
     # a consumer blocked on an empty queue of the dying worker
     q_block = queues_on_distinct_workers("blk", nworkers=2)[0]
     blocked = RawConn(srv.port, timeout=10)
-    blocked.send(_c.encode_command("GETJOB", "TIMEOUT", 0, "FROM", q_block))
+    blocked.send(encode_command("GETJOB", "TIMEOUT", 0, "FROM", q_block))
     time.sleep(0.1)
     live_before = len(prods[1].acked)
     pid0 = kill_worker(srv, 0)
     t_kill = time.monotonic()
     # the blocked consumer gets an error, not a hang
     reply = blocked.read_parsed(timeout=5)
-    assert type(reply) is _c.Err and b"worker process died" in reply, reply
+    assert type(reply) is Err and b"worker process died" in reply, reply
     blocked.close()
     wait_until(lambda: len(prods[1].acked) > live_before + 50, timeout=5,
                message="the other worker's queue stopped being served")
@@ -144,13 +145,13 @@ def test_in_flight_replies_keep_their_order(start_server):
     srv = start_server(workers=2)
     q_dead, q_live = queues_on_distinct_workers("ord", nworkers=2)
     with RawConn(srv.port, timeout=10) as r:
-        blocked_cmd = _c.encode_command("GETJOB", "TIMEOUT", 0, "FROM", q_dead)
+        blocked_cmd = encode_command("GETJOB", "TIMEOUT", 0, "FROM", q_dead)
         r.send(blocked_cmd)             # blocks: the client's next commands wait behind it
-        r.send(_c.encode_command("ADDJOB", q_live, b"x", 0) + _c.encode_command("PING"))
+        r.send(encode_command("ADDJOB", q_live, b"x", 0) + encode_command("PING"))
         time.sleep(0.2)
         kill_worker(srv, 0)
         first = r.read_parsed(timeout=5)
-        assert type(first) is _c.Err, first
+        assert type(first) is Err, first
         second = r.read_parsed(timeout=5)
         assert type(second) is Status and len(second) == 40, second
         assert r.read_parsed(timeout=5) == Status(b"PONG")
@@ -163,7 +164,7 @@ def test_worker_kill9_without_aof_jobs_come_back_from_their_copies(start_cluster
     c = start_cluster(2, workers=2)
     q_dead = queues_on_distinct_workers("nc", nworkers=2)[0]
     with RawConn(c[0].port) as r:
-        ids = {_c.addjob(r, q_dead, b"n%d" % i, 5000, "REPLICATE", 2, "RETRY", 1)
+        ids = {addjob(r, q_dead, b"n%d" % i, 5000, "REPLICATE", 2, "RETRY", 1)
                for i in range(50)}
     kill_worker(c[0], 0)
     wait_until(lambda: int(server_info(c[0])["worker_restarts"]) == 1 and

@@ -11,7 +11,7 @@ command over the worker link, a served loop runs it here or forwards it to its p
 from disque._fast.jobid cimport id_worker, queue_worker, valid_id
 from disque._fast.resp cimport parse_int
 from disque._fast.resp import bulk
-from disque import replies as R
+from disque import replies
 from disque.contracts import routes
 
 cdef int R_QUEUE = routes.QUEUE
@@ -73,8 +73,8 @@ def build_table(commands):
     return table
 
 
-cdef bytes PONG_REPLY = R.PONG
-cdef bytes PING_ARITY = R.arity_error("ping")
+cdef bytes PONG_REPLY = replies.PONG
+cdef bytes PING_ARITY = replies.arity_error("ping")
 
 
 cpdef bytes ping_reply(list argv):

@@ -15,7 +15,7 @@ import select
 
 import msgpack
 
-from disque import replies as R
+from disque import replies
 from disque._fast.frames cimport recv_frames, FRAMES_AGAIN, FRAMES_READ_SIZE, FRAMES_TOO_LONG
 from disque._fast.sysio cimport framed, send_or_keep, send_kept, OUT_KEPT
 from disque.contracts import peer_link as _peer
@@ -32,7 +32,7 @@ cdef unsigned int EPOLLOUT = select.EPOLLOUT
 # per call, ~0.7 µs more per frame here
 cdef object packb = msgpack.Packer().pack
 cdef object unpackb = msgpack.unpackb
-cdef bytes WORKER_DIED = R.WORKER_DIED
+cdef bytes WORKER_DIED = replies.WORKER_DIED
 
 
 cdef class Peer:

@@ -17,8 +17,8 @@ from disque._fast.resp cimport to_resp3
 from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, ping_reply,
                                    F_PING, F_COPIES, F_REQUEUES)
 from disque._fast.resp import ProtocolError
-from disque import replies as R
-from disque.contracts import connection_handover as H
+from disque import replies
+from disque.contracts import connection_handover as handover_msg
 from disque.contracts import routes
 from disque._fast.servedloop cimport Forwarded, ServedClient, ServedLoop
 from disque._fast.shardcore cimport ShardCore
@@ -29,12 +29,12 @@ log = logging.getLogger("disque.worker")
 
 DEF WAIT_ID_BASE = -(1 << 40)    # below the link's special request ids (-1, -3 ...)
 
-cdef bytes INTERNAL_ERROR = R.INTERNAL_ERROR
+cdef bytes INTERNAL_ERROR = replies.INTERNAL_ERROR
 cdef int R_GETJOB = routes.GETJOB
-cdef int BACK_COMMAND = H.BACK_COMMAND
-cdef int BACK_FOLLOW = H.BACK_FOLLOW
-cdef int FOLLOW_AFTER = H.FOLLOW_AFTER
-cdef object encode_commands = H.encode_commands
+cdef int BACK_COMMAND = handover_msg.BACK_COMMAND
+cdef int BACK_FOLLOW = handover_msg.BACK_FOLLOW
+cdef int FOLLOW_AFTER = handover_msg.FOLLOW_AFTER
+cdef object encode_commands = handover_msg.encode_commands
 
 
 cdef class ServedCore(ServedLoop):

@@ -18,7 +18,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import QueryBufferOverflow
-from disque.contracts import connection_handover as H
+from disque.contracts import connection_handover as handover_msg
 from disque._fast.shardcore cimport ShardCore
 from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
 
@@ -53,7 +53,7 @@ cdef char read_buf[READ_SIZE]          # one worker, one thread: every read land
 cdef bytearray tls_buf = bytearray(READ_SIZE)
 cdef object tls_view = memoryview(tls_buf)
 
-cdef int BACK_SLOW_READER = H.BACK_SLOW_READER
+cdef int BACK_SLOW_READER = handover_msg.BACK_SLOW_READER
 
 
 cpdef double monotonic():

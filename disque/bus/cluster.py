@@ -10,12 +10,12 @@ import random
 
 import zmq
 
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.bus.announce import BUS_PORT_OFFSET, announce as default_announce
 from disque.bus.nodes import Node, NodesFile, node_address, now_ms, random_id
 from disque.bus.transport import Transport
 
-HEADER_FLAGS = M.LEAVING | M.PRESSURE     # node flags a sender tells about itself
+HEADER_FLAGS = bus_msg.LEAVING | bus_msg.PRESSURE     # node flags a sender tells about itself
 
 log = logging.getLogger("disque.bus")
 
@@ -36,7 +36,7 @@ class Cluster:
         self.file.lock()
         myself, others = self.file.load()
         if myself is None:
-            myself = Node(random_id(), flags=M.MYSELF)
+            myself = Node(random_id(), flags=bus_msg.MYSELF)
             log.info("No cluster configuration found, I'm %s", myself.id)
         else:
             log.info("Node configuration loaded, I'm %s", myself.id)
@@ -50,7 +50,7 @@ class Cluster:
         myself.cport = self.announce.cport
         self.nodes = {myself.id: myself}
         for n in others:
-            n.flags &= ~(M.PFAIL | M.MYSELF)
+            n.flags &= ~(bus_msg.PFAIL | bus_msg.MYSELF)
             self.nodes[n.id] = n
         self.keys = keys
         self.bind = (bind_addrs or ["127.0.0.1"], port + BUS_PORT_OFFSET)
@@ -101,10 +101,10 @@ class Cluster:
     @property
     def size(self):
         """cluster_size: nodes not in handshake, self included."""
-        return sum(1 for n in self.nodes.values() if not n.has(M.HANDSHAKE))
+        return sum(1 for n in self.nodes.values() if not n.has(bus_msg.HANDSHAKE))
 
     def reachable(self):
-        bad = M.HANDSHAKE | M.LEAVING | M.PFAIL | M.FAIL_FLAG
+        bad = bus_msg.HANDSHAKE | bus_msg.LEAVING | bus_msg.PFAIL | bus_msg.FAIL_FLAG
         return [n for n in self.others() if not n.flags & bad]
 
     def save(self):
@@ -138,14 +138,14 @@ class Cluster:
         """The flags a sender tells about itself in every header (HEADER_FLAGS)."""
         diff = (node_flags ^ sender.flags) & HEADER_FLAGS
         sender.flags ^= diff
-        self.changed(save=bool(diff & ~M.PRESSURE))
+        self.changed(save=bool(diff & ~bus_msg.PRESSURE))
 
     def send(self, node, mtype, payload=None, mflags=0):
         if self.drop_out:
             return False
         me = self.myself
-        data = M.encode(mtype, me.id, me.ip, me.port, me.flags & HEADER_FLAGS, mflags, payload,
-                        me.cport)
+        data = bus_msg.encode(mtype, me.id, me.ip, me.port, me.flags & HEADER_FLAGS, mflags,
+                              payload, me.cport)
         if self.transport.send(node.id, data):
             self.stats_sent += 1
             return True
@@ -153,19 +153,19 @@ class Cluster:
 
     def broadcast(self, mtype, payload=None, mflags=0, nodes=None):
         for n in (nodes if nodes is not None else self.others()):
-            if not n.has(M.HANDSHAKE):
+            if not n.has(bus_msg.HANDSHAKE):
                 self.send(n, mtype, payload, mflags)
 
     def gossip(self, exclude=None):
         """Entries about max(3, known/10) random nodes, capped at known-2, failing ones first."""
         candidates = [n for n in self.others()
-                      if not n.flags & (M.HANDSHAKE | M.NOADDR) and n is not exclude]
+                      if not n.flags & (bus_msg.HANDSHAKE | bus_msg.NOADDR) and n is not exclude]
         wanted = min(max(3, len(self.nodes) // 10), max(0, len(self.nodes) - 2))
         failing = [n for n in candidates if n.failing]
         rest = [n for n in candidates if not n.failing]
         random.shuffle(rest)
         chosen = (failing + rest)[:wanted]
-        return [[n.id, n.ping_sent, n.pong_received, n.ip, n.port, n.flags & ~M.MYSELF]
+        return [[n.id, n.ping_sent, n.pong_received, n.ip, n.port, n.flags & ~bus_msg.MYSELF]
                 + ([n.cport] if n.cport else []) for n in chosen]
 
     # ---- commands ---------------------------------------------------------------------
@@ -174,12 +174,12 @@ class Cluster:
         """CLUSTER MEET: start a handshake (ignored when one to that address is running);
         `cport`: its bus port when not port + 10000."""
         for n in self.nodes.values():
-            if n.has(M.HANDSHAKE) and n.ip == ip and n.port == port:
+            if n.has(bus_msg.HANDSHAKE) and n.ip == ip and n.port == port:
                 return
-        node = Node(random_id(), ip, port, M.HANDSHAKE | M.MEET_FLAG, cport)
+        node = Node(random_id(), ip, port, bus_msg.HANDSHAKE | bus_msg.MEET_FLAG, cport)
         self.nodes[node.id] = node
         self.link(node)
-        self.send(node, M.MEET, self.gossip())
+        self.send(node, bus_msg.MEET, self.gossip())
 
     def forget(self, node_id):
         node = self.nodes.pop(node_id)
@@ -210,15 +210,15 @@ class Cluster:
     def set_pressure(self, bits):
         """This node's storage pressure (M.SPILLING / M.SPILL_FULL), told in every header."""
         me = self.myself
-        if me.flags & M.PRESSURE != bits:
-            me.flags = (me.flags & ~M.PRESSURE) | bits
+        if me.flags & bus_msg.PRESSURE != bits:
+            me.flags = (me.flags & ~bus_msg.PRESSURE) | bits
             self.changed(save=False)
 
     def set_leaving(self, leaving):
         if leaving:
-            self.myself.flags |= M.LEAVING
+            self.myself.flags |= bus_msg.LEAVING
         else:
-            self.myself.flags &= ~M.LEAVING
+            self.myself.flags &= ~bus_msg.LEAVING
         self.changed()
         self.save()
 
@@ -246,13 +246,13 @@ class Cluster:
             prio = 1
             if n is not self.myself and not n.linked:
                 prio = 5
-            if n.has(M.SPILLING):
+            if n.has(bus_msg.SPILLING):
                 prio = 2            # its backlog spills to disk: another node is better
-            if n.has(M.PFAIL):
+            if n.has(bus_msg.PFAIL):
                 prio = 10
-            if n.has(M.SPILL_FULL):
+            if n.has(bus_msg.SPILL_FULL):
                 prio = 50           # refuses new jobs until its spill disk writes again
-            if n.flags & (M.FAIL_FLAG | M.LEAVING):
+            if n.flags & (bus_msg.FAIL_FLAG | bus_msg.LEAVING):
                 prio = 100
             out.append([n.id, n.ip, str(n.port), str(prio)])
         return out
@@ -265,7 +265,7 @@ class Cluster:
         if self.drop_in:
             return len(batch) >= RECV_LIMIT
         for ident, data, peer in batch:
-            msg = M.decode(data, peer)
+            msg = bus_msg.decode(data, peer)
             if msg is None or ident.decode(errors="replace") != msg.sender:
                 continue
             self.stats_received += 1
@@ -277,10 +277,10 @@ class Cluster:
     def process(self, msg):
         now = now_ms()
         sender = self.nodes.get(msg.sender)
-        if msg.type == M.JOBS:
+        if msg.type == bus_msg.JOBS:
             # the hot path (thousands per second under load): job messages only come from
             # nodes we know; membership news travels in PING/PONG/MEET
-            if sender is None or sender.flags & M.HANDSHAKE or sender is self.myself:
+            if sender is None or sender.flags & bus_msg.HANDSHAKE or sender is self.myself:
                 return
             sender.last_seen = now
             sender.linked = True
@@ -292,13 +292,13 @@ class Cluster:
         if msg.sender == self.myself.id:
             return
         if sender is None:
-            if msg.type == M.MEET and not self.blacklisted(msg.sender):
+            if msg.type == bus_msg.MEET and not self.blacklisted(msg.sender):
                 sender = Node(msg.sender, msg.ip or msg.peer_ip, msg.port, cport=msg.cport)
                 self.nodes[sender.id] = sender
                 self.link(sender)
                 log.info("Node %s (%s) met us", sender.id[:8], sender.addr_text())
                 self.changed()
-            elif msg.type == M.PONG:
+            elif msg.type == bus_msg.PONG:
                 sender = self.complete_handshake(msg)
             if sender is None:
                 return
@@ -309,45 +309,47 @@ class Cluster:
             self.header_flags(sender, msg.node_flags)
         address = node_address(msg.ip or msg.peer_ip, msg.port, msg.cport)
         if (address is not None and sender.address != address
-                and not sender.has(M.HANDSHAKE)):
+                and not sender.has(bus_msg.HANDSHAKE)):
             sender.ip, sender.port, sender.cport = address
             self.link(sender)
             self.changed()
-        if msg.type in (M.PING, M.MEET):
-            self.send(sender, M.PONG, self.gossip(exclude=sender))
+        if msg.type in (bus_msg.PING, bus_msg.MEET):
+            self.send(sender, bus_msg.PONG, self.gossip(exclude=sender))
             self.send_links(sender)
             self.process_gossip(sender, msg.payload)
-        elif msg.type == M.PONG:
+        elif msg.type == bus_msg.PONG:
             sender.pong_received = now
             sender.ping_sent = 0
             if sender.failing:
-                if sender.has(M.FAIL_FLAG):
+                if sender.has(bus_msg.FAIL_FLAG):
                     log.info("Clear FAIL state for node %s: it is reachable again", sender.id[:8])
-                sender.flags &= ~(M.PFAIL | M.FAIL_FLAG)
+                sender.flags &= ~(bus_msg.PFAIL | bus_msg.FAIL_FLAG)
                 self.changed()
             self.process_gossip(sender, msg.payload)
-        elif msg.type == M.FAIL:
+        elif msg.type == bus_msg.FAIL:
             target = self.nodes.get(msg.payload)
-            if target is not None and target is not self.myself and not target.has(M.FAIL_FLAG):
-                target.flags = (target.flags | M.FAIL_FLAG) & ~M.PFAIL
+            if (target is not None and target is not self.myself
+                    and not target.has(bus_msg.FAIL_FLAG)):
+                target.flags = (target.flags | bus_msg.FAIL_FLAG) & ~bus_msg.PFAIL
                 log.info("FAIL message received from %s about %s", sender.id[:8], target.id[:8])
                 self.changed()
-        elif msg.type == M.LINKS:
+        elif msg.type == bus_msg.LINKS:
             ports = tuple(msg.payload)
-            if ports != sender.job_ports and not sender.has(M.HANDSHAKE):
+            if ports != sender.job_ports and not sender.has(bus_msg.HANDSHAKE):
                 sender.job_ports = ports
                 self.changed()
-        elif msg.type in (M.QUERY, M.ANSWER):
+        elif msg.type in (bus_msg.QUERY, bus_msg.ANSWER):
             if self.on_query is not None:
                 self.on_query(sender, msg)
-        elif msg.type in M.JOB_TYPES and self.on_job_messages is not None:
-            self.on_job_messages(sender, [M.JobMessage.encode(msg.type, msg.flags, msg.payload)])
+        elif msg.type in bus_msg.JOB_TYPES and self.on_job_messages is not None:
+            self.on_job_messages(
+                sender, [bus_msg.JobMessage.encode(msg.type, msg.flags, msg.payload)])
 
     def complete_handshake(self, msg):
         """A PONG from an unknown ID answers our MEET: rename the handshake node."""
         ip = msg.ip or msg.peer_ip
         for n in list(self.nodes.values()):
-            if n.has(M.HANDSHAKE) and n.port == msg.port and (n.ip == ip or not ip):
+            if n.has(bus_msg.HANDSHAKE) and n.port == msg.port and (n.ip == ip or not ip):
                 if msg.sender in self.nodes or self.blacklisted(msg.sender):
                     del self.nodes[n.id]
                     self.transport.disconnect(n.id)
@@ -355,7 +357,7 @@ class Cluster:
                 del self.nodes[n.id]
                 self.transport.rename(n.id, msg.sender)
                 n.id = msg.sender
-                n.flags &= ~(M.HANDSHAKE | M.MEET_FLAG)
+                n.flags &= ~(bus_msg.HANDSHAKE | bus_msg.MEET_FLAG)
                 self.nodes[n.id] = n
                 log.info("Handshake with node %s (%s) completed", n.id[:8], n.addr_text())
                 self.changed()
@@ -365,7 +367,7 @@ class Cluster:
     def drop_handshakes_to(self, node):
         """A handshake to the address of a node we now know by ID is redundant."""
         for n in list(self.nodes.values()):
-            if n.has(M.HANDSHAKE) and n.ip == node.ip and n.port == node.port:
+            if n.has(bus_msg.HANDSHAKE) and n.ip == node.ip and n.port == node.port:
                 del self.nodes[n.id]
                 self.transport.disconnect(n.id)
 
@@ -389,11 +391,11 @@ class Cluster:
                 continue
             node = self.nodes.get(node_id)
             if node is not None:
-                if flags & (M.PFAIL | M.FAIL_FLAG):
+                if flags & (bus_msg.PFAIL | bus_msg.FAIL_FLAG):
                     node.fail_reports[sender.id] = now
                 else:
                     node.fail_reports.pop(sender.id, None)
-            elif not flags & M.NOADDR and not self.blacklisted(node_id):
+            elif not flags & bus_msg.NOADDR and not self.blacklisted(node_id):
                 address = node_address(ip, port, entry[6] if len(entry) > 6 else 0)
                 if address is not None and not self.known_address(*address):
                     self.meet(*address)
@@ -407,7 +409,7 @@ class Cluster:
         timeout = self.node_timeout
         handshake_timeout = max(timeout, 1000)
         for n in self.others():
-            if n.has(M.HANDSHAKE):
+            if n.has(bus_msg.HANDSHAKE):
                 if now - n.created > handshake_timeout:
                     del self.nodes[n.id]
                     self.transport.disconnect(n.id)
@@ -417,10 +419,10 @@ class Cluster:
                                 n.addr_text(),
                                 "this bus is secured" if self.transport.keys else "this bus is open")
                 else:
-                    self.send(n, M.MEET, self.gossip())
+                    self.send(n, bus_msg.MEET, self.gossip())
                 continue
             n.linked = now - n.last_seen < timeout if n.last_seen else False
-        candidates = [n for n in self.others() if not n.has(M.HANDSHAKE)]
+        candidates = [n for n in self.others() if not n.has(bus_msg.HANDSHAKE)]
         if self.crons % PING_EVERY_CRONS == 0 and candidates:
             sample = random.sample(candidates, min(5, len(candidates)))
             sample = [n for n in sample if not n.ping_sent]
@@ -442,15 +444,15 @@ class Cluster:
                 # asking, so a node that comes back answers and clears its failure flags
                 self.ping(n)
             if n.ping_sent and now - n.ping_sent > timeout and not n.failing:
-                n.flags |= M.PFAIL
+                n.flags |= bus_msg.PFAIL
                 log.info("Marking node %s as failing (quorum needed)", n.id[:8])
-            if n.has(M.PFAIL):
+            if n.has(bus_msg.PFAIL):
                 self.check_fail(n, now)
         if self.dirty:
             self.save()
 
     def ping(self, node):
-        self.send(node, M.PING, self.gossip(exclude=node))
+        self.send(node, bus_msg.PING, self.gossip(exclude=node))
         self.send_links(node)
         node.ping_tx = now_ms()
         if not node.ping_sent:
@@ -459,8 +461,8 @@ class Cluster:
     def send_links(self, node):
         """LINKS after each PING and PONG: a node learns our workers' ports within a
         second of meeting us, and again after we restart with new ones."""
-        if self.job_ports is not None and not node.has(M.HANDSHAKE):
-            self.send(node, M.LINKS, self.announce.job_link_ports(self.job_ports))
+        if self.job_ports is not None and not node.has(bus_msg.HANDSHAKE):
+            self.send(node, bus_msg.LINKS, self.announce.job_link_ports(self.job_ports))
 
     def check_fail(self, node, now):
         valid = 2 * self.node_timeout
@@ -468,9 +470,9 @@ class Cluster:
             if now - when > valid or reporter not in self.nodes:
                 del node.fail_reports[reporter]
         if len(node.fail_reports) + 1 >= self.size // 2 + 1:
-            node.flags = (node.flags | M.FAIL_FLAG) & ~M.PFAIL
+            node.flags = (node.flags | bus_msg.FAIL_FLAG) & ~bus_msg.PFAIL
             log.info("Marking node %s as failing (quorum reached)", node.id[:8])
-            self.broadcast(M.FAIL, node.id)
+            self.broadcast(bus_msg.FAIL, node.id)
             self.changed()
 
     def close(self):

@@ -13,12 +13,13 @@ import os
 
 from disque import nodeclock
 from disque.config.constants import BUS_PORT_OFFSET
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 
-FLAG_ORDER = ((M.MYSELF, "myself"), (M.PFAIL, "fail?"), (M.FAIL_FLAG, "fail"),
-              (M.HANDSHAKE, "handshake"), (M.NOADDR, "noaddr"), (M.LEAVING, "leaving"))
-FILE_FLAGS = {"myself": M.MYSELF, "fail?": M.PFAIL, "fail": M.FAIL_FLAG, "noaddr": M.NOADDR,
-              "leaving": M.LEAVING, "noflags": 0}
+FLAG_ORDER = ((bus_msg.MYSELF, "myself"), (bus_msg.PFAIL, "fail?"),
+              (bus_msg.FAIL_FLAG, "fail"), (bus_msg.HANDSHAKE, "handshake"),
+              (bus_msg.NOADDR, "noaddr"), (bus_msg.LEAVING, "leaving"))
+FILE_FLAGS = {"myself": bus_msg.MYSELF, "fail?": bus_msg.PFAIL, "fail": bus_msg.FAIL_FLAG,
+              "noaddr": bus_msg.NOADDR, "leaving": bus_msg.LEAVING, "noflags": 0}
 
 
 MAX_NODE_PORT = 65535 - BUS_PORT_OFFSET     # its bus listens on port + 10000 (SPEC 10)
@@ -88,7 +89,7 @@ class Node:
 
     @property
     def failing(self):
-        return bool(self.flags & (M.PFAIL | M.FAIL_FLAG))
+        return bool(self.flags & (bus_msg.PFAIL | bus_msg.FAIL_FLAG))
 
     def flag_names(self):
         names = [name for bit, name in FLAG_ORDER if self.flags & bit]
@@ -167,7 +168,7 @@ class NodesFile:
             stamp = now_ms()
             node.ping_sent = stamp if ping_sent != "0" else 0
             node.pong_received = stamp if pong_received != "0" else 0
-            if flags & M.MYSELF:
+            if flags & bus_msg.MYSELF:
                 if myself is not None:
                     raise ConfigFileError("Unrecoverable error: more than one 'myself' "
                                           "node in %s" % self.path)
@@ -179,7 +180,7 @@ class NodesFile:
         return myself, others
 
     def save(self, myself, nodes):
-        lines = [n.line(myself) for n in nodes if not n.has(M.HANDSHAKE)]
+        lines = [n.line(myself) for n in nodes if not n.has(bus_msg.HANDSHAKE)]
         tmp = self.path + ".tmp-%d" % os.getpid()
         try:
             with open(tmp, "w") as f:

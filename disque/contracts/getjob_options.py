@@ -2,10 +2,10 @@
 (disque/frontend/getjob.py) and by a worker serving a connection itself
 (disque/workers/served_clients.py), sent from the front-end to a worker as one message
 (contracts/worker_link.py, GetJob), and taken by the worker's one entry point, Shard.getjob."""
-from disque import replies as R
+from disque import replies
 from disque._fast.jobid import queue_worker
 from disque._fast.resp import parse_int
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 
 COUNT_ERROR = b"-ERR COUNT must be a number greater than zero\r\n"
 
@@ -33,7 +33,7 @@ class GetjobRequest:
 
     def share(self, reqid, client, queues, proxy=False, timeout=None):
         """The message asking one worker for its share: `queues` of them (None: the prefix)."""
-        return P.GetJob.encode(reqid, client, self.count, self.nohang, self.withcounters,
+        return link_msg.GetJob.encode(reqid, client, self.count, self.nohang, self.withcounters,
                                self.timeout if timeout is None else timeout, proxy,
                                queues, self.prefix if queues is None else None)
 
@@ -65,9 +65,9 @@ def parse_getjob(argv, reqid=0, client=0):
         elif opt == b"timeout" and has_value:
             timeout = parse_int(argv[i + 1])
             if timeout is None:
-                return R.TIMEOUT_NOT_INTEGER, None
+                return replies.TIMEOUT_NOT_INTEGER, None
             if timeout < 0:
-                return R.TIMEOUT_NEGATIVE, None
+                return replies.TIMEOUT_NEGATIVE, None
             o.timeout = timeout
             i += 1
         elif opt == b"count" and has_value:
@@ -83,8 +83,8 @@ def parse_getjob(argv, reqid=0, client=0):
             o.prefix = argv[i + 1]
             break
         else:
-            return R.SYNTAX_ERROR, None
+            return replies.SYNTAX_ERROR, None
         i += 1
     if not o.queues and o.prefix is None:
-        return R.SYNTAX_ERROR, None
+        return replies.SYNTAX_ERROR, None
     return None, o

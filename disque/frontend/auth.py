@@ -6,7 +6,7 @@ Disque's own command (NodeCommands.cmd_hello).
 """
 import hmac
 
-from disque import replies as R
+from disque import replies
 from disque import VERSION
 from disque._fast import resp
 from disque.frontend.connections import BAD_CLIENT_NAME, valid_name
@@ -45,7 +45,7 @@ class Auth:
             client.reply(NO_PASSWORD)
         elif self.password_ok(argv[1]):
             client.authenticated = True
-            client.reply(R.OK)
+            client.reply(replies.OK)
         else:
             client.authenticated = False
             client.reply(BAD_PASSWORD)

@@ -12,13 +12,13 @@ node knows, and on a secured cluster only from one that has the secret (docs/sec
 import logging
 
 from disque._fast import resp
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.contracts.queue_rows import PAUSE_BITS, PAUSE_NAMES
 from disque.replies import NOT_INTEGER, arity_error
 
 log = logging.getLogger("disque.cluster")
 
-NOT_ASKED = M.HANDSHAKE | M.PFAIL | M.FAIL_FLAG
+NOT_ASKED = bus_msg.HANDSHAKE | bus_msg.PFAIL | bus_msg.FAIL_FLAG
 
 
 class Fanout:
@@ -98,7 +98,7 @@ class ClusterQueries:
         self.waiting[qid] = (node.id, f)
         f.qids.append(qid)
         self.stats["asked"] += 1
-        self.fe.relay.cluster.send(node, M.QUERY, M.Query.encode(qid, kind, args))
+        self.fe.relay.cluster.send(node, bus_msg.QUERY, bus_msg.Query.encode(qid, kind, args))
 
     def got(self, f, node_id, ok, result):
         if f.done is None or node_id in f.answers:
@@ -126,16 +126,16 @@ class ClusterQueries:
 
     def on_bus(self, sender, msg):
         cluster = self.fe.relay.cluster
-        if msg.type == M.QUERY:
-            q = M.Query.decode(msg.payload)
+        if msg.type == bus_msg.QUERY:
+            q = bus_msg.Query.decode(msg.payload)
             self.stats["served"] += 1
 
             def answer(ok, result):
                 if cluster is self.fe.relay.cluster and sender.id in cluster.nodes:
-                    cluster.send(sender, M.ANSWER, M.Answer.encode(q.qid, ok, result))
+                    cluster.send(sender, bus_msg.ANSWER, bus_msg.Answer.encode(q.qid, ok, result))
             self.fe.queries.answer(q.kind, q.args, answer)
         else:
-            a = M.Answer.decode(msg.payload)
+            a = bus_msg.Answer.decode(msg.payload)
             entry = self.waiting.pop(a.qid, None)
             if entry is None or entry[0] != sender.id:
                 self.stats["late"] += 1

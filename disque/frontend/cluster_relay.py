@@ -15,14 +15,14 @@ the bus for partition tests.
 """
 import logging
 
-from disque import replies as R
+from disque import replies
 from disque.replies import one_line
 from disque._fast import resp
 from disque._fast.busrelay import (ACCEPT_COPIES, FORWARD_COPIES, REFUSE_COPIES,
                                    group_by_node, route_job_messages)
 from disque.bus.nodes import node_address
-from disque.contracts import bus_messages as M
-from disque.contracts import worker_link as P
+from disque.contracts import bus_messages as bus_msg
+from disque.contracts import worker_link as link_msg
 
 log = logging.getLogger("disque.cluster")
 
@@ -64,7 +64,7 @@ class ClusterRelay:
         if inbox:
             self.bus_inbox = {}
             for w, msgs in inbox.items():
-                self.fe.send(w, P.Bus.encode(msgs))
+                self.fe.send(w, link_msg.Bus.encode(msgs))
         if more:
             # ZeroMQ signals edges: what is left after the read limit needs another pass
             self.fe.loop.call_soon(self.bus_readable)
@@ -87,7 +87,7 @@ class ClusterRelay:
         would be gone anyway: this saves the worker -> front-end hop on every copy, the
         largest cost of synchronous replication (measured). With an AOF the worker answers
         after its LOADJOB record is written."""
-        if self.fe.memory.level > 0 or self.cluster.myself.flags & M.LEAVING:
+        if self.fe.memory.level > 0 or self.cluster.myself.flags & bus_msg.LEAVING:
             return REFUSE_COPIES
         if self.fe.persistence.aof_enabled:
             return FORWARD_COPIES
@@ -109,7 +109,7 @@ class ClusterRelay:
             self.schedule_flush()
 
     def everyone(self):
-        return [n.id for n in self.cluster.others() if not n.has(M.HANDSHAKE)]
+        return [n.id for n in self.cluster.others() if not n.has(bus_msg.HANDSHAKE)]
 
     def schedule_flush(self):
         """bus_flush sends what is queued when the loop iteration ends."""
@@ -127,7 +127,7 @@ class ClusterRelay:
         for node_id, msgs in frames.items():
             node = nodes.get(node_id)
             if node is not None:
-                cluster.send(node, M.JOBS, msgs)
+                cluster.send(node, bus_msg.JOBS, msgs)
 
     # ---- membership pushed to workers ---------------------------------------------------
 
@@ -142,13 +142,14 @@ class ClusterRelay:
             "reachable": sorted(n.id.encode() for n in reachable),
             # below 75% of their maxmemory counting spilled jobs: where external replication
             # goes first (docs/memory.md, "Spilling and the memory levels")
-            "roomy": sorted(n.id.encode() for n in reachable if not n.has(M.MEMORY_HIGH)),
-            "known": sorted(n.id.encode() for n in c.nodes.values() if not n.has(M.HANDSHAKE)),
-            "leaving": bool(me.flags & M.LEAVING),
+            "roomy": sorted(n.id.encode() for n in reachable if not n.has(bus_msg.MEMORY_HIGH)),
+            "known": sorted(n.id.encode() for n in c.nodes.values()
+                            if not n.has(bus_msg.HANDSHAKE)),
+            "leaving": bool(me.flags & bus_msg.LEAVING),
             # direct job links (docs/design.md): where each other node's workers take them,
             # and whether DEBUG BUS cuts this node off (the workers then use the bus only)
             "links": ({n.id.encode(): [n.ip, list(n.job_ports), n.relinks] for n in c.others()
-                       if n.job_ports and n.ip and not n.has(M.HANDSHAKE)}
+                       if n.job_ports and n.ip and not n.has(bus_msg.HANDSHAKE)}
                       if c.job_ports else {}),
             "drop": c.drop_in or c.drop_out,
         }
@@ -158,7 +159,7 @@ class ClusterRelay:
         self.fe.clustered = state["size"] > 1
         self.fe.node_id = state["myid"]
         for w in range(self.fe.nworkers):
-            self.fe.send(w, P.Control.encode(self.fe.new_reqid(w), "cluster", state))
+            self.fe.send(w, link_msg.Control.encode(self.fe.new_reqid(w), "cluster", state))
 
     def push_then_ok(self, client):
         """push, and +OK once every worker has the new state (a ping behind it on each
@@ -197,13 +198,13 @@ class ClusterRelay:
         elif sub == b"reset" and n in (2, 3):
             mode = argv[2].lower() if n == 3 else b"soft"
             if mode not in (b"soft", b"hard"):
-                client.reply(R.SYNTAX_ERROR)
+                client.reply(replies.SYNTAX_ERROR)
                 return
             c.reset(mode == b"hard")          # calls cluster_push (on_change)
             s = client.slot()
             self.fe.control_all("flushall", None, lambda res: s.fill(resp.OK))
         elif sub == b"leaving" and n == 2:
-            client.reply(b"+yes\r\n" if c.myself.has(M.LEAVING) else b"+no\r\n")
+            client.reply(b"+yes\r\n" if c.myself.has(bus_msg.LEAVING) else b"+no\r\n")
         elif sub == b"leaving" and n == 3:
             arg = argv[2].lower()
             if arg not in (b"yes", b"no"):

@@ -12,7 +12,7 @@ import resource
 import time
 from socket import AF_UNIX
 
-from disque import replies as R
+from disque import replies
 from disque import nodeclock
 from disque._fast import resp
 from disque.contracts.connection_handover import peer_text
@@ -20,7 +20,7 @@ from disque.replies import one_line
 
 log = logging.getLogger("disque.frontend")
 
-OK = R.OK
+OK = replies.OK
 NULL_BULK = b"$-1\r\n"
 MAXCLIENTS_REACHED = b"-ERR max number of clients reached\r\n"
 CLIENT_SYNTAX = (b"-ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
@@ -263,9 +263,9 @@ class Connections:
         elif sub == b"pause" and argc == 3:
             ms = resp.parse_int(argv[2])
             if ms is None:
-                client.reply(R.TIMEOUT_NOT_INTEGER)
+                client.reply(replies.TIMEOUT_NOT_INTEGER)
             elif ms < 0:
-                client.reply(R.TIMEOUT_NEGATIVE)
+                client.reply(replies.TIMEOUT_NEGATIVE)
             else:
                 self.pause(ms)
                 client.reply(OK)
@@ -283,7 +283,7 @@ class Connections:
                     client.reply_mode = 2
                     client.mute = True
             else:
-                client.reply(R.SYNTAX_ERROR)
+                client.reply(replies.SYNTAX_ERROR)
         elif sub == b"setinfo" and argc == 4:
             attr = argv[2].lower()
             if attr not in (b"lib-name", b"lib-ver"):
@@ -312,13 +312,13 @@ class Connections:
             while i < argc:
                 opt = argv[i].lower()
                 if i + 1 >= argc:
-                    client.reply(R.SYNTAX_ERROR)
+                    client.reply(replies.SYNTAX_ERROR)
                     return
                 val = argv[i + 1]
                 if opt == b"id":
                     cid = resp.parse_int(val)
                     if cid is None:
-                        client.reply(R.NOT_INTEGER)
+                        client.reply(replies.NOT_INTEGER)
                         return
                 elif opt == b"type":
                     if val.lower() not in CLIENT_TYPES:
@@ -333,14 +333,14 @@ class Connections:
                     elif val.lower() == b"no":
                         skipme = False
                     else:
-                        client.reply(R.SYNTAX_ERROR)
+                        client.reply(replies.SYNTAX_ERROR)
                         return
                 else:
-                    client.reply(R.SYNTAX_ERROR)
+                    client.reply(replies.SYNTAX_ERROR)
                     return
                 i += 2
         else:
-            client.reply(R.SYNTAX_ERROR)
+            client.reply(replies.SYNTAX_ERROR)
             return
         killed = 0
         close_me = False

@@ -6,7 +6,7 @@ once from disque/commands.py (`front_handlers`), so dispatching costs one dict l
 """
 import time
 
-from disque import commands as C
+from disque import commands
 from disque.info_snapshot import NEUTRAL_LOCAL
 from disque.replies import arity_error, one_line
 
@@ -20,7 +20,7 @@ class Dispatch:
     def __init__(self, fe):
         self.fe = fe
         self.local_commands = 0
-        self.local = C.front_handlers(fe)   # command name (bytes) -> bound handler
+        self.local = commands.front_handlers(fe)   # command name (bytes) -> bound handler
 
     def local_command(self, client, name, argv):
         fe = self.fe

@@ -17,7 +17,7 @@ import heapq
 import time
 
 from disque._fast import resp
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.contracts.getjob_options import parse_getjob, queue_owners
 
 NULL_ARRAY = resp.NULL_ARRAY
@@ -138,7 +138,7 @@ class Getjobs:
                 break
         else:
             client.waiting = (reqid, w)
-        fe.send(w, P.Cmd.encode(reqid, argv))
+        fe.send(w, link_msg.Cmd.encode(reqid, argv))
 
     def waited_reply(self, client, slot, w, reqid):
         """The reply callback of a command the client waits on (a blocking GETJOB, an ADDJOB
@@ -156,7 +156,8 @@ class Getjobs:
                         return
             if client.closed:
                 if len(rep) > 2 and rep[2]:
-                    fe.send(w, P.Return.encode(rep[2]))    # the consumer vanished: not delivered
+                    # the consumer vanished: not delivered
+                    fe.send(w, link_msg.Return.encode(rep[2]))
                 return
             slot.fill(rep[1])
             waiting = client.waiting
@@ -176,7 +177,7 @@ class Getjobs:
             if m.done:
                 # too late for this client: give the jobs back and wait for the UNBLOCK ack
                 if ids:
-                    fe.send(w, P.Return.encode(ids))
+                    fe.send(w, link_msg.Return.encode(ids))
                 if reqid in m.unblocked:
                     fe.pending[reqid] = got
                 return
@@ -222,7 +223,7 @@ class Getjobs:
                 # this worker may still hold a waiter: drop it; its ack (and any offer
                 # already on the way, which is returned) still reaches `got`
                 m.unblocked.add(reqid)
-                fe.send(w, P.Unblock.encode(m.client.id, reqid))
+                fe.send(w, link_msg.Unblock.encode(m.client.id, reqid))
         client = m.client
         jobs = sorted(m.jobs, key=lambda j: j[0])
         limit = m.count if not m.blocked else 1
@@ -231,7 +232,7 @@ class Getjobs:
             back = jobs
             give = []
         for _, _, jid, w in back:
-            fe.send(w, P.Return.encode([jid]))
+            fe.send(w, link_msg.Return.encode([jid]))
         if not client.closed:
             if give:
                 m.slot.fill(b"*%d\r\n" % len(give) + b"".join(j[1] for j in give))
@@ -250,7 +251,7 @@ class Getjobs:
         else:
             # the worker answers the UNBLOCK with a null reply, or a job already on its
             # way reaches waited_reply, which sees the closed client and returns it
-            self.fe.send(w[1], P.Unblock.encode(client.id, w[0]))
+            self.fe.send(w[1], link_msg.Unblock.encode(client.id, w[0]))
 
     def expire(self):
         """Cron: time out cross-worker GETJOBs (a single-worker one times out in its worker)."""

@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 
-from disque.contracts import connection_handover as H
+from disque.contracts import connection_handover as handover_msg
 
 log = logging.getLogger("disque.frontend")
 
@@ -133,7 +133,7 @@ class Handover:
         if t is None or t.get_write_buffer_size():
             return
         parser = client.parser
-        if parser.pending > H.MAX_HANDOFF_INPUT:
+        if parser.pending > handover_msg.MAX_HANDOFF_INPUT:
             return
         sock = t.get_extra_info("socket")
         if sock is None:
@@ -144,8 +144,9 @@ class Handover:
         t.pause_reading()
         unparsed = parser.take_unparsed()      # a command parsed in part included
         try:
-            links.channel(w).send(H.Handoff.encode(client.id, client.resp3, unparsed,
-                                                   H.NO_PUMP if tls is None else tls.pump), fd)
+            pump = handover_msg.NO_PUMP if tls is None else tls.pump
+            links.channel(w).send(
+                handover_msg.Handoff.encode(client.id, client.resp3, unparsed, pump), fd)
         except OSError:
             if unparsed:
                 parser.feed(unparsed)
@@ -163,14 +164,14 @@ class Handover:
         channel = self.fe.links.channel(w)
         for msg, fd in channel.receive():
             kind = msg[0]
-            if kind == H.HANDBACK:
-                self.take_back(w, H.Handback.decode(msg), fd)
-            elif kind == H.GONE:
-                self.gone(w, H.Gone.decode(msg).client)
-            elif kind == H.SLOWLOG:
-                self.slow_commands(H.Slowlog.decode(msg).entries)
-            elif kind == H.TLS_CONN and fd is not None:
-                self.fe.tls_port.connected(w, H.TlsConn.decode(msg), fd)
+            if kind == handover_msg.HANDBACK:
+                self.take_back(w, handover_msg.Handback.decode(msg), fd)
+            elif kind == handover_msg.GONE:
+                self.gone(w, handover_msg.Gone.decode(msg).client)
+            elif kind == handover_msg.SLOWLOG:
+                self.slow_commands(handover_msg.Slowlog.decode(msg).entries)
+            elif kind == handover_msg.TLS_CONN and fd is not None:
+                self.fe.tls_port.connected(w, handover_msg.TlsConn.decode(msg), fd)
             elif fd is not None:
                 os.close(fd)
         if channel.closed:
@@ -196,11 +197,11 @@ class Handover:
             client.last_cmd = last_cmd
         client.affine = -1
         client.affine_run = 0
-        if reason == H.BACK_FOLLOW:
+        if reason == handover_msg.BACK_FOLLOW:
             # its commands went on to another worker's queues: once they reach that worker
             # through here (affine_need in a row), it is handed to it (hand_over)
             self.follows += 1
-        if reason == H.BACK_COMMAND or reason == H.BACK_FOLLOW:
+        if reason == handover_msg.BACK_COMMAND or reason == handover_msg.BACK_FOLLOW:
             # each return, whatever the cause, makes the next hand-over wait for more
             # commands in a row: a connection never moves back and forth often
             client.affine_need = min(client.affine_need * 2, MAX_AFFINE_NEED)
@@ -257,7 +258,7 @@ class Handover:
         for w, clients in enumerate(self.handed):
             if clients and links.held[w] is None:
                 try:
-                    links.channel(w).send(H.Recall.encode())
+                    links.channel(w).send(handover_msg.Recall.encode())
                 except OSError:
                     pass
 
@@ -267,7 +268,7 @@ class Handover:
         log.debug("Client id=%d killed while worker %d serves it", client.id, w)
         self.handed[w].pop(client.id, None)
         try:
-            self.fe.links.channel(w).send(H.Kill.encode(client.id))
+            self.fe.links.channel(w).send(handover_msg.Kill.encode(client.id))
         except OSError:
             pass
         self.lost(client)
@@ -287,8 +288,8 @@ class Handover:
     # ---- figures (core hook worker_report; INFO) ------------------------------------------
 
     def worker_report(self, rep):
-        if rep[0] == H.SERVED_REQID:
-            served = H.Served.decode(rep)
+        if rep[0] == handover_msg.SERVED_REQID:
+            served = handover_msg.Served.decode(rep)
             self.served[served.worker] = served.totals
 
     def slow_commands(self, entries):

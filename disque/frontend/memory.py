@@ -15,10 +15,10 @@ import logging
 
 from disque import memstat
 from disque import nodeclock
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 
 log = logging.getLogger("disque.frontend")
-PRESSURE_FLAGS = (0, M.SPILLING, M.SPILL_FULL)
+PRESSURE_FLAGS = (0, bus_msg.SPILLING, bus_msg.SPILL_FULL)
 
 
 class Memory:
@@ -97,7 +97,7 @@ class Memory:
         cluster = self.fe.relay.cluster
         if cluster is not None:
             cluster.set_pressure(PRESSURE_FLAGS[self.pressure]
-                                 | (M.MEMORY_HIGH if held_level else 0))
+                                 | (bus_msg.MEMORY_HIGH if held_level else 0))
         if changed:
             log.info("Memory level %d (%d counting spilled jobs): used %d bytes, %d with "
                      "spilled jobs, maxmemory %d", level, held_level, used, held, maxmemory)

@@ -11,7 +11,7 @@ import collections
 import re
 import time
 
-from disque import replies as R
+from disque import replies
 from disque._fast import resp
 from disque.replies import one_line
 
@@ -78,7 +78,7 @@ class Monitoring:
         self.monitors.append(client)
         self.fe.nmonitors = len(self.monitors)
         self.fe.handover.recall_all()   # the feed needs every command through the front-end
-        client.reply(R.OK)
+        client.reply(replies.OK)
 
     def feed_monitors(self, client, argv):
         """Called by the core before a command executes, only while monitors exist.
@@ -121,7 +121,7 @@ class Monitoring:
         argc = len(argv)
         if sub == b"reset" and argc == 2:
             self.slowlog.clear()
-            client.reply(R.OK)
+            client.reply(replies.OK)
         elif sub == b"len" and argc == 2:
             client.reply(b":%d\r\n" % len(self.slowlog))
         elif sub == b"get" and argc in (2, 3):
@@ -129,7 +129,7 @@ class Monitoring:
             if argc == 3:
                 count = resp.parse_int(argv[2])
                 if count is None:
-                    client.reply(R.NOT_INTEGER)
+                    client.reply(replies.NOT_INTEGER)
                     return
             entries = list(self.slowlog) if count < 0 else list(self.slowlog)[:count]
             out = [b"*%d\r\n" % len(entries)]
@@ -167,4 +167,4 @@ class Monitoring:
         elif sub == b"reset" and argc >= 2:
             client.reply(b":0\r\n")
         else:
-            client.reply(R.SYNTAX_ERROR)
+            client.reply(replies.SYNTAX_ERROR)

@@ -20,10 +20,10 @@ import logging
 import os
 import time
 
-from disque import commands as C
+from disque import commands
 from disque import nodeclock
 from disque._fast.frontcore import Client, Core
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.frontend.handover import Handover
 from disque.frontend.auth import Auth
 from disque.frontend.cluster_queries import ClusterQueries
@@ -95,7 +95,7 @@ class Frontend(Core):
 
     def __init__(self, cfg, node_id, links, nworkers, loop):
         # rename-command was validated at startup (server.main)
-        super().__init__(links, nworkers, loop, C.command_table(cfg.rename_commands))
+        super().__init__(links, nworkers, loop, commands.command_table(cfg.rename_commands))
         self.cfg = cfg
         self.node_id = node_id
         self.maxclients = getattr(cfg, "maxclients", 10000)
@@ -127,7 +127,7 @@ class Frontend(Core):
         self.tls_port = TlsPort(self, cfg)
         self.connections.on_gone += [self.monitoring.client_gone, self.client_stopped_waiting]
         for hook, handler in CORE_HOOKS.items():
-            setattr(self, hook, C.resolve(self, handler))
+            setattr(self, hook, commands.resolve(self, handler))
         self.node_commands.start()
 
     def new_client(self):
@@ -161,7 +161,7 @@ class Frontend(Core):
         """A control whose answer someone waits for: kept until answered, so it can be sent
         again to the next process of a worker that dies meanwhile (disque.worker_restart)."""
         self.controls_sent[reqid] = (name, arg)
-        self.send(w, P.Control.encode(reqid, name, arg))
+        self.send(w, link_msg.Control.encode(reqid, name, arg))
 
     def prune_controls(self):
         pending = self.pending

@@ -9,7 +9,7 @@ import time
 
 from disque import info as info_mod
 from disque import log as dlog
-from disque import replies as R
+from disque import replies
 from disque._fast import resp
 from disque._fast.dispatch import ping_reply
 from disque.bus import announce
@@ -139,7 +139,7 @@ class NodeCommands:
 
     def cmd_shutdown(self, client, argv):
         if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"rewrite-aof"):
-            client.reply(R.SYNTAX_ERROR)
+            client.reply(replies.SYNTAX_ERROR)
             return
         log.warning("User requested shutdown...")
         if self.fe.persistence.shutdown(client, len(argv) == 2):
@@ -179,7 +179,7 @@ class NodeCommands:
     def cmd_info(self, client, argv):
         fe = self.fe
         if len(argv) > 2:
-            client.reply(R.SYNTAX_ERROR)
+            client.reply(replies.SYNTAX_ERROR)
             return
         section = argv[1].decode(errors="replace").lower() if len(argv) == 2 else "default"
         if section in info_mod.LIVE_SECTIONS:

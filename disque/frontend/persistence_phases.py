@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from disque import replies as R
+from disque import replies
 from disque.contracts.aof_format import aof_files, aof_stem
 from disque.contracts.aof_format import fsync_dir
 
@@ -276,7 +276,7 @@ class PersistencePhases:
 
     def command_gate(self, client, cmd, argv):
         if self.aof_error is not None and ("w" in cmd.flags or cmd.name == "ping"):
-            client.reply(R.misconf(self.aof_error))
+            client.reply(replies.misconf(self.aof_error))
             return False
         if self.loading and "l" not in cmd.flags:
             client.reply(LOADING_ERROR)

@@ -12,7 +12,7 @@
 """
 from disque._fast.dispatch import ids_end
 from disque._fast.jobid import id_worker, queue_worker
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.frontend.getjob import MultiGet
 
 
@@ -59,7 +59,7 @@ class Routing:
         for n, (w, part) in enumerate(groups.items()):
             reqid = fe.new_reqid(w)
             fe.pending[reqid] = gather_part(g, n)
-            fe.send(w, P.Cmd.encode(reqid, [argv0] + part + tail))
+            fe.send(w, link_msg.Cmd.encode(reqid, [argv0] + part + tail))
 
     def route_ids(self, client, argv):
         """IDs of several workers: each its part, the integer replies summed."""
@@ -94,7 +94,7 @@ class Routing:
                 blocked = getjobs.blocked_on_one.get(m[0])
                 if blocked is not None and name in blocked[1] and m[1] != w:
                     getjobs.restarts.add(m[0])
-                    fe.send(m[1], P.Unblock.encode(client.id, m[0]))
+                    fe.send(m[1], link_msg.Unblock.encode(client.id, m[0]))
 
     def qlen_spread(self, client, argv):
         """QLEN of a queue held by several workers: the sum of their lengths."""
@@ -108,7 +108,7 @@ class Routing:
         for n, x in enumerate([w] + others):
             reqid = fe.new_reqid(x)
             fe.pending[reqid] = gather_part(g, n)
-            fe.send(x, P.Cmd.encode(reqid, argv))
+            fe.send(x, link_msg.Cmd.encode(reqid, argv))
 
     def add_queue_elsewhere(self, owners, queues):
         """GETJOB: add the workers holding these queues off their slot to `owners`."""

@@ -4,13 +4,13 @@ The worker half is `Shard.scan` (disque/workers/shard.py), reached with a "scan"
 request; disque/commands.py names both.
 """
 
-from disque import replies as R
+from disque import replies
 from disque import nodeclock
 from disque._fast import resp
 from disque._fast.jobid import queue_worker
 
 parse_int = resp.parse_int
-SYNTAX_ERROR = R.SYNTAX_ERROR
+SYNTAX_ERROR = replies.SYNTAX_ERROR
 
 
 class Scan:
@@ -26,7 +26,7 @@ class Scan:
 
 
 SCAN_STATES = {b"wait-repl": 0, b"active": 1, b"queued": 2, b"acked": 3}
-NOT_INTEGER = R.NOT_INTEGER
+NOT_INTEGER = replies.NOT_INTEGER
 ULONG_MAX = (1 << 64) - 1
 SCAN_LIMIT = 1 << 62
 SCAN_EPOCHS = 4096      # QSCAN/JSCAN cursors carry the second the scan began, mod this
@@ -180,7 +180,7 @@ class Scans:
     def got(self, scan, rep):
         part = rep[1]
         if type(part) is not list:
-            scan.slot.fill(R.INTERNAL_ERROR)
+            scan.slot.fill(replies.INTERNAL_ERROR)
             return
         nxt, used, found, data = part
         scan.found += found

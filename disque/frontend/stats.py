@@ -12,7 +12,7 @@ import collections
 import logging
 import time
 
-from disque import replies as R
+from disque import replies
 from disque import statslog
 
 log = logging.getLogger("disque.frontend")
@@ -93,7 +93,7 @@ class Stats:
                     for k, v in w.get("command_usec", {}).items():
                         base[k] = base.get(k, 0) + v
             self.worker_usec_base = base
-            s.fill(R.OK)
+            s.fill(replies.OK)
 
         fe.control_all("info", None, done)
 

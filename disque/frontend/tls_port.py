@@ -13,7 +13,7 @@ import logging
 import socket
 from collections import OrderedDict
 
-from disque.contracts import connection_handover as H
+from disque.contracts import connection_handover as handover_msg
 from disque.contracts.tls_settings import (SETTINGS, TlsConfigError, https_context,
                                            server_context, settings_of)
 
@@ -143,13 +143,13 @@ class TlsPort:
         w = self.pick(host)
         if w is None:
             log.warning("TLS connection from %s closed: no worker can take it now",
-                        H.peer_text(host, port))
+                        handover_msg.peer_text(host, port))
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.cfg.tcp_keepalive:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         try:
-            self.fe.links.channel(w).send(H.TlsAccept.encode(host, port), conn.fileno())
+            self.fe.links.channel(w).send(handover_msg.TlsAccept.encode(host, port), conn.fileno())
             self.accepted += 1
         except OSError:
             pass
@@ -161,7 +161,7 @@ class TlsPort:
         except OSError:
             return
         fe = self.fe
-        origin = TlsOrigin(w, msg.pump, msg.host, H.peer_text(msg.host, msg.port))
+        origin = TlsOrigin(w, msg.pump, msg.host, handover_msg.peer_text(msg.host, msg.port))
 
         def client():
             c = fe.new_client()

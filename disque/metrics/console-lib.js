@@ -1,7 +1,6 @@
 // The console's shared part (docs/console.md): constants, the state, DOM helpers that put
 // data in as text only, the API calls, the session, the status line, the confirmation
 // dialog and the action runner.
-import {refreshNow} from "./console.js";
 
 
 export const REFRESH_MS = 2000;
@@ -266,4 +265,31 @@ export async function runAction(desc) {
   }
   if (desc.after) desc.after(sum);
   refreshNow();
+}
+
+// The current view's data again (every REFRESH_MS, and after an action); one at a time.
+export async function refreshNow() {
+  const view = S.view;
+  const gen = S.gen;
+  if (!view) return;
+  if (S.busyGen === gen) { S.again = true; return; }   // once this one is done
+  S.busyGen = gen;
+  S.again = false;
+  const live = () => gen === S.gen;
+  try {
+    if (!S.sessionOk) await session();
+    await view.refresh(live);
+    if (live()) {
+      S.lastOk = Date.now();
+      S.lastErr = null;
+      S.refreshes++;
+      document.body.dataset.refreshes = String(S.refreshes);
+    }
+  } catch (e) {
+    if (live()) S.lastErr = e.message;
+  } finally {
+    if (S.busyGen === gen) S.busyGen = -1;
+    showStatus();
+  }
+  if (S.again && live()) refreshNow();
 }

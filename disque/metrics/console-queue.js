@@ -1,7 +1,7 @@
 // The console's view of one queue (its jobs, pause, dead letters, search) and of one job.
 import {PAGE, START_MAX, LIST_BODY, SHOW_BODY, S, $, h, fill, setText, num, rateText, bytes, dur, age, rate, plural, bodyCut, short, nodeName, pausedTag, queueHref, jobHref, kpi, api, showPartial, runAction} from "./console-lib.js";
 import {actionButton} from "./console-views.js";
-import {refreshNow} from "./console.js";
+import {refreshNow} from "./console-lib.js";
 
 export const queueView = {
   name: "queue",

@@ -1,6 +1,6 @@
 // The cluster and queues views of the console (docs/console.md).
 import {QUEUE_LIMITS, S, h, fill, setText, num, rateText, bytes, dur, age, rate, short, nodeName, stateTag, pausedTag, queueHref, kpi, api, learnNodes, showPartial} from "./console-lib.js";
-import {refreshNow} from "./console.js";
+import {refreshNow} from "./console-lib.js";
 
 // ---- views ---------------------------------------------------------------------------
 

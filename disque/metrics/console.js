@@ -2,7 +2,8 @@
 // (#/cluster, #/queues, #/queue/<name>, #/job/<id>), reading /api/console/* every 2 s.
 // Every value from the API reaches the document as text (textContent, text nodes), never
 // as HTML; the page's policy runs no script but these module files.
-import {REFRESH_MS, S, $, queueHref, jobHref, session, refreshNodes, showStatus, confirmDone} from "./console-lib.js";
+import {REFRESH_MS, S, $, queueHref, jobHref, session, refreshNodes, showStatus, confirmDone,
+        refreshNow} from "./console-lib.js";
 import {clusterView, queuesView} from "./console-views.js";
 import {queueView, jobView} from "./console-queue.js";
 
@@ -36,32 +37,6 @@ function route() {
   root.replaceChildren();
   view.mount(root, arg);
   refreshNow();
-}
-
-export async function refreshNow() {
-  const view = S.view;
-  const gen = S.gen;
-  if (!view) return;
-  if (S.busyGen === gen) { S.again = true; return; }   // once this one is done
-  S.busyGen = gen;
-  S.again = false;
-  const live = () => gen === S.gen;
-  try {
-    if (!S.sessionOk) await session();
-    await view.refresh(live);
-    if (live()) {
-      S.lastOk = Date.now();
-      S.lastErr = null;
-      S.refreshes++;
-      document.body.dataset.refreshes = String(S.refreshes);
-    }
-  } catch (e) {
-    if (live()) S.lastErr = e.message;
-  } finally {
-    if (S.busyGen === gen) S.busyGen = -1;
-    showStatus();
-  }
-  if (S.again && live()) refreshNow();
 }
 
 function find() {

@@ -3,8 +3,8 @@ of a batch to its handler by kind, its answer appended to the shard's `out` for 
 Outbox. A command (CMD) is the per-command path and is handled inline."""
 import logging
 
-from disque import replies as R
-from disque.contracts import worker_link as P
+from disque import replies
+from disque.contracts import worker_link as link_msg
 from disque.contracts.getjob_options import GetjobRequest
 from disque.workers.controls import run_control
 
@@ -20,11 +20,12 @@ class Batches:
         self.shard = shard
         # every kind but CMD: kind -> handler(request list)
         self.handlers = {
-            P.GETJOB: self.getjob,
-            P.UNBLOCK: lambda req: shard.consumers.unblock_client(*P.Unblock.decode(req)),
-            P.RETURN: lambda req: shard.return_jobs(P.Return.decode(req).job_ids),
-            P.BUS: lambda req: shard.replication.on_bus(P.Bus.decode(req).messages),
-            P.CONTROL: self.control,
+            link_msg.GETJOB: self.getjob,
+            link_msg.UNBLOCK:
+                lambda req: shard.consumers.unblock_client(*link_msg.Unblock.decode(req)),
+            link_msg.RETURN: lambda req: shard.return_jobs(link_msg.Return.decode(req).job_ids),
+            link_msg.BUS: lambda req: shard.replication.on_bus(link_msg.Bus.decode(req).messages),
+            link_msg.CONTROL: self.control,
         }
 
     def handle(self, batch):
@@ -35,7 +36,7 @@ class Batches:
         worker.ops += len(batch)
         for req in batch:
             kind = req[0]
-            if kind == P.CMD:
+            if kind == link_msg.CMD:
                 worker.work += 1
                 # P.Cmd in, P.Reply out, indexed and built inline: the per-command path
                 try:
@@ -44,25 +45,25 @@ class Batches:
                         out.append([req[1], reply])
                 except Exception:
                     log.exception("command failed: %r", req[2][:3])
-                    out.append([req[1], R.INTERNAL_ERROR])
+                    out.append([req[1], replies.INTERNAL_ERROR])
                 continue
-            if kind != P.CONTROL:
+            if kind != link_msg.CONTROL:
                 worker.work += 1
             handler = handlers.get(kind)
             if handler is not None:
                 handler(req)
 
     def getjob(self, req):
-        request = GetjobRequest.from_message(P.GetJob.decode(req))
+        request = GetjobRequest.from_message(link_msg.GetJob.decode(req))
         reply, ids = self.shard.getjob(request)
         if reply is not None:
-            self.shard.out.append(P.GetJobReply.encode(request.reqid, reply, ids))
+            self.shard.out.append(link_msg.GetJobReply.encode(request.reqid, reply, ids))
 
     def control(self, req):
-        c = P.Control.decode(req)
+        c = link_msg.Control.decode(req)
         try:
             answer = run_control(self.worker, c.name, c.arg)
         except Exception as e:
             log.exception("control %s failed", c.name)
             answer = {"error": str(e)}
-        self.shard.out.append(P.Reply.encode(c.reqid, answer))
+        self.shard.out.append(link_msg.Reply.encode(c.reqid, answer))

@@ -10,7 +10,7 @@ import heapq
 
 from disque._fast import resp
 from disque._fast.jobreply import encode_job, encode_jobs
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.workers.replication import LEAVING_ERROR
 from disque.workers.queues import PAUSE_OUT
 
@@ -156,7 +156,7 @@ class Consumers:
         if b.reqid < 0:
             self.shard.served.repl_answered(b.reqid, reply)
         else:
-            self.shard.out.append(P.GetJobReply.encode(b.reqid, reply, ids))
+            self.shard.out.append(link_msg.GetJobReply.encode(b.reqid, reply, ids))
 
     def release(self, b, reply):
         """Unblock b with a reply that gives it no job (-LEAVING, FLUSHALL)."""
@@ -175,10 +175,11 @@ class Consumers:
         b = self.by_client.get(client)
         if b is not None and b.reqid == reqid:
             self.unblock(b)
-            self.shard.out.append(P.GetJobReply.encode(reqid, 0 if b.proxy else NULL_ARRAY, None))
+            self.shard.out.append(
+                link_msg.GetJobReply.encode(reqid, 0 if b.proxy else NULL_ARRAY, None))
         else:
             self.shard.replication.cancel_replication(reqid)      # an ADDJOB waiting for its copies
-            self.shard.out.append(P.GetJobReply.encode(reqid, 0, None))
+            self.shard.out.append(link_msg.GetJobReply.encode(reqid, 0, None))
 
     def serve_ready(self):
         """Give queued jobs to blocked consumers, one job each, in blocking order."""
@@ -190,7 +191,7 @@ class Consumers:
                 job = self.shard.fetch(q)
                 item = encode_job(job, b.withcounters)
                 if b.proxy:
-                    self.shard.out.append(P.GetJobReply.encode(b.reqid, [item], [job.id]))
+                    self.shard.out.append(link_msg.GetJobReply.encode(b.reqid, [item], [job.id]))
                 else:
                     self.answer(b, b"*1\r\n" + item, [job.id])
                 if not len(q.jobs) and q.fed is not None:

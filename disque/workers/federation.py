@@ -19,7 +19,7 @@ interest, as upstream.
 """
 import math
 
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import deserialize, serialize
 from disque._fast.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED
 from disque.workers.queues import PAUSE_OUT
@@ -96,7 +96,7 @@ class Federation:
             if now - fed.last_interest > delay:
                 fed.last_interest = now
                 fed.advertised = waiting
-                self.shard.replication.send_bus(None, M.INTEREST, [q.name, waiting])
+                self.shard.replication.send_bus(None, bus_msg.INTEREST, [q.name, waiting])
             elif waiting != fed.advertised:
                 self.shard.interest_due.add(q)        # told when the rate limit allows
         else:
@@ -106,14 +106,15 @@ class Federation:
             if now - fed.last_bcast > delay:
                 fed.last_bcast = now
                 fed.bcast_attempt += 1
-                self.shard.replication.send_bus(None, M.NEEDJOBS, [q.name, 1])
+                self.shard.replication.send_bus(None, bus_msg.NEEDJOBS, [q.name, 1])
         if responders:
             delay = min(ADHOC_BASE_MS << min(fed.adhoc_attempt, 10), ADHOC_MAX_MS)
             if reached_zero or now - fed.last_adhoc > delay:
                 fed.last_adhoc = now
                 fed.adhoc_attempt += 1
                 to_fetch = min(max(rate // len(responders), FETCH_MIN), FETCH_MAX)
-                self.shard.replication.send_bus(tuple(responders), M.NEEDJOBS, [q.name, to_fetch])
+                self.shard.replication.send_bus(tuple(responders), bus_msg.NEEDJOBS,
+                                                [q.name, to_fetch])
 
     def waiters_left(self, q):
         """Consumers stopped waiting on `q` (timeout, disconnect, served): once none is left,
@@ -123,7 +124,7 @@ class Federation:
             return
         if not q.blocked:
             fed.advertised = 0
-            self.shard.replication.send_bus(None, M.INTEREST, [q.name, 0])
+            self.shard.replication.send_bus(None, bus_msg.INTEREST, [q.name, 0])
         elif len(q.blocked) < fed.advertised:
             self.shard.interest_due.add(q)            # fewer waiting: lower the credit soon
 
@@ -224,7 +225,8 @@ class Federation:
         if not jobs:
             return
         now_s = self.shard.now_s
-        self.shard.replication.send_bus((node,), M.YOURJOBS, [serialize(j, False, now_s) for j in jobs])
+        self.shard.replication.send_bus((node,), bus_msg.YOURJOBS,
+                                        [serialize(j, False, now_s) for j in jobs])
         for job in jobs:
             if job.retry == 0:
                 self.shard.forget_job(job)    # at-most-once: only one copy may exist

@@ -18,7 +18,7 @@ here are the parts around it:
 from disque._fast import resp
 from disque._fast.job import (FLAG_BCAST_QUEUED, FLAG_DELIVERED, FLAG_BCAST_WILLQUEUE,
                               FLAG_NACK_PENDING, QUEUED, retry_interval)
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 
 
 def counters_aux(job):
@@ -46,35 +46,36 @@ class JobFeatures:
         job.qtime = self.shard.now_ms + delay_ms
         self.shard.schedule(job)
         if len(job.nodes_delivered) > 1:
-            self.shard.replication.send_bus(job.nodes_delivered, M.WORKING, [job.id, delay_ms], M.INCR_NACKS)
+            self.shard.replication.send_bus(job.nodes_delivered, bus_msg.WORKING,
+                                            [job.id, delay_ms], bus_msg.INCR_NACKS)
         return True
 
     # ---- dead-letter agreement between copies ---------------------------------------------
 
     def announce_dead_letter(self, job, dest=None):
         if len(job.nodes_delivered) > 1 or dest is not None:
-            self.shard.replication.send_bus(dest or job.nodes_delivered, M.QUEUED,
-                          [job.id, counters_aux(job)], M.DEADLETTERED)
+            self.shard.replication.send_bus(dest or job.nodes_delivered, bus_msg.QUEUED,
+                          [job.id, counters_aux(job)], bus_msg.DEADLETTERED)
 
     def merge_counters(self, job, mflags, aux, working):
         """A QUEUED / WORKING about `job`: its counters, then the dead-letter state.
         Returns True when our queued copy must stay queued whatever the tie-break says."""
         if working:
-            if mflags & M.INCR_NACKS:
+            if mflags & bus_msg.INCR_NACKS:
                 job.nacks = min(job.nacks + 1, 65535)
         elif aux:
             job.nacks = max(job.nacks, (aux >> 16) & 0xffff)
             job.additional_deliveries = max(job.additional_deliveries, aux & 0xffff)
         else:
-            if mflags & M.INCR_NACKS:
+            if mflags & bus_msg.INCR_NACKS:
                 job.nacks = min(job.nacks + 1, 65535)
-            if mflags & M.INCR_DELIV:
+            if mflags & bus_msg.INCR_DELIV:
                 job.additional_deliveries = min(job.additional_deliveries + 1, 65535)
         ext = job.ext
         if ext is None:
             return False
         moved = ext.origin is not None
-        if mflags & M.DEADLETTERED:
+        if mflags & bus_msg.DEADLETTERED:
             if not moved:
                 # the sender's copy is in the dead-letter queue: ours follows it there
                 if job.state == QUEUED:

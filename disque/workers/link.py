@@ -15,7 +15,7 @@ import socket
 
 import zmq
 
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.contracts.connection_handover import HandoverChannel, Peer
 from disque.contracts.worker_link import RECV_SIZE, FrameReader, FrameTooLong, frame
 
@@ -115,7 +115,7 @@ class UnixLinks(HeldSends):
             w = fds[fd]
             msgs, _ = self.readers[w].recv_from(self.pairs[w][0])
             for msg in msgs:
-                if msg == P.READY:
+                if msg == link_msg.READY:
                     ready.append(w)
         return ready
 
@@ -154,7 +154,7 @@ class UnixLinks(HeldSends):
                 self.loop.remove_reader(sock.fileno())
                 self.lost(w)
                 break
-            if self.starting[w] and msgs and msgs[0] == P.READY:
+            if self.starting[w] and msgs and msgs[0] == link_msg.READY:
                 self.starting[w] = False
                 msgs = msgs[1:]
                 self.on_ready(w)
@@ -285,7 +285,7 @@ class ZmqLinks(HeldSends):
                     ident, msg = self.router.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                if msg == P.READY and ident in self.idents:
+                if msg == link_msg.READY and ident in self.idents:
                     ready.append(self.idents.index(ident))
         return ready
 
@@ -303,7 +303,7 @@ class ZmqLinks(HeldSends):
             except zmq.Again:
                 break
             if len(frames) == 2:
-                if frames[1] == P.READY:
+                if frames[1] == link_msg.READY:
                     w = self.idents.index(frames[0]) if frames[0] in self.idents else -1
                     if w >= 0 and self.starting[w]:
                         self.starting[w] = False

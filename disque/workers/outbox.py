@@ -15,7 +15,7 @@ a node without an AOF.
 import msgpack
 
 from disque._fast.replcore import count_types
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 
 STEPS = ("bus_out", "aof", "job_links", "served", "front_end")
 
@@ -50,7 +50,7 @@ class Outbox:
         job_links = self.worker.job_links
         rest = shard.bus_out if job_links is None else job_links.send(shard.bus_out)
         if rest:
-            shard.out.append(P.BusOut.encode(rest))
+            shard.out.append(link_msg.BusOut.encode(rest))
         shard.bus_out = []
 
     def front_end(self):

@@ -40,10 +40,10 @@ import logging
 import os
 import time
 
-from disque import replies as R
-from disque import commands as C
+from disque import replies
+from disque import commands
 from disque._fast.job import ACTIVE, QUEUED
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.contracts.aof_format import DELJOB, aof_path, loadjob_record, record
 from disque.workers.aof import AofWriter, should_auto_rewrite, write_snapshot
 from disque.contracts.aof_format import fsync_dir
@@ -53,7 +53,7 @@ from disque.workers.aof_rewrite import CHUNK_JOBS, REWRITE_BACKLOG, Rewrite
 log = logging.getLogger("disque.worker")
 
 # commands with the `w` flag (SPEC 2) that a worker executes: -MISCONF while writes fail
-WRITE_COMMANDS = frozenset(name for name, cmd in C.BY_BYTES.items() if "w" in cmd.flags)
+WRITE_COMMANDS = frozenset(name for name, cmd in commands.BY_BYTES.items() if "w" in cmd.flags)
 STARTED = "started"             # immediate answer to a control whose result comes later
 WORKER_FATAL_EXIT = 3           # disque.worker_restart: stop the node, no restart
 REWRITE_SLICE_S = 0.004         # serialization per loop turn while serving clients
@@ -64,7 +64,7 @@ REFUSE_RETRY_S = 1.0           # ... while refusing writes: the node serves agai
 
 
 def misconf_reply(error):
-    return R.misconf(error)
+    return replies.misconf(error)
 
 
 
@@ -273,7 +273,8 @@ class Persistence:
         if rw is None:
             return
         for reqid in rw.reqids:
-            self.shard.out.append(P.Reply.encode(reqid, {"ok": False, "error": "rewrite %s" % why}))
+            self.shard.out.append(
+                link_msg.Reply.encode(reqid, {"ok": False, "error": "rewrite %s" % why}))
         rw.abort()
         self.aof_rw = None
         w = self.aof_writer
@@ -332,7 +333,7 @@ class Persistence:
                 self.aof_rewrite_failed_at -= WAIT_REWRITE_RETRY_S - REFUSE_RETRY_S
             result = {"ok": False, "error": error}
         for reqid in rw.reqids:
-            self.shard.out.append(P.Reply.encode(reqid, result))
+            self.shard.out.append(link_msg.Reply.encode(reqid, result))
 
     def aof_switch_file(self, path):
         """After a rewrite: append to the new file from now on."""
@@ -403,7 +404,7 @@ class Persistence:
         if loader is not None:
             if loader.step(STARTUP_SLICE_S):
                 self.aof_loader = None
-                self.shard.out.append(P.Reply.encode(loader.reqid, loader.result))
+                self.shard.out.append(link_msg.Reply.encode(loader.reqid, loader.result))
         rw = self.aof_rw
         if rw is not None:
             if not rw.fed_all:

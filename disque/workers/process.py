@@ -20,7 +20,7 @@ import psutil
 from disque import log as dlog
 from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
-from disque.contracts import worker_link as P
+from disque.contracts import worker_link as link_msg
 from disque.contracts.worker_args import WorkerArgs
 from disque.workers.batches import Batches
 from disque.workers.crons import TICK_MS, Crons
@@ -93,7 +93,7 @@ class Worker:
 
     def run(self):
         self.start_parts()
-        self.link.send(P.READY)
+        self.link.send(link_msg.READY)
         log.info("Worker %d ready", self.index)
         WorkerLoop(self).run()
         if self.link.closed and self.running:

@@ -2,10 +2,10 @@
 QLEN, QPEEK, QSTAT, PAUSE, and the eviction of idle queues. The Queue record, its jobs
 and the enqueue rule are ShardCore's (disque/_fast/shardcore.pyx), as queue.c's are
 beside job.c in the original."""
-from disque import replies as R
+from disque import replies
 from disque._fast import resp
 from disque._fast.jobreply import encode_job
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.contracts.queue_rows import PAUSE_NAMES
 from disque._fast.shardcore import QueuePause
 
@@ -39,7 +39,7 @@ class QueueCommands:
     def cmd_qpeek(self, argv):
         count = parse_int(argv[2])
         if count is None:
-            return R.NOT_INTEGER
+            return replies.NOT_INTEGER
         q = self.shard.queues.get(argv[1])
         if q is None or count == 0:
             return resp.EMPTY_ARRAY
@@ -101,7 +101,7 @@ class QueueCommands:
             elif opt == b"bcast":
                 bcast = True
             else:
-                return R.SYNTAX_ERROR
+                return replies.SYNTAX_ERROR
         q = self.shard.queues.get(argv[1])
         if q is None and update and flags:
             q = self.shard.get_queue(argv[1], create=True)
@@ -109,7 +109,7 @@ class QueueCommands:
             self.set_pause(q, flags)
         state = q.paused if q is not None else 0
         if bcast and self.shard.cluster_size > 1:
-            self.shard.replication.send_bus(None, M.PAUSE, [argv[1], state])
+            self.shard.replication.send_bus(None, bus_msg.PAUSE, [argv[1], state])
         return b"+%s\r\n" % PAUSE_NAMES[state]
 
     def set_pause(self, q, flags):

@@ -22,7 +22,7 @@ from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQ
                               QUEUED, WAIT_REPL, mark_active, retry_interval_msec)
 from disque._fast.replcore import ReplicationCore
 from disque.commands import resolve
-from disque.contracts import bus_messages as M
+from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import serialize
 from disque.workers.job_features import counters_aux
 from disque.workers.queues import PAUSE_IN
@@ -99,7 +99,7 @@ class Replication(ReplicationCore):
         job = wait.job
         self.end_wait(wait)
         if job.state == WAIT_REPL:      # else the cluster already queued or acked it
-            self.send_bus(job.nodes_delivered, M.DELJOB, [job.id, 0])
+            self.send_bus(job.nodes_delivered, bus_msg.DELJOB, [job.id, 0])
             self.shard.delete_job(job)
         if reply is not None:
             self.shard.answer(wait.reqid, reply)
@@ -131,7 +131,7 @@ class Replication(ReplicationCore):
                 pending = tuple(n for n in job.nodes_delivered
                                 if n not in job.nodes_confirmed and n != self.shard.node_id)
                 if pending:
-                    self.send_bus(pending, M.REPLJOB, serialize(job, False, self.shard.now_s))
+                    self.send_bus(pending, bus_msg.REPLJOB, serialize(job, False, self.shard.now_s))
 
     def repl_overtaken(self, wait, now):
         """The job left WAIT_REPL by another road while its producer waits: deleted here
@@ -192,16 +192,16 @@ class Replication(ReplicationCore):
         if job is None:
             return
         if job.state == ACKED:
-            self.send_bus((sender,), M.SETACK, [job.id, len(job.nodes_delivered)])
+            self.send_bus((sender,), bus_msg.SETACK, [job.id, len(job.nodes_delivered)])
         elif job.state in (ACTIVE, QUEUED):
             self.add_node(job, sender)
             if job.state == QUEUED:
                 if job.ext is None:
-                    self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, 0])
+                    self.send_bus(job.nodes_delivered, bus_msg.QUEUED, [job.id, 0])
                 elif job.ext.origin is not None:
                     self.shard.features.announce_dead_letter(job, job.nodes_delivered)
                 else:
-                    self.send_bus(job.nodes_delivered, M.QUEUED, [job.id, counters_aux(job)])
+                    self.send_bus(job.nodes_delivered, bus_msg.QUEUED, [job.id, counters_aux(job)])
 
     def on_queued(self, sender, mflags, payload, working=False):
         """QUEUED / WORKING from another copy: postpone our requeue (SPEC 7.3). With job
@@ -211,7 +211,7 @@ class Replication(ReplicationCore):
         if job is None:
             return
         if job.state == ACKED:
-            self.send_bus((sender,), M.SETACK, [job.id, len(job.nodes_delivered)])
+            self.send_bus((sender,), bus_msg.SETACK, [job.id, len(job.nodes_delivered)])
             return
         if job.body is None:
             return
@@ -226,7 +226,7 @@ class Replication(ReplicationCore):
         if job.retry and job.qtime:
             job.flags |= FLAG_BCAST_WILLQUEUE
             wait = retry_interval_msec(job)
-            if working and mflags & M.INCR_NACKS:
+            if working and mflags & bus_msg.INCR_NACKS:
                 wait += aux         # the nacking node queues it after its delay: we wait longer
             job.qtime = self.shard.now_ms + wait + self.shard.rand_err()
         self.shard.schedule(job)
@@ -257,10 +257,10 @@ class Replication(ReplicationCore):
             self.shard.set_acked(job)
             self.shard.n_acked += 1
         if job is None or len(job.nodes_delivered) <= may_have:
-            self.send_bus((sender,), M.GOTACK, [jid, 1 if job is not None else 0])
+            self.send_bus((sender,), bus_msg.GOTACK, [jid, 1 if job is not None else 0])
         else:
             if may_have == 0:
-                self.send_bus((sender,), M.GOTACK, [jid, 1])
+                self.send_bus((sender,), bus_msg.GOTACK, [jid, 1])
             self.shard.gc(job)
 
     def on_gotack(self, sender, mflags, payload):
@@ -282,7 +282,7 @@ class Replication(ReplicationCore):
             if len(job.nodes_confirmed) >= len(self.known):
                 self.shard.delete_job(job)
         elif not dummy and len(job.nodes_confirmed) >= len(job.nodes_delivered):
-            self.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
+            self.send_bus(job.nodes_delivered, bus_msg.DELJOB, [jid, 0])
             self.shard.delete_job(job)
 
     def gc_send_setacks(self, job):
@@ -291,7 +291,7 @@ class Replication(ReplicationCore):
         owners = self.known if job.body is None else job.nodes_delivered
         dest = tuple(n for n in owners if n not in confirmed)
         if dest:
-            self.send_bus(dest, M.SETACK, [job.id, len(job.nodes_delivered)])
+            self.send_bus(dest, bus_msg.SETACK, [job.id, len(job.nodes_delivered)])
 
     # ---- PAUSE ... BCAST (SPEC 3.12) ----------------------------------------------------------
 

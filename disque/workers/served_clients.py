@@ -23,12 +23,12 @@ import select
 import socket
 import time
 
-from disque import commands as C
+from disque import commands
 from disque._fast.dispatch import build_table
 from disque._fast.resp import NULL_ARRAY
 from disque._fast.servedcore import ServedCore
 from disque._fast.servedloop import ServedClient, take_ready
-from disque.contracts import connection_handover as H
+from disque.contracts import connection_handover as handover_msg
 from disque.contracts.getjob_options import parse_getjob, queue_owners
 from disque.workers.peer_links import peer_links
 from disque.workers.tls_clients import TlsClients
@@ -85,29 +85,29 @@ class ServedClients(ServedCore):
     def on_channel(self):
         for msg, fd in self.channel.receive():
             kind = msg[0]
-            if kind == H.HANDOFF:
+            if kind == handover_msg.HANDOFF:
                 if fd is not None:
-                    h = H.Handoff.decode(msg)
-                    if h.pump == H.NO_PUMP:
+                    h = handover_msg.Handoff.decode(msg)
+                    if h.pump == handover_msg.NO_PUMP:
                         sock = socket.socket(fileno=fd)
                         sock.setblocking(False)
                         self.adopt(h.client, sock, h.resp3, h.unparsed)
                     else:
                         self.tls.serve(h, fd)
-            elif kind == H.TLS_ACCEPT:
+            elif kind == handover_msg.TLS_ACCEPT:
                 if fd is not None:
-                    self.tls.accept(H.TlsAccept.decode(msg), fd)
-            elif kind == H.RECALL:
+                    self.tls.accept(handover_msg.TlsAccept.decode(msg), fd)
+            elif kind == handover_msg.RECALL:
                 for c in list(self.clients.values()):
-                    self.hand_back(c, H.BACK_RECALL)
-            elif kind == H.KILL:
-                c = self.by_id.get(H.Kill.decode(msg).client)
+                    self.hand_back(c, handover_msg.BACK_RECALL)
+            elif kind == handover_msg.KILL:
+                c = self.by_id.get(handover_msg.Kill.decode(msg).client)
                 if c is not None:
                     self.drop(c, report=False)
-            elif kind == H.PEER and fd is not None:
+            elif kind == handover_msg.PEER and fd is not None:
                 sock = socket.socket(fileno=fd)
                 if self.peers is not None:
-                    self.peers.replace(H.Peer.decode(msg).worker, sock)
+                    self.peers.replace(handover_msg.Peer.decode(msg).worker, sock)
                 else:
                     sock.close()
 
@@ -139,7 +139,7 @@ class ServedClients(ServedCore):
         if c.parked is not None:
             self.unpark(c)
         if c.held:                  # read behind a command still waiting here
-            pending = H.encode_commands(c.held) + pending
+            pending = handover_msg.encode_commands(c.held) + pending
             c.held = None
         if c.waiting:
             c.back = (reason, pending + c.parser.take_unparsed())
@@ -155,7 +155,7 @@ class ServedClients(ServedCore):
         if unsent:
             self.shard.persistence.aof_flush()   # no reply leaves before its AOF record
         pending += c.parser.take_unparsed()
-        msg = H.Handback.encode(c.id, unsent, pending, c.last_cmd, reason, self.totals())
+        msg = handover_msg.Handback.encode(c.id, unsent, pending, c.last_cmd, reason, self.totals())
         if c.tls is not None:       # its TLS stays here: the front-end gets a pumped end
             theirs = self.tls.pump_again(c)
             try:
@@ -192,7 +192,7 @@ class ServedClients(ServedCore):
         c.out = []
         c.sock.close()
         if report:
-            self.channel.send(H.Gone.encode(c.id))
+            self.channel.send(handover_msg.Gone.encode(c.id))
 
     def may_dead_letter(self, w, argv):
         """NACK / ENQUEUE that may move a job to a dead-letter queue, which can put that
@@ -278,14 +278,14 @@ class ServedClients(ServedCore):
     def send_slow(self):
         if self.slow:
             slow, self.slow = self.slow, []
-            self.channel.send(H.Slowlog.encode(slow))
+            self.channel.send(handover_msg.Slowlog.encode(slow))
 
     def report(self):
         out = self.shard.out
         key = (self.commands, self.net_in, self.net_out)
         if key != self.reported:
             self.reported = key
-            out.append(H.Served.encode(self.index, self.totals()))
+            out.append(handover_msg.Served.encode(self.index, self.totals()))
 
     def totals(self):
         return {"commands": self.commands, "net_in": self.net_in, "net_out": self.net_out,
@@ -296,7 +296,7 @@ class ServedClients(ServedCore):
         self.timeout = conf["timeout"]
         self.slowlog_us = conf["slowlog"]
         # the front-end's table, built here by the same kernel (disque/_fast/dispatch.pyx)
-        self.table = build_table(C.command_table(conf["renames"]))
+        self.table = build_table(commands.command_table(conf["renames"]))
 
     def close_all(self):
         """The worker stops: what was executed is written (best effort), then closed."""

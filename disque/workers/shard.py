@@ -9,7 +9,7 @@ import collections
 import heapq
 from time import perf_counter_ns
 
-from disque import replies as R
+from disque import replies
 from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.addjob import ReplWait
@@ -20,8 +20,8 @@ from disque._fast.dispatch import ids_end, nack_delay
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
 from disque._fast.shardcore import ShardCore, expire_ms
-from disque.contracts import bus_messages as M
-from disque.contracts import worker_link as P
+from disque.contracts import bus_messages as bus_msg
+from disque.contracts import worker_link as link_msg
 from disque.workers.consumers import Consumers
 from disque.workers.federation import Federation
 from disque.workers.job_features import JobFeatures
@@ -34,8 +34,8 @@ from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, Replicatio
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
-SYNTAX_ERROR = R.SYNTAX_ERROR
-NOT_INTEGER = R.NOT_INTEGER
+SYNTAX_ERROR = replies.SYNTAX_ERROR
+NOT_INTEGER = replies.NOT_INTEGER
 
 SCHEDULER_BATCH = 10000
 
@@ -130,7 +130,7 @@ class Shard(ShardCore):
         if reqid < 0:
             self.served.repl_answered(reqid, reply)
         else:
-            self.out.append(P.Reply.encode(reqid, reply))
+            self.out.append(link_msg.Reply.encode(reqid, reply))
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
 
@@ -201,7 +201,8 @@ class Shard(ShardCore):
                 if job.flags & FLAG_BCAST_WILLQUEUE and job.qtime - 500 <= now:
                     job.flags &= ~FLAG_BCAST_WILLQUEUE
                     if state == ACTIVE and len(job.nodes_delivered) > 1:
-                        self.replication.send_bus(job.nodes_delivered, M.WILLQUEUE, [job.id, 0])
+                        self.replication.send_bus(job.nodes_delivered, bus_msg.WILLQUEUE,
+                                                  [job.id, 0])
                 if state == ACTIVE and job.qtime and job.qtime <= now:
                     q = self.queues.get(job.queue)
                     if job.retry and q is not None and q.paused & PAUSE_IN:
@@ -312,11 +313,11 @@ class Shard(ShardCore):
             job = self.find_job(jid)
             if job is not None:
                 if clustered:
-                    self.replication.send_bus(job.nodes_delivered, M.DELJOB, [jid, 0])
+                    self.replication.send_bus(job.nodes_delivered, bus_msg.DELJOB, [jid, 0])
                 self.forget_job(job)
                 count += 1
             elif clustered:
-                self.replication.send_bus(None, M.DELJOB, [jid, 0])
+                self.replication.send_bus(None, bus_msg.DELJOB, [jid, 0])
         self.n_deleted += count
         return b":%d\r\n" % count
 
@@ -384,7 +385,7 @@ class Shard(ShardCore):
                 job.qtime = self.now_ms + retry_interval_msec(job) + self.rand_err()
             self.schedule(job)
             if len(job.nodes_delivered) > 1:
-                self.replication.send_bus(job.nodes_delivered, M.WORKING, [job.id, 0])
+                self.replication.send_bus(job.nodes_delivered, bus_msg.WORKING, [job.id, 0])
         return b":%d\r\n" % job.retry
 
     def cmd_show(self, argv):
@@ -474,8 +475,8 @@ class Shard(ShardCore):
             "data_bytes": self.data_bytes,
             "dead_lettered": {k.decode(errors="replace"): v
                               for k, v in self.dead_lettered.items()},
-            "bus_in": {M.NAMES[t]: n for t, n in self.replication.bus_in.items()},
-            "bus_out": {M.NAMES[t]: n for t, n in self.replication.bus_sent.items()},
+            "bus_in": {bus_msg.NAMES[t]: n for t, n in self.replication.bus_in.items()},
+            "bus_out": {bus_msg.NAMES[t]: n for t, n in self.replication.bus_sent.items()},
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},
             "commands": {k.decode(): v for k, v in self.command_count.items()},
             "latency_counts": list(self.latency.counts),

@@ -25,7 +25,7 @@ import select
 import socket
 import time
 
-from disque.contracts import connection_handover as H
+from disque.contracts import connection_handover as handover_msg
 from disque.contracts.tls_settings import HANDSHAKE_TIMEOUT, TlsConfigError, reason, server_context
 from disque.workers.tls_pump import TLS_ERRORS, TlsPump
 
@@ -121,7 +121,7 @@ class TlsClients:
 
     def accept(self, msg, fd):
         sock = socket.socket(fileno=fd)
-        addr = H.peer_text(msg.host, msg.port)
+        addr = handover_msg.peer_text(msg.host, msg.port)
         if self.ctx is None:
             log.warning("TLS connection from %s closed: this worker has no TLS settings yet", addr)
             sock.close()
@@ -170,7 +170,7 @@ class TlsClients:
         p.plain = plain
         host, _, port = p.addr.rpartition(":")
         try:
-            self.served.channel.send(H.TlsConn.encode(p.id, host.strip("[]"), int(port)),
+            self.served.channel.send(handover_msg.TlsConn.encode(p.id, host.strip("[]"), int(port)),
                                      theirs.fileno())
         except OSError:
             self.close(p)
@@ -301,7 +301,7 @@ class TlsClients:
         p = self.pumps.get(h.pump)
         if p is None or p.plain is None or p.closing:
             theirs.close()      # it ended meanwhile: the front-end forgets it
-            self.served.channel.send(H.Gone.encode(h.client))
+            self.served.channel.send(handover_msg.Gone.encode(h.client))
             return
         theirs.setblocking(False)
         # replies the front-end wrote before it let go, then input it did not read
@@ -312,7 +312,7 @@ class TlsClients:
             cipher = p.tls.encrypt(replies) if replies else p.tls.take()
         except TLS_ERRORS:
             self.close(p)
-            self.served.channel.send(H.Gone.encode(h.client))
+            self.served.channel.send(handover_msg.Gone.encode(h.client))
             return
         pending = bytes(p.to_sock + cipher)
         self.unwatch(p.plain.fileno())
@@ -344,7 +344,7 @@ class TlsClients:
             host, port = sock.getpeername()[:2]
         except OSError:
             return "?"
-        return H.peer_text(host, port)
+        return handover_msg.peer_text(host, port)
 
     # ---- housekeeping ----------------------------------------------------------------------
 

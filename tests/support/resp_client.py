@@ -2,6 +2,7 @@
 parse (status vs bulk vs error vs null bulk vs null array), for byte-exact protocol tests."""
 from __future__ import annotations
 
+import re
 import socket
 import time
 
@@ -94,6 +95,51 @@ def parse_resp(buf: bytes, pos: int = 0):
     if kind == b",":
         return float(line), pos
     raise ProtocolViolation(f"unexpected reply type byte {kind!r} in {bytes(buf[pos - 1:pos + 40])!r}")
+
+
+class Malformed(AssertionError):
+    """Bytes no RESP2 reply may hold (parse_resp2)."""
+
+
+def parse_resp2(buf: bytes, pos: int = 0):
+    """One strict RESP2 reply at ``buf[pos:]`` -> (value, end), typed like parse_resp
+    (Status / Err / int / bytes / None / NULL_ARRAY / list). Anything a RESP2 connection
+    must never carry (other type bytes, bad integers, a bulk without its CRLF) raises
+    Malformed; a reply still arriving raises Incomplete."""
+    nl = buf.find(b"\r\n", pos)
+    if nl < 0:
+        raise Incomplete
+    kind, line, pos = buf[pos:pos + 1], buf[pos + 1:nl], nl + 2
+    if kind == b"+":
+        return Status(line), pos
+    if kind == b"-":
+        return Err(line), pos
+    if kind in (b":", b"$", b"*"):
+        if not re.fullmatch(rb"-?[0-9]+", line):
+            raise Malformed(f"bad number in {kind + line!r}")
+        n = int(line)
+        if kind == b":":
+            return n, pos
+        if kind == b"$":
+            if n < 0:
+                if n != -1:
+                    raise Malformed(f"bulk length {n}")
+                return None, pos
+            if len(buf) < pos + n + 2:
+                raise Incomplete
+            if buf[pos + n:pos + n + 2] != b"\r\n":
+                raise Malformed(f"bulk not followed by CRLF: {buf[pos:pos + n + 2][:200]!r}")
+            return bytes(buf[pos:pos + n]), pos + n + 2
+        if n < 0:
+            if n != -1:
+                raise Malformed(f"array length {n}")
+            return NULL_ARRAY, pos
+        items = []
+        for _ in range(n):
+            item, pos = parse_resp2(buf, pos)
+            items.append(item)
+        return items, pos
+    raise Malformed(f"type byte {kind!r} is not RESP2: {bytes(buf[pos - len(line) - 3:pos + 40])!r}")
 
 
 def encode_command(*args) -> bytes:

@@ -12,6 +12,7 @@ from disque.client.worker.stats import WorkerStats
 log = logging.getLogger("disque.worker")
 
 ERROR_PAUSE_MAX = 5.0       # seconds between two fetches while the cluster fails
+KEEPER_TICK = 0.1           # seconds between two looks at the jobs in hand
 
 
 class RunnerBase:

@@ -7,10 +7,9 @@ import signal
 
 from disque.client.aio import AsyncDisque
 from disque.client.errors import DisqueError
-from disque.client.worker.common import RunnerBase, log
+from disque.client.worker.common import KEEPER_TICK, RunnerBase, log
 from disque.client.worker.jobflow import JobTimeout, failed, keep_alive, run_async, succeeded
 from disque.client.worker.policy import describe
-from disque.client.worker.threads import KEEPER_TICK
 
 
 class AsyncWorker(RunnerBase):

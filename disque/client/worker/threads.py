@@ -9,11 +9,11 @@ import threading
 
 from disque.client.errors import DisqueError
 from disque.client.sync import Disque
-from disque.client.worker.common import RunnerBase, log
+from disque.client.worker.common import KEEPER_TICK, RunnerBase, log
 from disque.client.worker.jobflow import JobTimeout, failed, keep_alive, run_sync, succeeded
 from disque.client.worker.policy import describe
+from disque.client.worker.tasks import AsyncWorker
 
-KEEPER_TICK = 0.1           # seconds between two looks at the jobs in hand
 
 
 class Worker(RunnerBase):
@@ -41,7 +41,6 @@ class Worker(RunnerBase):
 
     def run(self, install_signals=True):
         if self.is_async(self.function):
-            from disque.client.worker.tasks import AsyncWorker
             runner = AsyncWorker(self.function, self.queues, from_prefix=self.from_prefix,
                                  settings=self.settings, on_stats=self.on_stats)
             return asyncio.run(runner.run(install_signals=install_signals))
