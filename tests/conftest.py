@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from support.bytecode import compile_package
-from support.markers import assign_groups, assign_markers
+from support.markers import assign_markers, make_scheduler, order
 from support.cluster import CLUSTER_NODE_TIMEOUT, DisqueCluster
 from support.server import START_TIMEOUT, DisqueServer, stop_servers
 
@@ -23,10 +23,15 @@ def pytest_configure(config):
     compile_package()
 
 
-@pytest.hookimpl(tryfirst=True)      # before xdist's, which reads the groups (markers.py)
 def pytest_collection_modifyitems(config, items):
     assign_markers(items)
-    assign_groups(items)
+    order(items)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files per xdist worker, the Spark and fault-harness files as one group each
+    (support/markers.py)."""
+    return make_scheduler(config, log)
 
 
 _MODULE_SERVER_FIXTURES = ("server1", "server3", "server3zmq", "server")

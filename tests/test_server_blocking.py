@@ -1,4 +1,5 @@
-"""Blocking GETJOB across worker processes (SPEC 3.2, 8.3; ARCHITECTURE "blocking GETJOB").
+"""Blocking GETJOB across worker processes (SPEC 3.2, 8.3; docs/design.md, "Blocking GETJOB
+across workers").
 
 Queue names are spread over 12 distinct names so that, whatever the slot hash is,
 several workers of a 3-worker server are involved.  Invariants checked:

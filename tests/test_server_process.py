@@ -1,5 +1,5 @@
 """Process lifecycle: worker processes, SIGKILL/SIGTERM/SIGINT, SHUTDOWN, bad configuration
-(SPEC 4.5, 13; ARCHITECTURE "one node, several processes")."""
+(SPEC 4.5, 13; docs/design.md, "Starting the workers" and "The worker's loop")."""
 
 import os
 import signal

@@ -42,27 +42,40 @@ def assign_markers(items):
             item.add_marker(getattr(pytest.mark, kind))
 
 
-# The suite runs in parallel (pytest-xdist, --dist loadgroup; docs/tests.md). Tests that share
-# something one process must own run in one group, one after the other, on one xdist worker:
-# the Spark tests share one JVM and their module fixtures (computed once, not per worker),
-# and the fault harness' tests share the namespace names of faults/netns.py.
+# The suite runs in parallel (pytest-xdist; docs/tests.md). Each xdist worker takes whole test
+# files (their module-scoped servers are started once), and the files that share something
+# one process must own go to one worker together, one after the other: the Spark tests share
+# one JVM, and the fault harness' tests the namespace names of faults/netns.py.
 GROUPS = (("spark", ("test_spark_",)),
           ("netns", ("test_faults_", "test_cluster_announce")))
 
 
-def group_of(item):
-    name = item.path.name
+def group_of_file(name):
     for group, prefixes in GROUPS:
         if name.startswith(prefixes):
             return group
     return None
 
 
-def assign_groups(items):
-    """The xdist groups, and the order: the groups first (the longest paths through the
-    suite), so that they start at once and the other tests fill the other workers."""
-    for item in items:
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: group_of(item) is None)
+def scope_of(nodeid):
+    """The unit an xdist worker takes: the test's group, else its file."""
+    path = nodeid.split("::", 1)[0]
+    return group_of_file(path.rpartition("/")[2]) or path
+
+
+def order(items):
+    """The groups first (the longest paths through the suite), so that they start at once
+    and the other files fill the other workers."""
+    items.sort(key=lambda item: group_of_file(item.path.name) is None)
+
+
+def make_scheduler(config, log):
+    """xdist's scope scheduler with our scopes (`scope_of`). Its own --dist loadgroup
+    marks a group by rewriting the node ids, which pytest 9 no longer takes."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileAndGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return scope_of(nodeid)
+
+    return FileAndGroupScheduling(config, log)
