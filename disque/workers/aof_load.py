@@ -131,10 +131,19 @@ class Loader:
         return str(e)
 
     def run(self, shard):
+        """The load, in slices (a yield when the slice's time is up): the files scanned for
+        the records of this worker's jobs, then the jobs that survive put back."""
+        warnings = []
+        survivors = yield from self.scan(shard, warnings)
+        if survivors is not None:           # None: own_only found another worker's job
+            yield from self.restore(shard, survivors, warnings)
+
+    def scan(self, shard, warnings):
+        """Every file's records of this worker's jobs: {job id: (payload, path, offset)} of
+        those not deleted after their last LOADJOB, or None (own_only, a foreign job)."""
         me = shard.index
         nworkers = shard.nworkers
         survivors = {}
-        warnings = []
         base = 0
         min_payload = codec.FIXED.size
         for k, path in self.files:
@@ -159,7 +168,7 @@ class Loader:
                             alive.pop(jid, None)
                     elif self.own_only:
                         self.result = {"ok": True, "foreign": True}
-                        return
+                        return None
                     count += 1
                     if not count & 255:
                         self.done_bytes = base + start
@@ -179,6 +188,11 @@ class Loader:
             survivors.update(alive)
             base += size
             self.done_bytes = base
+        return survivors
+
+    def restore(self, shard, survivors, warnings):
+        """The surviving jobs back in the shard: registered, queued or scheduled as their
+        records say; expired ones dropped."""
         loaded = queued = expired = 0
         names = {}
         jobs = shard.jobs

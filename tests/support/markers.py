@@ -44,9 +44,11 @@ def assign_markers(items):
 
 # The suite runs in parallel (pytest-xdist; docs/tests.md). Each xdist worker takes whole test
 # files (their module-scoped servers are started once), and the files that share something
-# one process must own go to one worker together, one after the other: the Spark tests share
-# one JVM, and the fault harness' tests the namespace names of faults/netns.py.
-GROUPS = (("spark", ("test_spark_",)),
+# one process must own go to one worker together, one after the other: the fault harness'
+# tests share the namespace names of faults/netns.py; the Spark tests a JVM each worker
+# starts once, in two groups (the incremental runs' fixture alone takes a third of them).
+GROUPS = (("spark-incremental", ("test_spark_incremental",)),
+          ("spark", ("test_spark_",)),
           ("netns", ("test_faults_", "test_cluster_announce")))
 
 
