@@ -454,12 +454,16 @@ def test_a_cluster_runs_1000_tasks_once_each_and_loses_none_when_a_node_dies(
     workers.reset_record()
     short = workers.app(broker_url(nodes[0]),
                         broker_transport_options={"visibility_timeout": 2})
-    for n in range(300):
-        short.send_task("t.sleepy", args=(n, 0.02, 0.02))
     client = Disque("127.0.0.1:%d" % nodes[0].port)
     try:
-        infos = (client.show(j) for j in client.scan_jobs(queue="celery"))
-        assert {info.repl for info in infos if info is not None} == {2}
+        # held on their node until every one has been looked at (a loaded machine's workers
+        # could otherwise finish the backlog first)
+        client.pause("celery", "out", "bcast")
+        for n in range(300):
+            short.send_task("t.sleepy", args=(n, 0.02, 0.02))
+        ids = set(client.scan_jobs(queue="celery"))
+        assert len(ids) == 300 and {client.show(j).repl for j in ids} == {2}
+        client.pause("celery", "none", "bcast")
     finally:
         client.close()
     wait_until(lambda: len(workers.events("done")) >= 30, timeout=30,

@@ -369,7 +369,8 @@ def test_progress_and_summary_output(batch):
     assert any(x.startswith("report:") for x in lines)
     names = [n for n, _ in res.stages]
     assert names[0] == "list input" and any("worker_rates" in n for n in names) and "report" in names[-1]
-    assert res.wall < 120
+    # the stages' times are parts of the run's own total, which the caller's clock contains
+    assert 0 < sum(t for _, t in res.stages) <= res.seconds + 0.01 <= res.wall + 0.02
 
 
 def test_rate_edge_cases(spark_session):

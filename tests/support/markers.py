@@ -45,11 +45,17 @@ def assign_markers(items):
 # The suite runs in parallel (pytest-xdist; docs/tests.md). Each xdist worker takes whole test
 # files (their module-scoped servers are started once), and the files that share something
 # one process must own go to one worker together, one after the other: the fault harness'
-# tests share the namespace names of faults/netns.py; the Spark tests a JVM each worker
-# starts once, in two groups (the incremental runs' fixture alone takes a third of them).
-GROUPS = (("spark-incremental", ("test_spark_incremental",)),
-          ("spark", ("test_spark_",)),
+# tests share the namespace names of faults/netns.py; the Spark tests share one JVM, whose
+# compiler's warm-up (a third of its CPU on the first runs) is then paid once.
+GROUPS = (("spark", ("test_spark_",)),
           ("netns", ("test_faults_", "test_cluster_announce")))
+
+# Files that take a minute or more of a worker's time (measured with --durations): they
+# start right after the groups, so that the short files fill the end of the run. A worker is
+# handed its next file while it runs its last test, and that file waits behind it.
+LONG_FILES = ("test_spill.py", "test_memory_levels.py", "test_cluster_secret.py",
+              "test_fuzz_protocol.py", "test_cluster_fault.py", "test_persistence_cluster.py",
+              "test_persistence_startup.py", "test_frameworks_celery.py")
 
 
 def group_of_file(name):
@@ -65,10 +71,20 @@ def scope_of(nodeid):
     return group_of_file(path.rpartition("/")[2]) or path
 
 
+def rank(name):
+    """Where a file's unit starts: the groups in their order, then the long files, then the rest."""
+    for i, (_, prefixes) in enumerate(GROUPS):
+        if name.startswith(prefixes):
+            return i
+    if name in LONG_FILES:
+        return len(GROUPS) + LONG_FILES.index(name)
+    return len(GROUPS) + len(LONG_FILES)
+
+
 def order(items):
-    """The groups first (the longest paths through the suite), so that they start at once
-    and the other files fill the other workers."""
-    items.sort(key=lambda item: group_of_file(item.path.name) is None)
+    """The longest paths through the suite first, so that they start at once and the other
+    files fill the other workers (a stable sort: each file keeps its tests' order)."""
+    items.sort(key=lambda item: rank(item.path.name))
 
 
 def make_scheduler(config, log):
