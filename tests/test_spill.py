@@ -42,22 +42,26 @@ def test_four_times_maxmemory_of_1kb_jobs_on_2_workers(start_server, n, maxmemor
     assert info["spill_errors"] == 0 and info["used_memory"] < 16 * MB, info
 
 
-def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluster):
-    cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "64mb"])
+@pytest.mark.parametrize("n, maxmemory_mb", [
+    (150_000, 32),                                            # the suite's form
+    pytest.param(300_000, 64, marks=pytest.mark.long),
+])
+def test_three_times_maxmemory_in_a_3_node_cluster_with_replicate_2(start_cluster, n, maxmemory_mb):
+    # with their copies, 3.1 x maxmemory of bodies per node
+    cl = start_cluster(3, workers=2, extra_args=["--maxmemory", "%dmb" % maxmemory_mb])
     clients = [spill_helpers.client(node) for node in cl.nodes]
-    n = 300_000         # with their copies, 200 MB of bodies per node
     ids, crc = spill_helpers.fill_concurrently(cl.nodes, n, QUEUES, "REPLICATE", 2, "RETRY", 3600)
     assert len(set(ids)) == n
     for c in clients:
         info = spill_helpers.memory(c)
-        assert info["spilled_jobs"] > 0 and info["used_memory"] < 64 * MB, info
+        assert info["spilled_jobs"] > 0 and info["used_memory"] < maxmemory_mb * MB, info
     # every node's HELLO ranks every spilling node at priority 2 (told in the bus headers)
     wait_until(lambda: all(sorted(e[3] for e in c.execute_command("HELLO")[2:]) == [b"2"] * 3
                            for c in clients), timeout=10)
     got_crc, seen = spill_helpers.drain(clients, n, QUEUES)
     assert seen == set(ids) and got_crc == crc
     for c in clients:
-        assert spill_helpers.memory(c)["used_memory"] < 64 * MB
+        assert spill_helpers.memory(c)["used_memory"] < maxmemory_mb * MB
     # the copies are acknowledged through SETACK, loaded back and collected
     wait_until(lambda: all(spill_helpers.memory(c)["spilled_jobs"] == 0 for c in clients), timeout=60,
                message="copies still spilled after the drain")
