@@ -88,6 +88,6 @@ def test_a_delayed_job_reaches_a_waiting_consumer_on_time_across_the_idle_tick(s
             jobs = consumer.read_parsed(timeout=10)
             late_by = time.monotonic() - added - 2
             assert jobs and jobs[0][0] == queue.encode(), jobs
-            if late_by > 0.035:
-                late.append(round(late_by, 3))
-    assert not late, f"delayed jobs handed to a waiting consumer late (s): {late}"
+            late.append(round(late_by, 3))
+    # a missed timer makes every round ~50 ms late; a loaded machine only delays some of them
+    assert min(late) <= 0.035, f"delayed jobs handed to a waiting consumer late (s): {late}"
