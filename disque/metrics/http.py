@@ -49,6 +49,13 @@ COMMON_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nos
                   ("Server", "disque"))
 
 
+def cancelled(timer):
+    """Cancel an asyncio timer handle if there is one; None, to store in its place."""
+    if timer is not None:
+        timer.cancel()
+    return None
+
+
 class Refused(Exception):
     """A request this server answers with an error and closes: (status, why)."""
 
@@ -261,9 +268,7 @@ class Connection(asyncio.Protocol):
         self.stall_timer = self.loop.call_later(IDLE_TIMEOUT, self.abort)
 
     def resume_writing(self):
-        if self.stall_timer is not None:
-            self.stall_timer.cancel()
-            self.stall_timer = None
+        self.stall_timer = cancelled(self.stall_timer)
         self.resume("write")
 
     def eof_received(self):
@@ -346,9 +351,7 @@ class Connection(asyncio.Protocol):
         req.body += chunk
 
     def on_message_complete(self):
-        if self.body_timer is not None:
-            self.body_timer.cancel()
-            self.body_timer = None
+        self.body_timer = cancelled(self.body_timer)
         self.queue.append(self.building)
         self.building = None
         if len(self.queue) >= MAX_QUEUED:
@@ -422,9 +425,7 @@ class Connection(asyncio.Protocol):
         self.head_timer = self.loop.call_later(HEAD_TIMEOUT, self.head_timed_out)
 
     def disarm_head(self):
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+        self.head_timer = cancelled(self.head_timer)
 
     def head_timed_out(self):
         self.head_timer = None
@@ -445,9 +446,7 @@ class Connection(asyncio.Protocol):
         self.idle_timer = self.loop.call_later(IDLE_TIMEOUT, self.close)
 
     def cancel_idle(self):
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-            self.idle_timer = None
+        self.idle_timer = cancelled(self.idle_timer)
 
     def pause(self, why):
         if not self.paused and self.transport is not None:
