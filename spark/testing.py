@@ -35,6 +35,21 @@ def pyspark_available() -> str | None:
 
 _SESSION = None
 
+# The tests' inputs are a few hundred lines, so generating and compiling Java for each query
+# plan (Janino, then the JVM's C2 compiler) is most of their CPU. Spark's interpreted
+# expressions and the JVM's quick compiler alone give the same rows for about half the CPU
+# (measured on one ingest of the scripted log: 48 -> 26 CPU-s in a fresh JVM).
+TEST_EXECUTION_CONF = {"spark.sql.codegen.wholeStage": "false",
+                       "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                       "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+                       "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+TEST_DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1"     # a standalone master's and worker's JVMs
+
+
+def submit_conf_args() -> list[str]:
+    """TEST_EXECUTION_CONF as spark-submit's ``--conf k=v`` arguments."""
+    return [arg for k, v in TEST_EXECUTION_CONF.items() for arg in ("--conf", f"{k}={v}")]
+
 
 def get_test_session():
     global _SESSION
@@ -45,7 +60,8 @@ def get_test_session():
         _SESSION = make_session(master="local[2]", app_name="disque-spark-tests", driver_memory="1g",
                                 conf={"spark.sql.shuffle.partitions": "4",
                                       "spark.default.parallelism": "2",
-                                      "spark.sql.streaming.pollingDelay": "100ms"})
+                                      "spark.sql.streaming.pollingDelay": "100ms",
+                                      **TEST_EXECUTION_CONF})
     return _SESSION
 
 

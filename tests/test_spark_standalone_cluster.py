@@ -19,7 +19,8 @@ import test_spark_pipeline as base  # noqa: E402  (the scripted log and its expe
 from support.ports import lease_port  # noqa: E402
 from support.waits import wait_until  # noqa: E402
 
-from disque_spark.testing import NODE_A, NODE_B, pyspark_available, spark_session  # noqa: E402,F401
+from disque_spark.testing import (NODE_A, NODE_B, TEST_DAEMON_JAVA_OPTS, pyspark_available,  # noqa: E402,F401
+                                  spark_session, submit_conf_args)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -65,7 +66,8 @@ def standalone(tmp_path):
     master_port, master_ui, worker_port, worker_ui = (x.port for x in leases)
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
                SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable,
-               SPARK_DAEMON_MEMORY="256m", SPARK_NO_DAEMONIZE="1")
+               SPARK_DAEMON_MEMORY="256m", SPARK_NO_DAEMONIZE="1",
+               SPARK_DAEMON_JAVA_OPTS=TEST_DAEMON_JAVA_OPTS)
     procs = []
     try:
         procs.append(_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -97,7 +99,7 @@ def test_pipeline_on_a_standalone_cluster(standalone, tmp_path, spark_session): 
     p = subprocess.run(cmd + ["--master", url, "--input", str(inp), "--output", str(out), "--json",
                               str(tmp_path / "res.json"), "-q",
                               "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=1",
-                              "--conf", "spark.sql.shuffle.partitions=4"],
+                              "--conf", "spark.sql.shuffle.partitions=4"] + submit_conf_args(),
                        env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
     res = json.loads((tmp_path / "res.json").read_text())
