@@ -49,16 +49,23 @@ def test_requeue_happens_on_exactly_one_node_and_counts_a_delivery(start_cluster
     bad = [s for s in samples if sum(s) != 1]
     assert not bad, f"{len(bad)}/{len(samples)} samples without exactly one queued copy: {bad[:5]}"
     holder = samples[-1].index(1)
-    # additional-deliveries counts the requeue, on every copy (QUEUED with INCR_DELIV)
-    for i in range(3):
-        wait_until(lambda i=i: shows(c, jid, [i])[0][b"additional-deliveries"] == 1, timeout=3)
+    # additional-deliveries counts the requeue, on every copy (QUEUED with INCR_DELIV). Two
+    # nodes whose retry fires within one message's flight of each other both requeue (WILLQUEUE
+    # only postpones a copy already queued), and each counts both: as in the original, the
+    # count is then 2 on every copy, but never missing on one
+    def counts():
+        return [s[b"additional-deliveries"] for s in shows(c, jid)]
+    wait_until(lambda: len(set(counts())) == 1 and counts()[0] >= 1, timeout=3,
+               message="copies disagree on additional-deliveries")
+    delivered = counts()[0]
+    assert delivered in (1, 2), counts()
     for i, s in enumerate(shows(c, jid)):
         assert s[b"state"] == (b"queued" if i == holder else b"active")
         assert s[b"nacks"] == 0
     with RawConn(c[holder].port) as r:
         got = r.execute("GETJOB", "NOHANG", "WITHCOUNTERS", "FROM", "rq")
         assert got[0][1] == jid
-        assert got[0][3:] == [b"nacks", 0, b"additional-deliveries", 1]
+        assert got[0][3:] == [b"nacks", 0, b"additional-deliveries", delivered]
         assert r.execute("ACKJOB", jid) == 1
     wait_until(lambda: gone_everywhere(c, jid), timeout=10)
 
