@@ -144,29 +144,6 @@ def test_a_parked_getjob_recalled_by_monitor_still_gets_its_job(node):
     assert c.read_parsed(timeout=5) == b"PONG"
 
 
-def test_a_slow_reader_parked_in_getjob_still_gets_every_reply(node):
-    """Replies that do not fit in the socket send a served connection back to the front-end,
-    which buffers them. A GETJOB parked behind them must not hold that hand-back (and the
-    replies with it) until a job comes: it goes back as input and waits in the front-end."""
-    empty = queues_on_distinct_workers("idle", nworkers=2)[0]    # worker 0's, as Q0 is
-    c = node.raw()
-    settle(node, c)
-    p = node.raw()
-    addjob(p, Q0, "x" * 400_000)
-    before = handbacks(node)
-    # 32 MB of replies, more than the loopback socket's buffers hold, not read yet
-    c.send(encode_command("QPEEK", Q0, 1) * 80
-           + encode_command("GETJOB", "TIMEOUT", 0, "FROM", empty) + encode_command("PING"))
-    if node.affinity:
-        wait_until(lambda: handbacks(node) > before, timeout=10,
-                   message="the slow reader was never handed back")
-    for _ in range(80):
-        assert len(c.read_parsed(timeout=10)) == 1
-    jid = addjob(p, empty, "for the parked consumer")
-    assert c.read_parsed(timeout=5)[0][1] == jid
-    assert c.read_parsed(timeout=5) == b"PONG"
-
-
 def test_nack_with_delay_is_served_by_its_worker(node):
     """NACK ... DELAY is checked by the dispatch kernel and run where the job is, like any
     NACK: no hand-back; a bad DELAY gets the front-end's error."""

@@ -35,6 +35,10 @@ cdef class ServedClient:
     cdef public object tls_in, tls_out  # its MemoryBIOs: records received, records made
     cdef public bytes tls_pending   # records made that the socket did not take, or None
     cdef public int pump            # its pump id there
+    # a plaintext reply the socket took only part of: the loop writes the rest, from
+    # unsent_at, as the socket drains (replies made meanwhile wait in `out`, behind it)
+    cdef public bytes unsent        # or None
+    cdef public Py_ssize_t unsent_at
 
 cdef class ServedLoop:
     cdef public int index, nworkers, link_fd, timer_fd
@@ -49,6 +53,7 @@ cdef class ServedLoop:
     cdef public list peer_ready
     cdef public bint channel_ready
     cdef public list dirty          # clients with replies to write
+    cdef public bint keep_unsent    # a reply the socket took part of: written here (no output limit)
     cdef public long long net_in, net_out
     cdef public list slow           # [client id, argv, us] of slow commands, for SLOWLOG
     cdef public list unblocked      # clients whose waiting command was answered: their held commands next
@@ -71,7 +76,8 @@ cdef class ServedLoop:
     cdef int read_tls(self, ServedClient c, Py_ssize_t n) except -2
     cdef int write_tls(self, ServedClient c) except -1
     cdef int slow_reader(self, ServedClient c) except -1
-    cdef bytes send_out(self, ServedClient c, bytes data)
+    cdef bytes send_out(self, ServedClient c, bytes data, bint keep)
+    cdef int send_unsent(self, ServedClient c) except -2
     cpdef run_input(self, ServedClient c)
     cdef resume_unblocked(self)
     cdef int write_all(self) except -1

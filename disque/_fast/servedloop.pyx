@@ -47,6 +47,9 @@ cdef extern from "<unistd.h>" nogil:
 log = logging.getLogger("disque.worker")
 
 DEF READ_SIZE = 65536
+# what may wait behind a reply the worker is still writing (ServedClient.unsent) before the
+# connection goes back to the front-end, which buffers any amount and applies the limits
+DEF MAX_BEHIND_UNSENT = 1 << 20
 DEF MAX_EVENTS = 256
 cdef char read_buf[READ_SIZE]          # one worker, one thread: every read lands here
 # a TLS connection's plaintext lands here (OpenSSL's read takes a Python buffer)
@@ -127,6 +130,15 @@ cpdef bytes take_ready(list out):
     return data
 
 
+cdef Py_ssize_t behind(list out):
+    """The bytes of the replies waiting in a connection's `out` (those made so far)."""
+    cdef Py_ssize_t n = 0
+    for x in out:
+        if type(x) is bytes:
+            n += len(<bytes>x)
+    return n
+
+
 cdef class ServedClient:
     """A connection this worker serves (its fields: servedloop.pxd)."""
 
@@ -151,6 +163,17 @@ cdef class ServedClient:
         self.tls_in = self.tls_out = None
         self.tls_pending = None
         self.pump = -1
+        self.unsent = None
+        self.unsent_at = 0
+
+    def take_unsent(self):
+        """The part of a reply the loop has not written yet (b""), which goes first when the
+        connection moves or closes; no longer the loop's to write."""
+        rest = b""
+        if self.unsent is not None:
+            rest = self.unsent[self.unsent_at:]
+            self.unsent = None
+        return rest
 
 
 cdef class ServedLoop:
@@ -170,6 +193,7 @@ cdef class ServedLoop:
         self.slow = []
         self.peers = None
         self.unblocked = []
+        self.keep_unsent = True
         self.extra_fds = {}
         self.extra_ready = []
         self.job_links_out = None
@@ -239,7 +263,10 @@ cdef class ServedLoop:
             elif fd == self.timer_fd:
                 ticked = True
             elif fd in clients:
-                self.ready.append(fd)
+                if ev & EPOLLOUT:
+                    self.dirty.append(clients[fd])     # the rest of a reply can go on
+                if ev & ~EPOLLOUT:
+                    self.ready.append(fd)
             elif peers is not None and fd in peers.by_fd:
                 if ev & EPOLLOUT:
                     peers.writable(fd)
@@ -371,6 +398,13 @@ cdef class ServedLoop:
                 self.write_tls(c)
                 continue
             out = c.out
+            if c.unsent is not None:
+                if self.send_unsent(c) != 1:
+                    if c.unsent is not None and c.back is None and behind(out) > MAX_BEHIND_UNSENT:
+                        self.slow_reader(c)         # a reader that falls behind: buffered there
+                    if c.back is not None:
+                        self.back_when_answered(c)
+                    continue
             if not out:
                 if c.back is not None:
                     self.back_when_answered(c)
@@ -378,7 +412,7 @@ cdef class ServedLoop:
             data = take_ready(out)
             if data is None:
                 continue
-            rest = self.send_out(c, data)
+            rest = self.send_out(c, data, c.back is None and self.keep_unsent)
             if rest is None:
                 continue
             if rest:
@@ -387,9 +421,10 @@ cdef class ServedLoop:
                 self.back_when_answered(c)
         return 0
 
-    cdef bytes send_out(self, ServedClient c, bytes data):
-        """Send `data`: what the socket did not take (b"": all went; the connection then
-        goes back as a slow reader), None when it is broken (c was dropped)."""
+    cdef bytes send_out(self, ServedClient c, bytes data, bint keep):
+        """Send `data`: what the socket did not take (b"": all went), None when it is broken
+        (c was dropped). With `keep`, a rest stays with c to be written as the socket drains
+        (c.unsent) and b"" is returned; else the connection goes back as a slow reader."""
         cdef Py_ssize_t size = len(data)
         cdef Py_ssize_t n = c_send(c.fd, <char *>data, size, MSG_NOSIGNAL)
         if n < 0:
@@ -401,8 +436,37 @@ cdef class ServedLoop:
         if n == size:
             c.last_io = monotonic()
             return b""
+        if n:
+            c.last_io = monotonic()
+        if keep:
+            c.unsent = data
+            c.unsent_at = n
+            self.ep.modify(c.fd, EPOLLIN | EPOLLOUT)
+            return b""
         self.slow_reader(c)
         return data[n:]
+
+    cdef int send_unsent(self, ServedClient c) except -2:
+        """More of c.unsent: 1 when the rest went (the socket is watched for input only
+        again), 0 when some is left, -1 when the connection broke (c was dropped)."""
+        cdef bytes data = c.unsent
+        cdef Py_ssize_t at = c.unsent_at, size = len(data)
+        cdef Py_ssize_t n = c_send(c.fd, <char *>data + at, size - at, MSG_NOSIGNAL)
+        if n < 0:
+            if errno != EAGAIN and errno != EINTR:
+                self.drop_client(c)
+                return -1
+            return 0
+        self.net_out += n
+        if n:
+            c.last_io = monotonic()
+        if at + n < size:
+            c.unsent_at = at + n
+            return 0
+        c.unsent = None
+        if c.back is None:      # else it is leaving: hand_back took it out of the set
+            self.ep.modify(c.fd, EPOLLIN)
+        return 1
 
     cdef int slow_reader(self, ServedClient c) except -1:
         """Its socket did not take every reply: the connection goes back to the front-end,
@@ -441,7 +505,7 @@ cdef class ServedLoop:
             c.tls_pending = None
         if not cipher:
             return 0
-        rest = self.send_out(c, cipher)
+        rest = self.send_out(c, cipher, False)
         if rest is None:
             return 0
         if rest:

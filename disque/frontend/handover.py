@@ -80,15 +80,19 @@ class Handover:
         fe.control_all("served_config", self.worker_config(), configured)
 
     def worker_config(self):
+        limits = tuple(self.cfg.client_output_buffer_limit)
+        # with an output limit the front-end must see every slow reader's replies, so a
+        # worker writes none of them itself (ServedClient.unsent)
         return {"renames": self.cfg.rename_commands, "timeout": self.cfg.timeout,
-                "slowlog": self.cfg.slowlog_log_slower_than}
+                "slowlog": self.cfg.slowlog_log_slower_than,
+                "output_limited": bool(limits[0] or limits[1])}
 
     def config_changed(self, name):
         if name == "connection-affinity":
             self.apply()
         elif name == "requirepass":
             self.recall_all()       # every command is checked against the new password
-        elif self.wanted():         # timeout, slowlog-log-slower-than
+        elif self.wanted():         # timeout, slowlog-log-slower-than, the output limits
             # pushed even before fe.affinity is on: the start-up configuration may still be
             # on its way with the old values, and this one must follow it
             self.configuring += 1

@@ -45,7 +45,7 @@ class NodeCommands:
         Returns an error reply when the new value cannot be applied (it is then undone)."""
         fe = self.fe
         if self.started_up and name in ("connection-affinity", "requirepass", "timeout",
-                                        "slowlog-log-slower-than"):
+                                        "slowlog-log-slower-than", "client-output-buffer-limit"):
             fe.handover.config_changed(name)
         if name == "requirepass":
             fe.auth.apply_requirepass()

@@ -150,7 +150,11 @@ class ServedClients(ServedCore):
             return
         self.send_slow()
         self.forget(c)
-        unsent = b"".join([x if type(x) is bytes else x.data for x in c.out])
+        parts = [x if type(x) is bytes else x.data for x in c.out]
+        rest = c.take_unsent()      # a reply this loop was still writing goes first
+        if rest:
+            parts.insert(0, rest)
+        unsent = b"".join(parts)
         c.out = []
         if unsent:
             self.shard.persistence.aof_flush()   # no reply leaves before its AOF record
@@ -295,6 +299,7 @@ class ServedClients(ServedCore):
     def configure(self, conf):
         self.timeout = conf["timeout"]
         self.slowlog_us = conf["slowlog"]
+        self.keep_unsent = not conf["output_limited"]
         # the front-end's table, built here by the same kernel (disque/_fast/dispatch.pyx)
         self.table = build_table(commands.command_table(conf["renames"]))
 
@@ -302,7 +307,7 @@ class ServedClients(ServedCore):
         """The worker stops: what was executed is written (best effort), then closed."""
         self.flush()
         for c in list(self.clients.values()):
-            ready = take_ready(c.out)      # up to a reply still being made
+            ready = c.take_unsent() + (take_ready(c.out) or b"")   # up to a reply still being made
             if ready and c.tls is not None:
                 try:
                     c.tls.write(ready)
