@@ -385,6 +385,7 @@ cdef class ServedLoop:
         cdef ServedClient c
         cdef list out, dirty
         cdef bytes data, rest
+        cdef int sent
         if self.peers is not None:
             self.peers.send_all()   # requests to, and replies for, the other workers
         if self.slow:
@@ -399,8 +400,11 @@ cdef class ServedLoop:
                 continue
             out = c.out
             if c.unsent is not None:
-                if self.send_unsent(c) != 1:
-                    if c.unsent is not None and c.back is None and behind(out) > MAX_BEHIND_UNSENT:
+                sent = self.send_unsent(c)
+                if sent < 0:
+                    continue                        # dropped
+                if sent == 0:
+                    if c.back is None and behind(out) > MAX_BEHIND_UNSENT:
                         self.slow_reader(c)         # a reader that falls behind: buffered there
                     if c.back is not None:
                         self.back_when_answered(c)
@@ -469,8 +473,9 @@ cdef class ServedLoop:
         return 1
 
     cdef int slow_reader(self, ServedClient c) except -1:
-        """Its socket did not take every reply: the connection goes back to the front-end,
-        which buffers (the worker never does) and applies the output limits."""
+        """Its socket did not take its replies and the worker keeps none of them (an output
+        limit is set, replies piled up behind a kept rest, TLS): the connection goes back to
+        the front-end, which buffers any amount and applies the output limits."""
         if c.back is None:
             if c.parked is not None:
                 # its GETJOB might wait for ever, and the hand-back with it

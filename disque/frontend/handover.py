@@ -80,12 +80,11 @@ class Handover:
         fe.control_all("served_config", self.worker_config(), configured)
 
     def worker_config(self):
-        limits = tuple(self.cfg.client_output_buffer_limit)
         # with an output limit the front-end must see every slow reader's replies, so a
         # worker writes none of them itself (ServedClient.unsent)
         return {"renames": self.cfg.rename_commands, "timeout": self.cfg.timeout,
                 "slowlog": self.cfg.slowlog_log_slower_than,
-                "output_limited": bool(limits[0] or limits[1])}
+                "output_limited": self.fe.obuf_limited}
 
     def config_changed(self, name):
         if name == "connection-affinity":

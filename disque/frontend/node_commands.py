@@ -45,7 +45,7 @@ class NodeCommands:
         Returns an error reply when the new value cannot be applied (it is then undone)."""
         fe = self.fe
         if self.started_up and name in ("connection-affinity", "requirepass", "timeout",
-                                        "slowlog-log-slower-than", "client-output-buffer-limit"):
+                                        "slowlog-log-slower-than"):
             fe.handover.config_changed(name)
         if name == "requirepass":
             fe.auth.apply_requirepass()
@@ -55,6 +55,8 @@ class NodeCommands:
             fe.monitoring.apply_slowlog_config(name)
         elif name == "client-output-buffer-limit":
             fe.connections.apply_output_limits()
+            if self.started_up:
+                fe.handover.config_changed(name)    # after: it pushes fe.obuf_limited
         elif name == "maxmemory":
             if self.started_up:
                 fe.memory.maxmemory_changed()
