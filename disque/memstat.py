@@ -6,9 +6,9 @@ queues and AOF buffers (`Memory.memory_used`, kept up to date incrementally), an
 front-end adds its clients (`client_bytes`). The processes' resident sets stay visible as
 `used_memory_rss` and `rss=` per worker in INFO workers.
 """
-import psutil
+import os
 
-_PROC = psutil.Process()
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # a connection in the front-end (Client, parser, transport, asyncio handles), measured as
 # the front-end's RSS growth per idle client (docs/memory.md)
@@ -16,7 +16,10 @@ CLIENT_COST = 1500
 
 
 def rss():
-    return _PROC.memory_info().rss
+    """This process's resident set: /proc/self/statm, one read, and always the calling
+    process (a worker forked from the front-end must not report its parent's)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * PAGE
 
 
 def client_bytes(clients):

@@ -1,4 +1,5 @@
 """The Cython structures held against small pure-Python reference models (hypothesis)."""
+import sys
 import base64
 import re
 
@@ -217,20 +218,32 @@ def test_timer_heap_matches_model(ops):
             assert job.awakeme == model.get(i, 0)
 
 
-def test_timer_heap_compacts_stale_entries():
+def test_timer_heap_holds_only_scheduled_jobs():
+    """A reschedule moves the job's entry, a cancel takes it out and lets the job go: a
+    deleted or spilled job (and its body) is not kept alive by the heap until its due time."""
     maker = IdMaker(NODE)
     jobs = [make_job(maker, n) for n in range(5000)]
+    def refs_of(job):               # read outside an assert: pytest's rewriting holds operands
+        return sys.getrefcount(job) - 1
+    refs = refs_of(jobs[0])
     heap = TimerHeap()
     for round_ in range(5):
         for j in jobs:
-            heap.schedule(j, 1000 + round_)
-    assert len(heap) == 5000
-    assert heap.heap_size <= 2 * 5000 + 4096
-    for j in jobs:
+            heap.schedule(j, 1000 - round_)
+    assert len(heap) == heap.heap_size == 5000
+    held = refs_of(jobs[0])
+    assert held == refs + 1
+    for j in jobs[1:]:
         heap.cancel(j)
+    assert heap.heap_size == 1 and heap.allocated <= 4096
+    held = refs_of(jobs[1])
+    assert held == refs
+    assert heap.next_when() == 996
     heap.schedule(jobs[0], 5)
     assert heap.pop_due(10 ** 9, 10) == [jobs[0]]
-    assert heap.next_when() == 0
+    held = refs_of(jobs[0])
+    assert held == refs
+    assert heap.next_when() == 0 and len(heap) == 0
 
 
 def test_pop_due_respects_limit_and_order():

@@ -32,7 +32,7 @@ cdef class Job:
     cdef public unsigned int etime      # absolute expiry, unix seconds
     cdef public unsigned int delay      # seconds
     cdef public unsigned int retry      # seconds
-    cdef public unsigned int timer_gen  # bumps on every (re)schedule: older heap entries are stale
+    cdef public unsigned int timer_pos  # index + 1 of its entry in the shard's TimerHeap; 0 = none
     cdef public unsigned short repl
     cdef public unsigned short nacks
     cdef public unsigned short additional_deliveries

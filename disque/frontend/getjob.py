@@ -168,50 +168,7 @@ class Getjobs:
         return got
 
     def multiget_reply(self, m, reqid, w):
-        fe = self.fe
-
-        def got(rep):
-            jobs, ids = rep[1], rep[2]
-            if jobs == 0:
-                return              # the worker's last word after an UNBLOCK
-            if m.done:
-                # too late for this client: give the jobs back and wait for the UNBLOCK ack
-                if ids:
-                    fe.send(w, link_msg.Return.encode(ids))
-                if reqid in m.unblocked:
-                    fe.pending[reqid] = got
-                return
-            if jobs is None:
-                # the worker dropped its waiters (DEBUG FLUSHALL): the client gets a null reply
-                self.finish(m)
-                return
-            if type(jobs) is bytes:
-                # -LEAVING: this node no longer lets consumers wait (SPEC 8.7)
-                m.error = jobs
-                m.answered.add(reqid)
-                if len(m.answered) == len(m.reqids) or m.blocked:
-                    self.finish(m)
-                return
-            # a worker sweeps its queues one job per queue per round: (round, position)
-            # is the place each job would have in one sweep over all the queues
-            rounds = {}
-            for enc, jid in zip(jobs, ids or ()):
-                pos = m.order.get(queue_of_encoded(enc), 0)
-                rnd = rounds.get(pos, 0)
-                rounds[pos] = rnd + 1
-                m.jobs.append(((rnd, pos), enc, jid, w))
-            if reqid not in m.answered:
-                m.answered.add(reqid)
-                if not jobs and not m.nohang:
-                    fe.pending[reqid] = got     # the worker holds a waiter: an offer may follow
-            if len(m.answered) < len(m.reqids):
-                return
-            if m.jobs or m.nohang:
-                self.finish(m)
-            elif not m.blocked:
-                m.blocked = True
-                self.blocked_count += 1
-        return got
+        return PartReply(self, m, reqid, w)
 
     def finish(self, m):
         fe = self.fe
@@ -231,6 +188,7 @@ class Getjobs:
         if client.closed:
             back = jobs
             give = []
+        m.jobs = []                 # the bodies go with the reply, not with `m`
         for _, _, jid, w in back:
             fe.send(w, link_msg.Return.encode([jid]))
         if not client.closed:
@@ -271,3 +229,61 @@ class Getjobs:
             if len(live) * 2 < len(deadlines):
                 heapq.heapify(live)
                 self.deadlines = live
+
+
+class PartReply:
+    """The reply callback of one worker's share of a MultiGet. An object rather than a
+    closure: it registers itself again for the worker's next word, and a closure naming
+    itself is a reference cycle, which kept every MultiGet and the job bodies it gathered
+    alive until the interpreter's next full collection."""
+    __slots__ = ("getjobs", "m", "reqid", "w")
+
+    def __init__(self, getjobs, m, reqid, w):
+        self.getjobs = getjobs
+        self.m = m
+        self.reqid = reqid
+        self.w = w
+
+    def __call__(self, rep):
+        getjobs, m, reqid, w = self.getjobs, self.m, self.reqid, self.w
+        fe = getjobs.fe
+        jobs, ids = rep[1], rep[2]
+        if jobs == 0:
+            return              # the worker's last word after an UNBLOCK
+        if m.done:
+            # too late for this client: give the jobs back and wait for the UNBLOCK ack
+            if ids:
+                fe.send(w, link_msg.Return.encode(ids))
+            if reqid in m.unblocked:
+                fe.pending[reqid] = self
+            return
+        if jobs is None:
+            # the worker dropped its waiters (DEBUG FLUSHALL): the client gets a null reply
+            getjobs.finish(m)
+            return
+        if type(jobs) is bytes:
+            # -LEAVING: this node no longer lets consumers wait (SPEC 8.7)
+            m.error = jobs
+            m.answered.add(reqid)
+            if len(m.answered) == len(m.reqids) or m.blocked:
+                getjobs.finish(m)
+            return
+        # a worker sweeps its queues one job per queue per round: (round, position)
+        # is the place each job would have in one sweep over all the queues
+        rounds = {}
+        for enc, jid in zip(jobs, ids or ()):
+            pos = m.order.get(queue_of_encoded(enc), 0)
+            rnd = rounds.get(pos, 0)
+            rounds[pos] = rnd + 1
+            m.jobs.append(((rnd, pos), enc, jid, w))
+        if reqid not in m.answered:
+            m.answered.add(reqid)
+            if not jobs and not m.nohang:
+                fe.pending[reqid] = self    # the worker holds a waiter: an offer may follow
+        if len(m.answered) < len(m.reqids):
+            return
+        if m.jobs or m.nohang:
+            getjobs.finish(m)
+        elif not m.blocked:
+            m.blocked = True
+            getjobs.blocked_count += 1

@@ -15,6 +15,7 @@ import logging
 
 from disque import memstat
 from disque import nodeclock
+from disque.heap_trim import HeapTrim
 from disque.contracts import bus_messages as bus_msg
 
 log = logging.getLogger("disque.frontend")
@@ -39,6 +40,7 @@ class Memory:
         self.client_bytes = 0   # what the clients held at the last poll
         self.worker_used = []   # each worker's share of used_memory at the last poll
         self.pressure = 0       # spill: 0 none, 1 jobs on disk, 2 the disk refuses writes
+        self.heap = HeapTrim()  # this process's freed heap back to the system
 
     def spill_limit(self):
         """[spill-threshold % of maxmemory less what the clients hold, every worker's
@@ -54,6 +56,7 @@ class Memory:
     def cron(self):
         """Every ~100 ms (Node.cron): push the last level to the workers and collect their
         memory use; `measured` computes the new level."""
+        self.heap.cron()
         if self.polling:
             self.again = True   # the levels changed during a poll: one more right after it
             return

@@ -5,6 +5,8 @@ its expiries counts for the ten ticks it stands for."""
 import logging
 import os
 
+from disque.heap_trim import HeapTrim
+
 log = logging.getLogger("disque.worker")
 
 TICK_MS = 10             # job timers fire within this of their due time (SPEC allows 100)
@@ -22,6 +24,7 @@ class Crons:
         self.ticks = 0
         self.cluster_ticks = 0
         self.parent = os.getppid()
+        self.heap = HeapTrim()
 
     def tick(self):
         worker = self.worker
@@ -41,7 +44,8 @@ class Crons:
 
     def cluster_cron(self):
         """Every 100 ms: federation interest and LEAVING consumers on a node of a cluster,
-        idle connections and the served totals, the job links' reconnections."""
+        idle connections and the served totals, the job links' reconnections, freed heap
+        back to the system."""
         worker = self.worker
         shard = worker.shard
         if shard.cluster_size > 1:
@@ -53,6 +57,7 @@ class Crons:
             worker.served.cron()
         if worker.job_links is not None:
             worker.job_links.cron()
+        self.heap.cron()
 
     def slow_cron(self):
         """Twice a second: leave if the front-end is gone, evict idle queues."""

@@ -1,0 +1,81 @@
+"""Freed C-heap memory goes back to the operating system (docs/memory.md, "RSS").
+
+glibc keeps the pages of freed chunks inside its heap for reuse: after a drain, or while
+spilled jobs leave RAM, the process keeps the RSS of its high-water mark although Python
+freed the objects (a job's body, a reply, a buffer) long ago. `malloc_trim(0)` hands every
+whole free page back (MADV_DONTNEED inside the heap, a shorter heap at its top).
+
+A trim costs about a microsecond per page it returns, plus a walk of the free lists, so it
+is not run on a timer alone: every ~100 ms each process reads how many bytes its heap holds
+free (`mallinfo2`, a walk of the bins and no system call) and trims when that figure has
+grown by TRIM_STEP since its lowest point after the last trim. The cost is at most one
+trim per TRIM_STEP freed, and nothing on a node whose memory does not shrink. What stays
+is memory still in use, free chunks smaller than a page between live ones, and the
+interpreter's small-object arenas (freed whole when they empty, by Python itself).
+"""
+import ctypes
+import ctypes.util
+import time
+
+
+TRIM_STEP = 1 << 20         # bytes freed since the last trim's low point before trimming
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):    # not glibc (musl), or glibc before 2.33
+        return None
+
+
+_LIBC = _libc()
+
+
+def heap_free_bytes():
+    """Bytes the C heap holds free (every arena's free chunks), or 0 without glibc."""
+    if _LIBC is None:
+        return 0
+    info = _LIBC.mallinfo2()
+    return info.fordblks + info.fsmblks
+
+
+class HeapTrim:
+    """One per process; `cron()` every ~100 ms. Counters for INFO: trims and the time they
+    took."""
+
+    def __init__(self, step=TRIM_STEP):
+        self.step = step
+        self.low = heap_free_bytes()
+        self.trims = 0
+        self.trim_ns = 0
+        self.enabled = _LIBC is not None
+
+    def cron(self):
+        if not self.enabled:
+            return False
+        free = heap_free_bytes()
+        if free < self.low:
+            self.low = free
+        if free - self.low < self.step:
+            return False
+        t0 = time.perf_counter_ns()
+        _LIBC.malloc_trim(0)
+        self.trim_ns += time.perf_counter_ns() - t0
+        self.trims += 1
+        # the chunks stay free in malloc's books (their pages are gone): the next trim
+        # waits for as much again to be freed
+        self.low = heap_free_bytes()
+        return True
+
+    def info(self):
+        return {"heap_trims": self.trims, "heap_trim_ms": self.trim_ns // 1000000,
+                "heap_free_bytes": heap_free_bytes()}

@@ -1,0 +1,91 @@
+"""The RSS the operating system sees follows `maxmemory` (docs/memory.md, "RSS"): a node
+spilling far past its limit stays within 1.1 x maxmemory + its fresh RSS at every sample,
+and comes back down after a drain. The 600,000-job and 10 M-job forms of the same
+measurement are bench/bench_rss.py."""
+import os
+import threading
+
+import pytest
+
+import spill_helpers
+from support.waits import wait_until
+
+QUEUES = ["rssq0", "rssq1", "rssq2", "rssq3"]
+MB = 1024 * 1024
+PAGE = os.sysconf("SC_PAGE_SIZE")
+SAMPLE_S = 0.05
+
+
+def rss_of(pid):
+    try:
+        with open("/proc/%d/statm" % pid, "rb") as f:
+            return int(f.read().split()[1]) * PAGE
+    except OSError:
+        return 0
+
+
+def node_rss(pids):
+    return sum(rss_of(pid) for pid in pids)
+
+
+class PeakRss(threading.Thread):
+    def __init__(self, pids):
+        super().__init__(daemon=True)
+        self.pids = pids
+        self.peak = 0
+        self.peak_parts = []
+        self.samples = 0
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            parts = [rss_of(pid) for pid in self.pids]
+            if sum(parts) > self.peak:
+                self.peak, self.peak_parts = sum(parts), parts
+            self.samples += 1
+            self.stop.wait(SAMPLE_S)
+
+
+def settled_rss(pids):
+    """The fresh node's RSS once two samples 200 ms apart agree within 1 MB."""
+    last = [node_rss(pids)]
+
+    def steady():
+        now = node_rss(pids)
+        ok = abs(now - last[0]) < MB
+        last[0] = now
+        return ok
+    wait_until(steady, timeout=10, interval=0.2, message="the fresh node's RSS did not settle")
+    return last[0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_rss_within_maxmemory_while_spilling_and_back_after_drain(start_server, workers):
+    maxmemory = 64 * MB
+    n = 200_000                              # ~280 MB of jobs: 4.4x maxmemory
+    srv = start_server(workers=workers, extra_args=["--maxmemory", "64mb"])
+    pids = [srv.pid] + srv.worker_pids()
+    assert len(pids) == workers + 1
+    c = spill_helpers.client(srv)
+    fresh = settled_rss(pids)
+    sampler = PeakRss(pids)
+    sampler.start()
+    try:
+        ids, crc, _ = spill_helpers.fill([c], n, QUEUES, maxmemory=maxmemory)
+        assert spill_helpers.memory(c)["spilled_jobs"] > n // 2
+        got_crc, seen = spill_helpers.drain([c], n, QUEUES)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    assert seen == set(ids) and got_crc == crc
+    assert sampler.samples > 20
+    bound = 1.1 * maxmemory + fresh
+    assert sampler.peak <= bound, "peak RSS %.1f MB (%s) over %.1f MB (fresh %.1f MB)" % (
+        sampler.peak / MB, " + ".join("%.1f" % (p / MB) for p in sampler.peak_parts),
+        bound / MB, fresh / MB)
+    after = 1.2 * fresh + 16 * MB
+    try:
+        wait_until(lambda: node_rss(pids) <= after, timeout=10)
+    except AssertionError:
+        raise AssertionError("RSS %.1f MB after the drain, over %.1f MB (fresh %.1f MB)" % (
+            node_rss(pids) / MB, after / MB, fresh / MB)) from None
