@@ -20,6 +20,7 @@ from disque import config as config_mod
 from disque import log as dlog
 from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
+from disque.frontend.pace import CronPace
 from disque.bus import announce as announce_mod
 from disque.bus.cluster import Cluster
 from disque.bus.link_keys import write_link_files
@@ -399,6 +400,7 @@ class Node:
             # the cron tick comes from a timerfd, so the loop never holds a timer and
             # waits in epoll with no timeout (see disque/_fast/clock.pyx)
             self.cron_timer = PeriodicTimer(CRON_MS)
+            fe.pace = CronPace(fe, self.cron_timer, CRON_MS)
             loop.add_reader(self.cron_timer.fileno(), self.cron)
             loop.run_forever()
             for srv in servers:
@@ -460,7 +462,9 @@ class Node:
             self.restarts.died(w)       # a dead worker is not a dead node
 
     def cron(self):
-        ticks = self.cron_timer.drain()
+        pace = self.fe.pace
+        ticks = pace.ticks(self.cron_timer.drain())
+        pace.after_cron()       # before this tick's requests to the workers are out
         self.cron_ticks += ticks
         self.memory_ticks += ticks
         self.fe.cron()

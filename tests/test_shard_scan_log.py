@@ -149,3 +149,16 @@ def test_jscan_never_returns_dummy_acks():
         assert unknown not in data
     _, _, found, data = shard.scan("j", 0, 50, -1, -1, -1, [None, 0, True])
     assert found == 1 and jid in data and unknown not in data
+
+
+def test_scan_log_gives_its_array_back_after_a_drain():
+    """After a backlog is deleted the log keeps neither its entries nor most of its
+    sequence array (8 bytes a job ever held at once)."""
+    shard = _shard()
+    ids = [shard.cmd_addjob([b"ADDJOB", b"q", b"b", b"0"])[1:-2] for _ in range(100_000)]
+    big = shard.job_log.allocated
+    assert big >= 100_000
+    for jid in ids:
+        shard.forget_job(shard.jobs[jid])
+    assert len(shard.job_log) <= 2048
+    assert shard.job_log.allocated <= 4096, (big, shard.job_log.allocated)

@@ -7,5 +7,6 @@ cdef class ScanLog:
     cdef unsigned long long add(self, object item) except 0
     cdef void kill(self, unsigned long long seq)
     cdef void compact(self)
+    cdef void fit(self) noexcept
     cpdef bint replace(self, unsigned long long seq, object item)
     cpdef Py_ssize_t position(self, unsigned long long seq)

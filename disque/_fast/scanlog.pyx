@@ -28,6 +28,10 @@ cdef class ScanLog:
     def __len__(self):
         return len(self.items)
 
+    @property
+    def allocated(self):
+        return self.cap
+
     cdef unsigned long long add(self, object item) except 0:
         cdef Py_ssize_t n = len(self.items), cap
         cdef unsigned long long *p
@@ -86,7 +90,23 @@ cdef class ScanLog:
                 j += 1
         self.items = kept
         self.n_dead = 0
+        self.fit()
+
+    cdef void fit(self) noexcept:
+        """Give back most of the sequence array once the log is a quarter of it (after a
+        drain it would otherwise keep the size of the largest backlog, 8 bytes a job)."""
+        cdef Py_ssize_t n = len(self.items), cap = self.cap
+        cdef unsigned long long *p
+        if cap <= 64 or n * 4 > cap:
+            return
+        while cap > 64 and n * 2 <= cap:
+            cap >>= 1
+        p = <unsigned long long *>realloc(self.seqs, cap * sizeof(unsigned long long))
+        if p != NULL:
+            self.seqs = p
+            self.cap = cap
 
     def clear(self):
         self.items = []
         self.n_dead = 0
+        self.fit()

@@ -119,6 +119,7 @@ class Frontend(Core):
         self.routing = Routing(self)
         self.scans = Scans(self)
         self.relay = ClusterRelay(self)
+        self.pace = None                # the cron's pace, set by the server (frontend/pace.py)
         self.queries = NodeQueries(self, cfg)
         self.cluster_queries = ClusterQueries(self, cfg)
         self.persistence = PersistencePhases(self, cfg)
@@ -131,6 +132,8 @@ class Frontend(Core):
         self.node_commands.start()
 
     def new_client(self):
+        if self.pace is not None:
+            self.pace.wake()            # the cron back at its fast pace (frontend/pace.py)
         return Client(self)
 
     def client_stopped_waiting(self, client):
