@@ -14,7 +14,6 @@ is memory still in use, free chunks smaller than a page between live ones, and t
 interpreter's small-object arenas (freed whole when they empty, by Python itself).
 """
 import ctypes
-import ctypes.util
 import time
 
 
@@ -29,7 +28,8 @@ class _Mallinfo2(ctypes.Structure):
 
 def _libc():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # by its soname: ctypes.util.find_library runs ldconfig, tens of ms at start-up
+        libc = ctypes.CDLL("libc.so.6")
         libc.mallinfo2.restype = _Mallinfo2
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
         return libc

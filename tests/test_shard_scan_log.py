@@ -162,3 +162,20 @@ def test_scan_log_gives_its_array_back_after_a_drain():
         shard.forget_job(shard.jobs[jid])
     assert len(shard.job_log) <= 2048
     assert shard.job_log.allocated <= 4096, (big, shard.job_log.allocated)
+
+
+def test_job_table_is_rebuilt_at_its_size_after_a_drain():
+    """A dict keeps the table of its largest size when its keys go; the slow cron's
+    shrink_tables rebuilds it in place (the same dict: other parts hold it)."""
+    import sys
+    shard = _shard()
+    jobs = shard.jobs
+    ids = [shard.cmd_addjob([b"ADDJOB", b"q", b"b", b"0"])[1:-2] for _ in range(100_000)]
+    for jid in ids[:-10]:
+        shard.forget_job(shard.jobs[jid])
+    big = sys.getsizeof(jobs)
+    assert big > 1 << 20
+    shard.memory.shrink_tables()
+    assert shard.jobs is jobs and len(jobs) == 10
+    assert sys.getsizeof(jobs) < 4096, big
+    assert all(jid in jobs for jid in ids[-10:])

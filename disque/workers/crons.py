@@ -60,9 +60,12 @@ class Crons:
         self.heap.cron()
 
     def slow_cron(self):
-        """Twice a second: leave if the front-end is gone, evict idle queues."""
+        """Twice a second: leave if the front-end is gone, evict idle queues, shrink the
+        job and queue tables a drain left oversized."""
         if os.getppid() != self.parent:
             log.warning("Front-end is gone: worker %d exits", self.worker.index)
             return False
-        self.worker.shard.queue_commands.evict_idle_queues()
+        shard = self.worker.shard
+        shard.queue_commands.evict_idle_queues()
+        shard.memory.shrink_tables()
         return True

@@ -2,6 +2,7 @@
 memory poll, the limits the front-end sends back, and eviction before a command that
 adds (flag `m`) when the node is over 95% of maxmemory (the core's `evict_for_oom`)."""
 import random
+import sys
 from time import perf_counter_ns
 
 from disque._fast.job import ACKED, FLAG_DELIVERED
@@ -13,6 +14,10 @@ from disque.workers.queues import QUEUE_MAX_IDLE_BY_LEVEL
 SHARD_BASE_COST = 8192
 EVICT_MAX_MISSES = 10           # SPEC 9: give up after > 10 non-evictable samples in a row
 EVICT_MAX_NS = 1000000          # ... or after 1 ms
+# a dict keeps the table of its largest size when its keys go: past SHRINK_MIN_BYTES and
+# SHRINK_BYTES_PER_KEY per key left (about 4x a fitted table), it is rebuilt at its size
+SHRINK_MIN_BYTES = 1 << 20
+SHRINK_BYTES_PER_KEY = 256
 
 
 class Memory:
@@ -79,6 +84,18 @@ class Memory:
         else:
             shard.oom_data = self.oom_data
             shard.oom_reply = OOM_ERROR
+
+    def shrink_tables(self):
+        """Twice a second (the slow cron): the job and queue dicts rebuilt in place once
+        most of their keys are gone (after a drain they kept the table of the backlog, 24
+        bytes a job it once held). O(keys left), at most a quarter of the table."""
+        shard = self.shard
+        for table in (shard.jobs, shard.queues):
+            size = sys.getsizeof(table)
+            if size > SHRINK_MIN_BYTES and size > SHRINK_BYTES_PER_KEY * len(table):
+                kept = dict(table)
+                table.clear()
+                table.update(kept)
 
     def free_memory(self):
         """Eviction before an `m` command when the node is over 95% of maxmemory (SPEC 9,
