@@ -49,8 +49,7 @@ def heap_free_bytes():
 
 
 class HeapTrim:
-    """One per process; `cron()` every ~100 ms. Counters for INFO: trims and the time they
-    took."""
+    """One per process; `cron()` every ~100 ms. Counts its trims and the time they took."""
 
     def __init__(self, step=TRIM_STEP):
         self.step = step
@@ -75,7 +74,3 @@ class HeapTrim:
         # waits for as much again to be freed
         self.low = heap_free_bytes()
         return True
-
-    def info(self):
-        return {"heap_trims": self.trims, "heap_trim_ms": self.trim_ns // 1000000,
-                "heap_free_bytes": heap_free_bytes()}

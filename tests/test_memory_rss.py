@@ -89,3 +89,21 @@ def test_rss_within_maxmemory_while_spilling_and_back_after_drain(start_server, 
     except AssertionError:
         raise AssertionError("RSS %.1f MB after the drain, over %.1f MB (fresh %.1f MB)" % (
             node_rss(pids) / MB, after / MB, fresh / MB)) from None
+
+
+def test_heap_trim_gives_freed_heap_back_once_per_step():
+    """In-process: freeing 64 MB of 1 KB blocks makes the next cron trim once and the RSS
+    fall; a second cron with nothing more freed does not trim again."""
+    from disque.heap_trim import HeapTrim
+    from disque.memstat import rss
+    keep = [bytes(1024) + b"%d" % i for i in range(2000)]      # a live block at the top
+    blocks = [bytes(1024) + b"%d" % i for i in range(64 * 1024)]
+    top = [bytes(1024) + b"%d" % i for i in range(2000)]
+    trim = HeapTrim()
+    assert not trim.cron()
+    before = rss()
+    del blocks
+    assert trim.cron() and trim.trims == 1
+    assert rss() < before - 32 * MB, (before, rss())
+    assert not trim.cron() and trim.trims == 1
+    assert keep and top
