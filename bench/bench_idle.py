@@ -16,23 +16,15 @@ import sys
 import tempfile
 import time
 
-import psutil
-
-from disque.harness.node import Node, disque_argv, original_argv
-from disque.harness.ports import lease_port
+from common.nodes import leased_node, node_processes, ours_then_original
 
 MB = 1 << 20
 
 
 def measure(label, argv_of, children, workdir, settle, seconds):
-    lease = lease_port()
-    node = Node(argv_of(lease.port), port=lease.port, cwd=workdir,
-                log_path=os.path.join(workdir, "%s.log" % label))
-    try:
-        node.start(children=children)
+    with leased_node(label, argv_of, children, workdir) as node:
         time.sleep(settle)
-        root = psutil.Process(node.pid)
-        procs = [root] + root.children(recursive=True)
+        procs = node_processes(node.pid)
 
         def cpu():
             return sum(sum(p.cpu_times()[:2]) for p in procs)
@@ -43,9 +35,6 @@ def measure(label, argv_of, children, workdir, settle, seconds):
         return {"label": label, "cpu_ms_per_s": (c1 - c0) / (t1 - t0) * 1e3,
                 "pss": sum(f.pss for f in full), "rss": sum(f.rss for f in full),
                 "uss": [f.uss for f in full]}
-    finally:
-        node.stop()
-        lease.release()
 
 
 def main():
@@ -56,18 +45,11 @@ def main():
     ap.add_argument("--settle", type=float, default=3.0)
     a = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="bench-idle-")
-    rows = []
     try:
-        for w in [int(x) for x in a.workers.split(",")]:
-            print("ours --workers %d: %.0f s idle ..." % (w, a.seconds), flush=True)
-            rows.append(measure("ours-w%d" % w,
-                                lambda port, w=w: disque_argv(port, w, "--dir", workdir),
-                                w, workdir, a.settle, a.seconds))
-        if a.disque_binary:
-            print("original: %.0f s idle ..." % a.seconds, flush=True)
-            rows.append(measure("original",
-                                lambda port: original_argv(a.disque_binary, port, workdir),
-                                0, workdir, a.settle, a.seconds))
+        rows = ours_then_original(
+            [int(x) for x in a.workers.split(",")], a.disque_binary, workdir,
+            lambda label, argv_of, children: measure(label, argv_of, children, workdir,
+                                                     a.settle, a.seconds))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()

@@ -13,28 +13,17 @@ import sys
 import tempfile
 import time
 
-import psutil
 import redis
 
-from disque.harness.node import Node, disque_argv, original_argv
-from disque.harness.ports import lease_port
+from common.nodes import leased_node, node_rss, ours_then_original
 
 PIPELINE = 1000
 MB = 1 << 20
 
 
-def node_rss(pid):
-    root = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [root] + root.children(recursive=True))
-
-
 def run(label, argv_of, children, n, workdir):
-    lease = lease_port()
-    node = Node(argv_of(lease.port), port=lease.port, cwd=workdir,
-                log_path=os.path.join(workdir, "%s.log" % label))
-    try:
-        node.start(children=children)
-        c = redis.Redis(host="127.0.0.1", port=lease.port, socket_timeout=120, protocol=2)
+    with leased_node(label, argv_of, children, workdir) as node:
+        c = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=120, protocol=2)
         c.ping()
         time.sleep(1.0)
         rss0 = node_rss(node.pid)
@@ -57,9 +46,6 @@ def run(label, argv_of, children, n, workdir):
         assert got[0][2] == body
         return {"label": label, "rate": n / add_s, "per_queue": (rss1 - rss0) / n,
                 "big_ms": big_ms}
-    finally:
-        node.stop()
-        lease.release()
 
 
 def main():
@@ -69,16 +55,10 @@ def main():
     ap.add_argument("--queues", type=int, default=200_000)
     a = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="bench-queues-")
-    rows = []
     try:
-        for w in [int(x) for x in a.workers.split(",")]:
-            print("ours --workers %d: %d queues ..." % (w, a.queues), flush=True)
-            rows.append(run("ours-w%d" % w, lambda port, w=w: disque_argv(port, w, "--dir", workdir),
-                            w, a.queues, workdir))
-        if a.disque_binary:
-            print("original: %d queues ..." % a.queues, flush=True)
-            rows.append(run("original", lambda port: original_argv(a.disque_binary, port, workdir),
-                            0, a.queues, workdir))
+        rows = ours_then_original(
+            [int(x) for x in a.workers.split(",")], a.disque_binary, workdir,
+            lambda label, argv_of, children: run(label, argv_of, children, a.queues, workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     orig = rows[-1] if a.disque_binary else None

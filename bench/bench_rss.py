@@ -22,8 +22,8 @@ import time
 import psutil
 import redis
 
-from disque.harness.node import Node, disque_argv
-from disque.harness.ports import lease_port
+from common.nodes import leased_node, node_processes, node_rss, rss_by_process
+from disque.harness.node import disque_argv
 
 QUEUES = ["rq0", "rq1", "rq2", "rq3"]
 PIPELINE = 1000
@@ -41,24 +41,9 @@ def parse_size(text):
     return int(text)
 
 
-def node_procs(node):
-    root = psutil.Process(node.pid)
-    return [root] + root.children(recursive=True)
-
-
-def rss_by_process(node):
-    out = {}
-    for p in node_procs(node):
-        try:
-            out[p.pid] = p.memory_info().rss
-        except psutil.Error:
-            pass
-    return out
-
-
-def pss_total(node):
+def pss_total(pid):
     total = 0
-    for p in node_procs(node):
+    for p in node_processes(pid):
         try:
             total += p.memory_full_info().pss
         except psutil.Error:
@@ -84,7 +69,7 @@ class Sampler(threading.Thread):
 
     def run(self):
         while not self.done.is_set():
-            parts = rss_by_process(self.node)
+            parts = rss_by_process(self.node.pid)
             total = sum(parts.values())
             self.last = total
             self.trace.append((time.monotonic() - self.t0, self.phase, list(parts.values())))
@@ -140,47 +125,44 @@ def main():
     a = ap.parse_args()
     maxmem = parse_size(a.maxmemory)
     workdir = tempfile.mkdtemp(prefix="bench-rss-")
-    lease = lease_port()
-    node = Node(disque_argv(lease.port, a.workers, "--dir", workdir, "--maxmemory", a.maxmemory,
-                            *a.extra.split()),
-                port=lease.port, cwd=workdir, log_path=os.path.join(workdir, "node.log"))
+
+    def argv_of(port):
+        return disque_argv(port, a.workers, "--dir", workdir, "--maxmemory", a.maxmemory,
+                           *a.extra.split())
     try:
-        node.start(children=a.workers)
-        time.sleep(1.0)                 # the fresh node settles (first memory polls, imports)
-        fresh = sum(rss_by_process(node).values())
-        fresh_pss = pss_total(node)
-        print("fresh node: RSS %.1f MB, PSS %.1f MB" % (fresh / MB, fresh_pss / MB), flush=True)
-        sampler = Sampler(node)
-        sampler.start()
-        add_s, drain_s = fill_and_drain(lease.port, a.jobs, a.body, sampler,
-                                        max(PIPELINE, a.jobs // 10))
-        sampler.phase = "rest"
-        time.sleep(a.after)
-        end = sum(rss_by_process(node).values())
-        sampler.done.set()
-        sampler.join()
-        if a.trace:
-            with open(a.trace, "w") as f:
-                for t, phase, parts in sampler.trace:
-                    f.write("%.1f %s %s\n" % (t, phase, " ".join("%.0f" % (v / MB) for v in parts)))
-        peak_bound = 1.1 * maxmem + fresh
-        end_bound = 1.2 * fresh + 16 * MB
-        print()
-        print("jobs %d x %d B, maxmemory %s, --workers %d: add %.0f/s, drain %.0f/s"
-              % (a.jobs, a.body, a.maxmemory, a.workers, a.jobs / add_s, a.jobs / drain_s))
-        print("fresh RSS %.1f MB; peak RSS %.1f MB (during %s; per process %s; %d samples)"
-              % (fresh / MB, sampler.peak / MB, sampler.peak_phase,
-                 " ".join("%.0f" % (v / MB) for v in sampler.peak_parts.values()),
-                 sampler.samples))
-        print("peak bound 1.1 x maxmemory + fresh = %.1f MB: %s"
-              % (peak_bound / MB, "within" if sampler.peak <= peak_bound else "OVER"))
-        print("RSS %.0f s after the drain %.1f MB; bound 1.2 x fresh + 16 MB = %.1f MB: %s"
-              % (a.after, end / MB, end_bound / MB, "within" if end <= end_bound else "OVER"))
-        return 0
+        with leased_node("node", argv_of, a.workers, workdir) as node:
+            time.sleep(1.0)             # the fresh node settles (first memory polls, imports)
+            fresh = node_rss(node.pid)
+            fresh_pss = pss_total(node.pid)
+            print("fresh node: RSS %.1f MB, PSS %.1f MB" % (fresh / MB, fresh_pss / MB), flush=True)
+            sampler = Sampler(node)
+            sampler.start()
+            add_s, drain_s = fill_and_drain(node.port, a.jobs, a.body, sampler,
+                                            max(PIPELINE, a.jobs // 10))
+            sampler.phase = "rest"
+            time.sleep(a.after)
+            end = node_rss(node.pid)
+            sampler.done.set()
+            sampler.join()
     finally:
-        node.stop()
-        lease.release()
         shutil.rmtree(workdir, ignore_errors=True)
+    if a.trace:
+        with open(a.trace, "w") as f:
+            for t, phase, parts in sampler.trace:
+                f.write("%.1f %s %s\n" % (t, phase, " ".join("%.0f" % (v / MB) for v in parts)))
+    peak_bound = 1.1 * maxmem + fresh
+    end_bound = 1.2 * fresh + 16 * MB
+    print()
+    print("jobs %d x %d B, maxmemory %s, --workers %d: add %.0f/s, drain %.0f/s"
+          % (a.jobs, a.body, a.maxmemory, a.workers, a.jobs / add_s, a.jobs / drain_s))
+    print("fresh RSS %.1f MB; peak RSS %.1f MB (during %s; per process %s; %d samples)"
+          % (fresh / MB, sampler.peak / MB, sampler.peak_phase,
+             " ".join("%.0f" % (v / MB) for v in sampler.peak_parts.values()), sampler.samples))
+    print("peak bound 1.1 x maxmemory + fresh = %.1f MB: %s"
+          % (peak_bound / MB, "within" if sampler.peak <= peak_bound else "OVER"))
+    print("RSS %.0f s after the drain %.1f MB; bound 1.2 x fresh + 16 MB = %.1f MB: %s"
+          % (a.after, end / MB, end_bound / MB, "within" if end <= end_bound else "OVER"))
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ import tempfile
 import time
 import zlib
 
-import psutil
 import redis
 
 from disque.harness.node import Node, disque_argv
 from disque.harness.ports import lease_port
 
 import spill_rabbitmq as rabbit
+from common.nodes import node_rss
 
 QUEUES = ["bq0", "bq1", "bq2", "bq3"]
 PIPELINE = 1000
@@ -38,16 +38,6 @@ PROGRESS_S = 5.0
 
 def body_of(i, size, pad):
     return struct.pack("<Q", i) + pad[:size - 8]
-
-
-def node_rss(node):
-    total = 0
-    for p in [psutil.Process(node.pid)] + psutil.Process(node.pid).children(recursive=True):
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def run_ours(label, n, body_size, workers, extra, workdir):
@@ -77,7 +67,7 @@ def run_ours(label, n, body_size, workers, extra, workdir):
                 if now - last >= PROGRESS_S or i == n - 1:
                     last = now
                     info = c.info("memory")
-                    rss = node_rss(node)
+                    rss = node_rss(node.pid)
                     peak_used, peak_rss = max(peak_used, info["used_memory"]), max(peak_rss, rss)
                     if info["spilled_jobs"] >= peak.get("spilled_jobs", 0):
                         peak = info

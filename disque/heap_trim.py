@@ -14,8 +14,6 @@ is memory still in use, free chunks smaller than a page between live ones, and t
 interpreter's small-object arenas (freed whole when they empty, by Python itself).
 """
 import ctypes
-import time
-
 
 TRIM_STEP = 1 << 20         # bytes freed since the last trim's low point before trimming
 
@@ -49,26 +47,21 @@ def heap_free_bytes():
 
 
 class HeapTrim:
-    """One per process; `cron()` every ~100 ms. Counts its trims and the time they took."""
+    """One per process; `cron()` every ~100 ms: True when it trimmed (`trims` counts)."""
 
-    def __init__(self, step=TRIM_STEP):
-        self.step = step
+    def __init__(self):
         self.low = heap_free_bytes()
         self.trims = 0
-        self.trim_ns = 0
-        self.enabled = _LIBC is not None
 
     def cron(self):
-        if not self.enabled:
+        if _LIBC is None:
             return False
         free = heap_free_bytes()
         if free < self.low:
             self.low = free
-        if free - self.low < self.step:
+        if free - self.low < TRIM_STEP:
             return False
-        t0 = time.perf_counter_ns()
         _LIBC.malloc_trim(0)
-        self.trim_ns += time.perf_counter_ns() - t0
         self.trims += 1
         # the chunks stay free in malloc's books (their pages are gone): the next trim
         # waits for as much again to be freed

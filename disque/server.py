@@ -470,7 +470,7 @@ class Node:
         self.fe.cron()
         if self.memory_ticks >= MEMORY_TICKS:
             self.memory_ticks = 0
-            self.fe.memory.cron()
+            self.fe.memory.tick()
         if self.cron_ticks >= WATCH_TICKS:
             self.cron_ticks = 0
             self.watch_workers()

@@ -53,10 +53,15 @@ class Memory:
         return [max(0, cfg.maxmemory // 100 * cfg.spill_threshold - self.client_bytes),
                 self.worker_used]
 
-    def cron(self):
-        """Every ~100 ms (Node.cron): push the last level to the workers and collect their
-        memory use; `measured` computes the new level."""
+    def tick(self):
+        """Every ~100 ms (Node.cron): this process's freed heap back to the system, then
+        the poll (which `measured` and `apply` also start again when the levels move)."""
         self.heap.cron()
+        self.cron()
+
+    def cron(self):
+        """Push the last level to the workers and collect their memory use; `measured`
+        computes the new level."""
         if self.polling:
             self.again = True   # the levels changed during a poll: one more right after it
             return

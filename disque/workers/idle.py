@@ -35,15 +35,15 @@ class IdleTick:
             self.last_work = work
             self.last_work_ms = worker.shard.now_ms
             if self.idle:
-                self.set_idle(False)
+                self.set_idle(0)
         elif self.idle:
             interval = self.idle_interval()
             if interval != self.timer.interval_ms:
-                self.set_idle(interval != 0, interval)
+                self.set_idle(interval)
         elif worker.shard.now_ms - self.last_work_ms >= IDLE_AFTER_MS:
             interval = self.idle_interval()
             if interval:
-                self.set_idle(True, interval)
+                self.set_idle(interval)
 
     def work_done(self):
         """A count that moves with every command and job message this worker gets: the
@@ -80,8 +80,9 @@ class IdleTick:
             return IDLE_TICK_MS
         return 0
 
-    def set_idle(self, idle, interval=IDLE_TICK_MS):
-        self.idle = idle
-        self.timer.set_interval(interval if idle else TICK_MS)
+    def set_idle(self, interval):
+        """A slow tick of `interval` ms, or back on the 10 ms tick (0)."""
+        self.idle = interval != 0
+        self.timer.set_interval(interval or TICK_MS)
         if self.worker.served is not None:
-            self.worker.served.idle = idle      # every wake-up then comes back to the loop
+            self.worker.served.idle = self.idle     # every wake-up then comes back to the loop

@@ -1,0 +1,61 @@
+"""One node at a time on a leased loopback port, ours or the original, and its processes'
+memory: what the single-node scripts (bench_idle, bench_queues, bench_rss, bench_spill)
+share."""
+import contextlib
+import os
+
+import psutil
+
+from disque.harness.node import Node, disque_argv, original_argv
+from disque.harness.ports import lease_port
+
+
+def node_processes(pid):
+    """The node's root process and every descendant (the workers)."""
+    root = psutil.Process(pid)
+    return [root] + root.children(recursive=True)
+
+
+def rss_by_process(pid):
+    """{pid: RSS} over the node's processes (one that just exited is left out)."""
+    out = {}
+    for p in node_processes(pid):
+        try:
+            out[p.pid] = p.memory_info().rss
+        except psutil.Error:
+            pass
+    return out
+
+
+def node_rss(pid):
+    return sum(rss_by_process(pid).values())
+
+
+@contextlib.contextmanager
+def leased_node(label, argv_of, children, workdir):
+    """A started node (`argv_of(port)` its command line, `children` its workers), stopped
+    and its port released on the way out."""
+    lease = lease_port()
+    node = Node(argv_of(lease.port), port=lease.port, cwd=workdir,
+                log_path=os.path.join(workdir, "%s.log" % label))
+    try:
+        node.start(children=children)
+        yield node
+    finally:
+        node.stop()
+        lease.release()
+
+
+def ours_then_original(workers, disque_binary, workdir, measure, *extra):
+    """`measure(label, argv_of, children)` for ours with each worker count, then for the
+    original when its binary is given: the rows, in that order."""
+    rows = []
+    for w in workers:
+        print("ours --workers %d ..." % w, flush=True)
+        rows.append(measure("ours-w%d" % w,
+                            lambda port, w=w: disque_argv(port, w, "--dir", workdir, *extra), w))
+    if disque_binary:
+        print("original ...", flush=True)
+        rows.append(measure("original",
+                            lambda port: original_argv(disque_binary, port, workdir), 0))
+    return rows
