@@ -9,6 +9,7 @@ import time
 import pytest
 
 from support.bus_net import Net
+from support.waits import wait_until
 from disque.contracts import bus_messages as bus_msg
 from disque.bus.nodes import ConfigFileError, NodesFile
 
@@ -55,6 +56,29 @@ def test_either_side_may_meet(net):
     b.meet("127.0.0.1", a.myself.port)
     net.until(lambda: full_mesh(net))
     assert a.nodes[b.myself.id].port == b.myself.port
+
+
+def test_both_sides_learn_the_job_link_ports_from_the_handshake(net):
+    """The node that sent MEET tells its job link ports when the handshake completes, not
+    with its next PING (up to a second later, every copy for it going by the bus until
+    then). Driven without cron, so no PING is ever sent: only MEET is resent, as the
+    cron would until the other side's bus socket is connected."""
+    a, b = net.add("a"), net.add("b")
+    a.job_ports, b.job_ports = [7001, 7002], [8001, 8002]
+    a.meet("127.0.0.1", b.myself.port)
+
+    def told():
+        for n in list(a.nodes.values()):
+            if n.has(bus_msg.HANDSHAKE):    # the part of a's cron that resends MEET
+                a.send(n, bus_msg.MEET, a.gossip())
+        for c in (a, b):
+            c.on_readable()
+        ka, kb = a.nodes.get(b.myself.id), b.nodes.get(a.myself.id)
+        return (ka is not None and kb is not None
+                and ka.job_ports == (8001, 8002) and kb.job_ports == (7001, 7002))
+    wait_until(told, timeout=5, interval=0.005,
+               message="the ports were not told by the handshake alone")
+    assert a.crons == b.crons == 0
 
 
 def test_killed_node_goes_pfail_then_fail_and_clears_after_restart(net):

@@ -361,6 +361,9 @@ class Cluster:
                 self.nodes[n.id] = n
                 log.info("Handshake with node %s (%s) completed", n.id[:8], n.addr_text())
                 self.changed()
+                # our job link ports at once, not with the next PING (up to a second away):
+                # until they arrive its workers' copies for us go the slow way, by the bus
+                self.send_links(n)
                 return n
         return None
 
