@@ -4,6 +4,7 @@ and the job commands work at once, as with the original, which reads its file be
 serves anyone. A large file is the exception both here and upstream: clients are then
 served during the load with -LOADING (PING included), see
 test_persistence_rewrite.py::test_clients_get_loading_while_a_large_file_loads."""
+import os
 import socket
 import time
 
@@ -114,3 +115,36 @@ def test_each_worker_reads_its_own_file_unless_written_by_another_number_of_work
     r = srv.raw()
     assert aof_helpers.enqueue_all(r, ids) == len(ids)
     assert set(aof_helpers.fetch_all(r, queue_names("own", 12), len(ids))) == set(ids)
+
+
+@pytest.mark.server
+def test_the_usual_restart_appends_to_the_files_it_loaded(start_server):
+    """Each worker read its own file whole: it goes on appending to that file (same inode,
+    nothing rewritten, PONG as soon as the load ends), and what it appends survives the
+    next restart. With another number of workers the files are written afresh."""
+    srv = start_server(workers=2, extra_args=["--appendonly", "yes", "--appendfsync", "always"])
+    r = srv.raw()
+    ids = aof_helpers.add_jobs(r, queue_names("append", 8), 4)
+    assert r.execute("DELJOB", next(iter(ids))) == 1        # a DELJOB record stays in the file
+    aof_helpers.kill_node(srv)
+    before = {k: os.stat(p) for k, p in aof_helpers.aof_files(srv).items()}
+    assert len(before) == 2
+    rewrites = srv.log_text().count("rewriting started")    # the first start's empty files
+    aof_helpers.restart(srv)
+    assert aof_helpers.registered_jobs(srv) == len(ids) - 1
+    after = {k: os.stat(p) for k, p in aof_helpers.aof_files(srv).items()}
+    assert {k: (s.st_ino, s.st_size) for k, s in after.items()} == \
+        {k: (s.st_ino, s.st_size) for k, s in before.items()}
+    assert srv.log_text().count("rewriting started") == rewrites
+    r = srv.raw()
+    later = aof_helpers.add_jobs(r, queue_names("append-later", 8), 2)
+    grown = {k: os.stat(p).st_size for k, p in aof_helpers.aof_files(srv).items()}
+    assert all(grown[k] > before[k].st_size for k in grown), grown
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv)
+    assert aof_helpers.registered_jobs(srv) == len(ids) - 1 + len(later)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv, workers=3)                     # another layout: written afresh
+    assert aof_helpers.registered_jobs(srv) == len(ids) - 1 + len(later)
+    assert srv.log_text().count("rewriting started") == rewrites + 3
+    assert sorted(aof_helpers.aof_files(srv)) == [0, 1, 2]

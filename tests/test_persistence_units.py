@@ -13,7 +13,8 @@ from disque.workers import aof_load
 from disque.contracts.aof_format import (DELJOB, LOADJOB, AofCorrupt, AofTruncated, aof_files,
                                          aof_path, aof_stem, read_records, record)
 from disque.contracts.aof_format import loadjob_record
-from disque.workers.aof_load import Loader, scan_records
+from disque._fast.jobid import id_worker
+from disque.workers.aof_load import Loader
 from disque.workers.shard import Shard
 
 NODE = b"1390f0c1db03983a890d28e5c35b0544f8e0cc42"
@@ -131,28 +132,47 @@ def test_loader_reports_corruption_and_truncation(tmp_path):
     assert not r["ok"] and "Can't read the append only file" in r["error"]
 
 
-def reference(path, data):
-    """What aof.read_records says: [(cmd, arg, start)], then the exception or None."""
-    out = []
+def reference(path, data, me, nworkers, own_only):
+    """What aof.read_records and the loader's rules say: ({id: (payload, path, offset)}
+    of this worker's live jobs, how the scan ended: None, "foreign", or the exception)."""
+    alive = {}
     start = 0
+    min_payload = codec.FIXED.size
     try:
         for cmd, arg, end in read_records(path, data):
-            out.append((cmd, arg, start))
+            if cmd == LOADJOB and len(arg) < min_payload:
+                return alive, (AofCorrupt, start, None)
+            if cmd == DELJOB and len(arg) != 40:
+                return alive, (AofCorrupt, start, None)
+            jid = arg[4:44] if cmd == LOADJOB else arg
+            if id_worker(jid, nworkers) == me:
+                if cmd == LOADJOB:
+                    alive[jid] = (arg, path, start)
+                else:
+                    alive.pop(jid, None)
+            elif own_only:
+                return alive, "foreign"
             start = end
     except (AofCorrupt, AofTruncated) as e:
-        return out, (type(e), getattr(e, "offset", None), getattr(e, "valid_up_to", None))
-    return out, None
+        return alive, (type(e), getattr(e, "offset", None), getattr(e, "valid_up_to", None))
+    return alive, None
 
 
-def scanned(path, data):
-    out = []
+def scanned(path, data, me, nworkers, own_only):
+    """The same through the loader's scan (the C scanner, the reference parser for the rest),
+    one slice per batch of records."""
+    shard = Shard(me, nworkers, NODE, {})
+    loader = Loader(shard, [], False, False, own_only=own_only)
+    alive = {}
     with open(path, "rb") as f:
+        gen = loader.scan_file(f, path, len(data), shard, alive, 0)
         try:
-            for cmd, buf, a, b, start in scan_records(f, path, len(data)):
-                out.append((cmd, buf[a:b], start))
+            while True:
+                next(gen)
+        except StopIteration as stop:
+            return alive, "foreign" if stop.value else None
         except (AofCorrupt, AofTruncated) as e:
-            return out, (type(e), getattr(e, "offset", None), getattr(e, "valid_up_to", None))
-    return out, None
+            return alive, (type(e), getattr(e, "offset", None), getattr(e, "valid_up_to", None))
 
 
 record_st = st.one_of(
@@ -162,10 +182,22 @@ record_st = st.one_of(
     st.binary(min_size=0, max_size=50).map(lambda i: record(DELJOB, i)))
 
 
+# a few job IDs, on both workers of two, so LOADJOBs and DELJOBs meet
+JIDS = [maker.make(slot, 60, 0) for slot in (0, 1, 2, 3)]
+job_record_st = st.one_of(
+    st.tuples(st.sampled_from([LOADJOB, b"loadjob"]), st.sampled_from(JIDS),
+              st.binary(min_size=28, max_size=80)).map(
+        lambda t: record(t[0], b"\0\0\0\0" + t[1] + t[2])),
+    st.sampled_from(JIDS).map(lambda jid: record(DELJOB, jid)))
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(record_st, max_size=12), st.integers(0, 10 ** 6), st.integers(-1, 255),
-       st.sampled_from([7, 64, 1 << 20]))
-def test_fast_scanner_agrees_with_the_reference_parser(tmp_path_factory, records, cut, poke, chunk):
+@given(st.lists(st.one_of(record_st, job_record_st, job_record_st), max_size=12),
+       st.integers(0, 10 ** 6), st.integers(-1, 255),
+       st.sampled_from([7, 64, 1 << 20]), st.sampled_from([(0, 1), (0, 2), (1, 2)]),
+       st.booleans())
+def test_the_scan_agrees_with_the_reference_parser(tmp_path_factory, records, cut, poke, chunk,
+                                                   worker, own_only):
     data = bytearray(b"".join(records))
     if data and poke >= 0:
         data[cut % len(data)] = poke                    # damage one byte
@@ -175,9 +207,12 @@ def test_fast_scanner_agrees_with_the_reference_parser(tmp_path_factory, records
     path = str(tmp_path_factory.mktemp("scan") / "x.aof")
     with open(path, "wb") as f:
         f.write(data)
-    old = aof_load.READ_CHUNK
+    me, nworkers = worker
+    old = aof_load.READ_CHUNK, aof_load.SLICE_RECORDS
     aof_load.READ_CHUNK = chunk                      # records across chunk boundaries
+    aof_load.SLICE_RECORDS = 3                       # slices end inside a chunk
     try:
-        assert scanned(path, data) == reference(path, data)
+        assert (scanned(path, data, me, nworkers, own_only)
+                == reference(path, data, me, nworkers, own_only))
     finally:
-        aof_load.READ_CHUNK = old
+        aof_load.READ_CHUNK, aof_load.SLICE_RECORDS = old

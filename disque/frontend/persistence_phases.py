@@ -3,11 +3,13 @@
 The workers own their files (disque/workers/persistence.py: the worker halves of the
 "aof_*" controls below); the front-end orchestrates what concerns all of them:
 
-* start-up load in two phases, while clients get -LOADING: every worker reads every
-  file of the node and keeps the jobs of its slots; then (appendonly yes) the files are
-  set aside (renamed <stem>.<port>.old<g>.w<k>.aof), every worker writes its own file
-  afresh, and the set-aside files are deleted once every new one is complete (a crash in
-  between leaves both sets, and the next start loads them all).
+* start-up load, while clients get -LOADING: on the usual restart (the files of as many
+  workers as the node has) each worker reads its own file and then appends to it. Otherwise
+  in two phases: every worker reads every file of the node and keeps the jobs of its slots;
+  then (appendonly yes) the files are set aside (renamed <stem>.<port>.old<g>.w<k>.aof),
+  every worker writes its own file afresh, and the set-aside files are deleted once every
+  new one is complete (a crash in between leaves both sets, and the next start loads them
+  all). A file with a truncated tail (aof-load-truncated yes) is written afresh too.
   Corruption, a refused truncated tail or a missing file stop the start (exit code 1,
   one line naming the file and the byte offset);
 * BGREWRITEAOF, CONFIG SET appendonly yes|no and the other AOF directives, SHUTDOWN
@@ -244,6 +246,12 @@ class PersistencePhases:
             self.loading_done()
             return
         self.aof_enabled = True
+        if arg["own_only"] and not warnings:
+            # each worker read its own file, whole: it appends to it (a restart costs the
+            # load alone); a file read with another number of workers, or cut short, is
+            # written afresh below
+            self.call_all("aof_append", None, self.opened)
+            return
         error = self.set_aside()
         if error:
             self.fatal(error)

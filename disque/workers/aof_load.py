@@ -6,77 +6,15 @@ LOADJOB / DELJOB per file and registers the survivors. Driven by `Persistence`
 import os
 import time
 
-from disque._fast.job import FLAG_BCAST_QUEUED, FLAG_DELIVERED, QUEUED, mark_active
+from disque._fast.aofload import BATCH, FOREIGN, MORE, Restored, restore_slice, scan_chunk
 from disque._fast.jobid import id_worker
 from disque.contracts import job_codec as codec
-from disque.contracts.aof_format import DELJOB, LOADJOB, AofCorrupt, AofTruncated, read_records
+from disque.contracts.aof_format import LOADJOB, AofCorrupt, AofTruncated, read_records
 
 
-LOAD_HEAD = b"*2\r\n$7\r\nLOADJOB\r\n$"        # then <n>\r\n<payload>\r\n
-DEL_HEAD = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n"     # then <id>\r\n
 READ_CHUNK = 4 << 20
-
-
-def scan_records(f, path, size):
-    """The records of an open AOF, read in chunks of 4 MB:
-    (cmd, buf, a, b, offset): the argument is buf[a:b] (sliced only by a caller that keeps
-    it), the record starts at byte `offset` of the file. Records written as our writer
-    writes them take a fast path; anything else (another spelling, damage) goes through
-    aof.read_records, which gives the exact AofCorrupt / AofTruncated with the offset."""
-    buf = b""
-    base = 0                    # file offset of buf[0]
-    pos = 0
-    eof = False
-    while True:
-        n = len(buf)
-        need_more = pos >= n
-        if not need_more:
-            if buf.startswith(LOAD_HEAD, pos):
-                nl = buf.find(b"\r\n", pos + 18, pos + 32)
-                if nl > 0 and buf[pos + 18:nl].isdigit():
-                    a = nl + 2
-                    b = a + int(buf[pos + 18:nl])
-                    if b + 2 <= n:
-                        if buf[b:b + 2] == b"\r\n":
-                            yield LOADJOB, buf, a, b, base + pos
-                            pos = b + 2
-                            continue
-                    else:
-                        need_more = not eof
-                elif n - pos < 32:
-                    need_more = not eof
-            elif buf.startswith(DEL_HEAD, pos):
-                b = pos + 61
-                if b + 2 <= n:
-                    if buf[b:b + 2] == b"\r\n":
-                        yield DELJOB, buf, pos + 21, b, base + pos
-                        pos = b + 2
-                        continue
-                else:
-                    need_more = not eof
-            elif n - pos < 21:
-                need_more = not eof
-        if not need_more:
-            try:
-                cmd, arg, rel_end = next(read_records(path, buf[pos:], whole=eof))
-            except AofTruncated:
-                if eof:
-                    raise AofTruncated(path, base + pos, size)
-                need_more = True
-            except AofCorrupt as e:
-                raise AofCorrupt(path, base + pos + e.offset, e.reason)
-            else:
-                yield cmd, arg, 0, len(arg), base + pos
-                pos += rel_end
-                continue
-        if eof:
-            return
-        chunk = f.read(READ_CHUNK)
-        if not chunk:
-            eof = True
-        buf = buf[pos:] + chunk
-        base += pos
-        pos = 0
+SLICE_RECORDS = 4096        # records scanned in C between two looks at the slice's clock
+SLICE_JOBS = 256            # jobs restored in C between two looks at it
 
 
 class Loader:
@@ -141,39 +79,17 @@ class Loader:
     def scan(self, shard, warnings):
         """Every file's records of this worker's jobs: {job id: (payload, path, offset)} of
         those not deleted after their last LOADJOB, or None (own_only, a foreign job)."""
-        me = shard.index
-        nworkers = shard.nworkers
         survivors = {}
         base = 0
-        min_payload = codec.FIXED.size
         for k, path in self.files:
             alive = {}
-            count = 0
             f = open(path, "rb")
             try:
                 size = os.fstat(f.fileno()).st_size
-                for cmd, buf, a, b, start in scan_records(f, path, size):
-                    if cmd == LOADJOB:
-                        if b - a < min_payload:
-                            raise AofCorrupt(path, start, "LOADJOB payload of %d bytes" % (b - a))
-                        jid = buf[a + 4:a + 44]
-                    else:
-                        if b - a != 40:
-                            raise AofCorrupt(path, start, "DELJOB with a %d-byte job ID" % (b - a))
-                        jid = buf[a:b]
-                    if id_worker(jid, nworkers) == me:
-                        if cmd == LOADJOB:
-                            alive[jid] = (buf[a:b], path, start)
-                        else:
-                            alive.pop(jid, None)
-                    elif self.own_only:
-                        self.result = {"ok": True, "foreign": True}
-                        return None
-                    count += 1
-                    if not count & 255:
-                        self.done_bytes = base + start
-                        if time.perf_counter() > self.deadline:
-                            yield
+                foreign = yield from self.scan_file(f, path, size, shard, alive, base)
+                if foreign:
+                    self.result = {"ok": True, "foreign": True}
+                    return None
             except AofTruncated as e:
                 if not self.load_truncated:
                     raise
@@ -190,51 +106,77 @@ class Loader:
             self.done_bytes = base
         return survivors
 
-    def restore(self, shard, survivors, warnings):
-        """The surviving jobs back in the shard: registered, queued or scheduled as their
-        records say; expired ones dropped."""
-        loaded = queued = expired = 0
-        names = {}
-        jobs = shard.jobs
-        for count, (jid, (payload, path, offset)) in enumerate(survivors.items()):
-            if not count & 255 and time.perf_counter() > self.deadline:
-                yield
-            if jid in jobs:
-                continue            # duplicates are ignored
-            now_s = shard.now_s
-            now_ms = shard.now_ms
-            try:
-                job, end = codec.deserialize(payload, 0, True, now_s, now_ms, shard.rand_err())
-                if end != len(payload):
-                    raise codec.CodecError("%d bytes after the job" % (len(payload) - end))
-            except codec.CodecError as e:
-                raise AofCorrupt(path, offset, "bad serialized job: %s" % e)
-            if job.etime <= now_s:
-                expired += 1
+    def scan_file(self, f, path, size, shard, alive, done_before):
+        """One file, read in chunks of 4 MB: the records our writer writes go through the
+        C scanner (aofscan.scan_chunk); any other record through the reference parser,
+        which gives the exact AofCorrupt / AofTruncated with the offset. True: own_only
+        met a job another worker owns."""
+        me, nworkers, own_only = shard.index, shard.nworkers, self.own_only
+        min_payload = codec.FIXED.size
+        buf = b""
+        base = 0                    # file offset of buf[0]
+        pos = 0
+        eof = False
+        while True:
+            why, pos = scan_chunk(buf, pos, SLICE_RECORDS, me, nworkers, own_only, alive,
+                                  path, base, min_payload)
+            if why == BATCH:
+                self.done_bytes = done_before + base + pos
+                if time.perf_counter() > self.deadline:
+                    yield
                 continue
-            was_queued = job.state == QUEUED
-            mark_active(job)
-            if shard.node_id not in job.nodes_delivered:
-                # written under another node ID: this node holds the job, as it did then
-                job.nodes_delivered = shard.self_nodes
-            job.queue = names.setdefault(job.queue, job.queue)
-            shard.register_job(job)
-            loaded += 1
-            if self.enqueue_once:
-                if was_queued:
-                    counters = job.nacks, job.additional_deliveries
-                    if not job.qtime:
-                        job.qtime = now_ms      # RETRY 0: restored too (docs/differences.md)
-                    # putting it back where it was is no redelivery: no counter grows and
-                    # no dead-letter move (MAXDELIVERIES, docs/job-features.md)
-                    job.flags &= ~FLAG_BCAST_QUEUED
-                    if shard.enqueue(job):
-                        queued += 1
-                        job.nacks, job.additional_deliveries = counters
-                        continue
-                elif not job.retry and not job.flags & FLAG_DELIVERED:
-                    # a RETRY 0 job still waiting for its DELAY: queue it when that ends
-                    job.qtime = max(now_ms, job.ctime // 1000000 + job.delay * 1000)
-            shard.schedule(job)
+            if why == FOREIGN:
+                return True
+            if why == MORE and not eof:
+                chunk = f.read(READ_CHUNK)
+                eof = not chunk
+                buf = buf[pos:] + chunk
+                base += pos
+                pos = 0
+                continue
+            if pos >= len(buf):
+                return False
+            try:
+                cmd, arg, rel_end = next(read_records(path, buf[pos:], whole=eof))
+            except AofTruncated:
+                if eof:
+                    raise AofTruncated(path, base + pos, size)
+                chunk = f.read(READ_CHUNK)  # the record goes on in the next chunk
+                eof = not chunk
+                buf = buf[pos:] + chunk
+                base += pos
+                pos = 0
+                continue
+            except AofCorrupt as e:
+                raise AofCorrupt(path, base + pos + e.offset, e.reason)
+            if cmd == LOADJOB:
+                if len(arg) < min_payload:
+                    raise AofCorrupt(path, base + pos, "LOADJOB payload of %d bytes" % len(arg))
+                jid = arg[4:44]
+            else:
+                if len(arg) != 40:
+                    raise AofCorrupt(path, base + pos, "DELJOB with a %d-byte job ID" % len(arg))
+                jid = arg
+            if id_worker(jid, nworkers) == me:
+                if cmd == LOADJOB:
+                    alive[jid] = (arg, path, base + pos)
+                else:
+                    alive.pop(jid, None)
+            elif own_only:
+                return True
+            pos += rel_end
+
+    def restore(self, shard, survivors, warnings):
+        """The surviving jobs back in the shard (aofload.restore_slice), a slice at a time."""
+        counts = Restored()
+        items = list(survivors.items())
+        survivors.clear()
+        names = {}
+        done = 0
+        while done < len(items):
+            if time.perf_counter() > self.deadline:
+                yield
+            done = restore_slice(shard, items, done, SLICE_JOBS, names, self.enqueue_once, counts)
+        loaded, queued, expired = counts.loaded, counts.queued, counts.expired
         self.result = {"ok": True, "jobs": loaded, "queued": queued, "expired": expired,
                        "warnings": warnings}

@@ -213,6 +213,8 @@ class Persistence:
         if name == "aof_rewrite":
             self.aof_slice = STARTUP_SLICE_S if arg.get("startup") else REWRITE_SLICE_S
             return self.aof_start_rewrite(arg.get("enable", False), arg["reqid"])
+        if name == "aof_append":
+            return self.aof_append()
         if name == "aof_rewrite_sync":
             return self.aof_rewrite_sync()
         if name == "aof_disable":
@@ -222,6 +224,19 @@ class Persistence:
             self.aof_set_config(arg)
             return True
         raise ValueError("unknown control %r" % name)
+
+    def aof_append(self):
+        """The usual restart, where this worker loaded its own file and all of it: append to
+        that file from now on, as the original does, instead of writing it afresh."""
+        path = self.aof_path()
+        try:
+            self.aof_writer = AofWriter(path, self.aof_cfg("appendfsync", "everysec"))
+        except OSError as e:
+            return {"ok": False, "error": "%s: %s" % (path, e.strerror or e)}
+        self.aof_state = "on"
+        self.shard.aof_on = True
+        log.info("Append only file enabled: %s (%d bytes)", path, self.aof_writer.size)
+        return {"ok": True}
 
     def aof_cfg(self, key, default=None):
         return self.shard.config.get(key, default)
