@@ -11,13 +11,11 @@ import os
 import platform
 import time
 
-import psutil
 
-from disque import VERSION, statslog
+from disque import VERSION, memstat, statslog
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats",
                     "cpu", "workers")
-_PROC = psutil.Process()
 _RUN_ID = os.urandom(20).hex()
 _UNAME = platform.uname()
 
@@ -258,11 +256,11 @@ def sections(fe, workers, names=None):
 
 
 def _self_rss():
-    """This process' RSS, read at most every RSS_MAX_AGE_S (psutil opens /proc each time)."""
+    """This process' RSS, read at most every RSS_MAX_AGE_S (a read of /proc each time)."""
     now = time.monotonic()
     if now - _rss_cache[0] > RSS_MAX_AGE_S:
         _rss_cache[0] = now
-        _rss_cache[1] = _PROC.memory_info().rss
+        _rss_cache[1] = memstat.rss()
     return _rss_cache[1]
 
 

@@ -2,14 +2,11 @@
 front-end and the workers' "info" control replies: one place for the dashboard's JSON,
 the Prometheus node collector's input and the console's cluster page (a node answers the
 others' "node" query with `node_view`, disque/frontend/node_queries.py)."""
+import os
 import time
 
-import psutil
-
-from disque import VERSION
+from disque import VERSION, memstat
 from disque.metrics import figures
-
-_PROC = psutil.Process()
 
 
 def addr(fe):
@@ -19,14 +16,13 @@ def addr(fe):
 
 def node_figures(fe):
     """Front-end figures for prom.NodeCollector (disque/metrics/prom.py)."""
-    mem = _PROC.memory_info()
-    cpu = _PROC.cpu_times()
+    cpu = os.times()            # this process: user and system seconds
     cluster = fe.relay.cluster
     return {
         "id": fe.node_id.decode(), "addr": addr(fe), "uptime_s": time.time() - fe.started,
         "clients": len(fe.clients), "commands": fe.commands_processed,
         "connections": fe.connections.counters["total_connections_received"],
-        "net_in": fe.net_input_bytes, "net_out": fe.net_output_bytes, "fe_rss": mem.rss,
+        "net_in": fe.net_input_bytes, "net_out": fe.net_output_bytes, "fe_rss": memstat.rss(),
         "fe_cpu_user": cpu.user, "fe_cpu_sys": cpu.system,
         "cluster_known": len(cluster.nodes) if cluster is not None else 1,
         "cluster_reachable": len(cluster.reachable()) if cluster is not None else 0,

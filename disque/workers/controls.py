@@ -13,7 +13,7 @@ def control_info(worker, _arg):
     """INFO's figures of this worker (disque/info.py)."""
     shard = worker.shard
     info = shard.info()
-    cpu = worker.process.cpu_times()
+    cpu = os.times()            # this process: user and system seconds
     info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory.memory_used(),
                 cpu_user=cpu.user, cpu_sys=cpu.system,
                 ops=worker.ops, index=worker.index, uptime_s=time.time() - worker.started,

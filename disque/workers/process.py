@@ -15,7 +15,6 @@ import signal
 import sys
 import time
 
-import psutil
 
 from disque import log as dlog
 from disque import nodeclock
@@ -56,7 +55,6 @@ class Worker:
         self.shard = Shard(index, nworkers, node_id, config)
         self.link = worker_link(link_spec, index)
         self.running = True
-        self.process = psutil.Process()
         self.started = time.time()
         self.ops = 0                # requests from the front-end, controls included
         self.work = 0               # requests and job messages from the front-end (not control)
