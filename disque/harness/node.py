@@ -132,7 +132,12 @@ def kill_tree(pid, known=()):
             os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    psutil.wait_procs(procs, timeout=5)     # a SIGKILLed process takes a moment to go
+    # a SIGKILLed process takes a moment to go; a zombie is gone for every purpose (its
+    # sockets and files are closed), and an orphan's may wait a second or more for an
+    # init that reaps slowly
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class Node:
