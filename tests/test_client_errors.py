@@ -13,6 +13,7 @@ import aof_helpers
 from disque.client import Disque, errors
 from support.admin import start_with_password
 from support.clients import Api
+from support.resp_client import Err, RawConn
 from support.waits import wait_until
 
 
@@ -115,23 +116,31 @@ def test_misconf_while_the_aof_cannot_be_written(start_server, connect):
     resource.prlimit(worker, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, hard))
 
 
-def test_loading_while_a_large_aof_loads(start_server, connect):
+def test_a_loading_node_counts_as_unavailable(start_server, connect):
+    """A restarting node answers -LOADING while a large AOF loads: the client treats it as a
+    node that does not answer (docs/client.md, "Failover"). It moves to another node when
+    it knows one; alone, a command waits for the load within failover_timeout, and past
+    that deadline raises UnavailableError caused by the LoadingError."""
     srv = start_server(extra_args=["--appendonly", "yes"])
     node_id = srv.execute("CLUSTER", "MYID")
     aof_helpers.kill_node(srv)
     aof_helpers.write_big_aof(aof_helpers.aof_files(srv)[0], 300000, node_id)
     aof_helpers.restart(srv, wait=False)
-    api = connect(srv, failover_timeout=30)     # connection refused until the node listens
-    seen = []
 
-    def loaded():
+    def loading():
         try:
-            return api.qlen("q") == 0
-        except errors.LoadingError as exc:
-            seen.append(exc)
+            with RawConn(srv.port, timeout=5) as c:
+                return c.execute("PING") == Err(b"LOADING Disque is loading the dataset in memory")
+        except OSError:
             return False
-    wait_until(loaded, timeout=60, message="the node never finished loading")
-    assert seen, "no -LOADING seen while 300,000 jobs load"
+    wait_until(loading, timeout=60, interval=0.005, message="the node never served -LOADING")
+    hurried = connect(srv, failover_timeout=0.05)
+    with pytest.raises(errors.UnavailableError) as caught:
+        hurried.qlen("q")
+    assert isinstance(caught.value.__cause__, errors.LoadingError), caught.value.__cause__
+    patient = connect(srv, failover_timeout=60)
+    assert patient.qlen("q") == 0           # once loaded: the caller never saw -LOADING
+    assert not loading()
     srv.wait_ready()
 
 

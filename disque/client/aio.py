@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from disque.client.base import ClientBase
-from disque.client.errors import (CONNECTION_ERRORS, FETCH_MOVES_ON, LeavingError,
+from disque.client.errors import (FETCH_MOVES_ON, UNAVAILABLE, LeavingError,
                                   UnavailableError)
 from disque.client.nodes import Failover
 from disque.client.protocol import async_pool
 
-ASYNC_CONNECTION_ERRORS = (*CONNECTION_ERRORS, asyncio.TimeoutError)
+ASYNC_UNAVAILABLE = (*UNAVAILABLE, asyncio.TimeoutError)
 
 
 class AsyncDisque(ClientBase):
@@ -24,7 +24,7 @@ class AsyncDisque(ClientBase):
 
     _make_pool = staticmethod(async_pool)
 
-    async def _run(self, args, block=None, moves_on=ASYNC_CONNECTION_ERRORS):
+    async def _run(self, args, block=None, moves_on=ASYNC_UNAVAILABLE):
         address = self._current if self._clock() < self._hello_due else await self._ready()
         try:
             return await self._send(address, args, block), address
@@ -47,7 +47,7 @@ class AsyncDisque(ClientBase):
                     reply = await self._send(address, args)
                     results.append(reply if parse is None else parse(reply))
                     continue
-                except ASYNC_CONNECTION_ERRORS as exc:
+                except ASYNC_UNAVAILABLE as exc:
                     self._table.mark_failed(address)
                     self._note_failure(address, exc)
             results.append(await self._call(args, parse))
@@ -83,7 +83,7 @@ class AsyncDisque(ClientBase):
             self._hello_due = self._clock() + self.hello_interval   # one HELLO, not one per thread
             try:
                 await self._hello_at(address)
-            except ASYNC_CONNECTION_ERRORS as exc:
+            except ASYNC_UNAVAILABLE as exc:
                 await self._failover(None, address, exc)
         elif address is None:
             await self._failover(None, None, None)
@@ -101,7 +101,7 @@ class AsyncDisque(ClientBase):
             try:
                 await self._hello_at(step)
                 return (None if args is None else await self._send(step, args, block)), step
-            except (LeavingError, *ASYNC_CONNECTION_ERRORS) as exc:
+            except (LeavingError, *ASYNC_UNAVAILABLE) as exc:
                 attempt.failed(step, exc)
         error = attempt.last_error
         raise UnavailableError(self._unavailable_message(error)) from error

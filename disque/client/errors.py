@@ -128,8 +128,11 @@ def from_reply(text: str) -> ResponseError:
     return ResponseError(message, code)
 
 
-# what makes the client try another node: the node is gone or does not answer
+# the node is gone or does not answer
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                      ConnectionError, TimeoutError)
+# what makes the client try another node: that, or a node restarting (still loading its
+# AOF), which a producer must not wait for when another node can take its job
+UNAVAILABLE = (LoadingError, *CONNECTION_ERRORS)
 # a GETJOB also moves on from a node that is leaving (the original's client protocol)
-FETCH_MOVES_ON = (LeavingError, *CONNECTION_ERRORS)
+FETCH_MOVES_ON = (LeavingError, *UNAVAILABLE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from disque.client.base import ClientBase
-from disque.client.errors import (CONNECTION_ERRORS, FETCH_MOVES_ON, LeavingError,
+from disque.client.errors import (FETCH_MOVES_ON, UNAVAILABLE, LeavingError,
                                   UnavailableError)
 from disque.client.nodes import Failover
 from disque.client.protocol import sync_pool
@@ -23,7 +23,7 @@ class Disque(ClientBase):
     _make_pool = staticmethod(sync_pool)
 
     # -- the I/O the typed methods use ------------------------------------------
-    def _run(self, args, block=None, moves_on=CONNECTION_ERRORS):
+    def _run(self, args, block=None, moves_on=UNAVAILABLE):
         """Send to the node in use (HELLO first when due); on an error of `moves_on`, to the
         next node that answers. Returns (reply, address)."""
         address = self._current if self._clock() < self._hello_due else self._ready()
@@ -48,7 +48,7 @@ class Disque(ClientBase):
                 continue
             try:
                 reply = self._send(address, args)
-            except CONNECTION_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 self._table.mark_failed(address)
                 self._note_failure(address, exc)
                 results.append(self._call(args, parse))
@@ -99,7 +99,7 @@ class Disque(ClientBase):
             self._hello_due = self._clock() + self.hello_interval   # one HELLO, not one per thread
             try:
                 self._hello_at(address)
-            except CONNECTION_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 self._failover(None, address, exc)
         elif address is None:
             self._failover(None, None, None)
@@ -119,7 +119,7 @@ class Disque(ClientBase):
             try:
                 self._hello_at(step)
                 return (None if args is None else self._send(step, args, block)), step
-            except (LeavingError, *CONNECTION_ERRORS) as exc:
+            except (LeavingError, *UNAVAILABLE) as exc:
                 attempt.failed(step, exc)
         error = attempt.last_error
         raise UnavailableError(self._unavailable_message(error)) from error
