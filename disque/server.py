@@ -453,6 +453,8 @@ class Node:
         if not self.stopping:
             self.stopping = True
             self.exit_code = code
+            if self.cluster is not None:
+                self.cluster.goodbye()  # the others stop counting on this node now
             if self.fe is not None:
                 self.fe.handover.stop()
             asyncio.get_event_loop().stop()

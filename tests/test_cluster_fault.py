@@ -6,7 +6,7 @@ import threading
 import time
 
 from support.jobs import show
-from support.resp_client import NULL_ARRAY, RawConn, Status
+from support.resp_client import NULL_ARRAY, Err, RawConn, Status
 from support.waits import wait_until
 from support.jobs import addjob
 
@@ -294,3 +294,40 @@ def test_fault_run_loses_no_acknowledged_job(start_cluster):
         raise AssertionError(f"{len(lost)} acknowledged jobs never delivered, e.g. "
                              f"{sorted(lost)[:5]}; copies seen: {where}")
     assert late > 0, "no job needed a requeue: the kills did not hit any queued job"
+
+
+def hello_priority(node, of_id):
+    """The HELLO priority `node` gives the node `of_id` (None: not listed)."""
+    with RawConn(node.port) as r:
+        for entry in r.execute("HELLO")[2:]:
+            if entry[0].decode() == of_id:
+                return int(entry[3])
+    return None
+
+
+def test_a_node_that_stops_says_so_and_is_back_with_its_first_message(start_cluster):
+    """SIGTERM or SHUTDOWN: the node tells every other node it stops (a PING whose header
+    says STOPPING), so they take no copies there and their HELLO puts it last at once,
+    not a node timeout later. Its next start clears that with its first message.
+    The node timeout is 10 s here: only the goodbye can explain a change within 3 s."""
+    c = start_cluster(3, extra_args=["--cluster-node-timeout", "10000"])
+    gone = c.ids[2]
+    assert hello_priority(c[0], gone) == 1
+    c[2].stop()
+    t0 = time.monotonic()
+    wait_until(lambda: hello_priority(c[0], gone) == 100 and hello_priority(c[1], gone) == 100,
+               timeout=3, message="the others still rank the stopped node as usable")
+    assert time.monotonic() - t0 < 3
+    with RawConn(c[0].port) as r:
+        # two nodes left: a third copy cannot be had, and ADDJOB says so at once instead of
+        # waiting for the stopped node's GOTJOB
+        reply = r.execute("ADDJOB", "bye", b"x", 5000, "REPLICATE", 3)
+        assert isinstance(reply, Err) and reply.startswith(b"NOREPL"), reply
+        jid = addjob(r, "bye", b"y", 5000, "REPLICATE", 2)
+        assert c.ids[2].encode() not in show(r, jid)[b"nodes-delivered"]
+    c[2].start()
+    wait_until(lambda: hello_priority(c[0], gone) == 1 and hello_priority(c[1], gone) == 1,
+               timeout=10, message="the restarted node is still ranked as stopping")
+    with RawConn(c[0].port) as r:
+        jid = addjob(r, "bye", b"z", 5000, "REPLICATE", 3)
+        assert c.ids[2].encode() in show(r, jid)[b"nodes-delivered"]

@@ -15,7 +15,8 @@ from disque.bus.announce import BUS_PORT_OFFSET, announce as default_announce
 from disque.bus.nodes import Node, NodesFile, node_address, now_ms, random_id
 from disque.bus.transport import Transport
 
-HEADER_FLAGS = bus_msg.LEAVING | bus_msg.PRESSURE     # node flags a sender tells about itself
+HEADER_FLAGS = bus_msg.LEAVING | bus_msg.PRESSURE | bus_msg.STOPPING  # a sender's own flags
+GOODBYE_LINGER_MS = 200      # how long a stopping node's goodbye may take to leave
 
 log = logging.getLogger("disque.bus")
 
@@ -62,6 +63,7 @@ class Cluster:
         self.on_change = on_change
         self.on_query = None        # QUERY / ANSWER (disque/frontend/cluster_queries.py)
         self.crons = 0
+        self.linger_ms = 0          # GOODBYE_LINGER_MS once goodbye() was said
         self.dirty = True
         self.save_error = None      # why the last save of the config file failed
         self.stats_sent = 0
@@ -104,7 +106,8 @@ class Cluster:
         return sum(1 for n in self.nodes.values() if not n.has(bus_msg.HANDSHAKE))
 
     def reachable(self):
-        bad = bus_msg.HANDSHAKE | bus_msg.LEAVING | bus_msg.PFAIL | bus_msg.FAIL_FLAG
+        bad = (bus_msg.HANDSHAKE | bus_msg.LEAVING | bus_msg.PFAIL | bus_msg.FAIL_FLAG
+               | bus_msg.STOPPING)
         return [n for n in self.others() if not n.flags & bad]
 
     def save(self):
@@ -138,7 +141,10 @@ class Cluster:
         """The flags a sender tells about itself in every header (HEADER_FLAGS)."""
         diff = (node_flags ^ sender.flags) & HEADER_FLAGS
         sender.flags ^= diff
-        self.changed(save=bool(diff & ~bus_msg.PRESSURE))
+        if diff & bus_msg.STOPPING:
+            log.info("Node %s %s", sender.id[:8], "is stopping: no copies for it until it "
+                     "speaks again" if sender.has(bus_msg.STOPPING) else "is back")
+        self.changed(save=bool(diff & ~(bus_msg.PRESSURE | bus_msg.STOPPING)))
 
     def send(self, node, mtype, payload=None, mflags=0):
         if self.drop_out:
@@ -252,7 +258,7 @@ class Cluster:
                 prio = 10
             if n.has(bus_msg.SPILL_FULL):
                 prio = 50           # refuses new jobs until its spill disk writes again
-            if n.flags & (bus_msg.FAIL_FLAG | bus_msg.LEAVING):
+            if n.flags & (bus_msg.FAIL_FLAG | bus_msg.LEAVING | bus_msg.STOPPING):
                 prio = 100
             out.append([n.id, n.ip, str(n.port), str(prio)])
         return out
@@ -478,9 +484,23 @@ class Cluster:
             self.broadcast(bus_msg.FAIL, node.id)
             self.changed()
 
+    def goodbye(self):
+        """A graceful stop (SHUTDOWN, SIGTERM): every node hears it at once, instead of
+        finding out a node timeout later while its copies wait on this one, and its
+        clients' HELLO puts this node last. Sent as a PING with STOPPING in its header; this
+        node's next start clears it with its first message. The messages leave while the
+        node closes (close lingers GOODBYE_LINGER_MS for them)."""
+        if self.transport is None:
+            return
+        self.myself.flags |= bus_msg.STOPPING
+        for n in self.others():
+            if not n.has(bus_msg.HANDSHAKE):
+                self.send(n, bus_msg.PING, self.gossip(exclude=n))
+        self.linger_ms = GOODBYE_LINGER_MS
+
     def close(self):
         if self.transport is not None:
-            self.transport.close()
+            self.transport.close(self.linger_ms)
         self.file.unlock()
         if self.own_ctx and self.ctx is not None:
             self.ctx.term()

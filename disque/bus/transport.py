@@ -48,8 +48,8 @@ class Link:
             return True
         return False
 
-    def close(self):
-        self.sock.close(linger=0)
+    def close(self, linger_ms=0):
+        self.sock.close(linger=linger_ms)
         for spare in self.spares:
             spare.close(linger=0)
 
@@ -174,8 +174,10 @@ class Transport:
         self.received += len(out)
         return out
 
-    def close(self):
+    def close(self, linger_ms=0):
+        """`linger_ms`: how long what is queued for each node may still take to leave."""
         for node_id in list(self.links):
-            self.disconnect(node_id)
+            link = self.links.pop(node_id)
+            link.close(linger_ms)
         self.guard.close()
         self.router.close(linger=0)

@@ -77,6 +77,9 @@ SPILLING = 512
 SPILL_FULL = 1024
 MEMORY_HIGH = 2048
 PRESSURE = SPILLING | SPILL_FULL | MEMORY_HIGH
+# ours, in the header only: the sender is stopping (SHUTDOWN, SIGTERM) and said so to every
+# node; none sends it copies or clients until its next message, which clears the flag
+STOPPING = 4096
 
 PAYLOADS = {
     PING: "list of gossip entries [id, ping_sent_ms, pong_received_ms, ip, port, flags] "
