@@ -8,8 +8,9 @@ A peer with another secret (or none) fails earlier, in the CURVE HELLO or the me
 greeting, and ZeroMQ only reports that as a monitor event naming our own endpoint. Its
 address is then recovered from the kernel: the refused connection is closed by us first,
 so it sits in TIME_WAIT with our bus port as local port (Linux /proc/net/tcp*; elsewhere
-the line says the address is unknown). Refusals are summed up in at most one log line per
-LOG_EVERY_S seconds.
+the line says the address is unknown). ZeroMQ may report the failure before it closes the
+connection, so the line waits up to LOCATE_WAIT_S for the address to show. Refusals are
+summed up in at most one log line per LOG_EVERY_S seconds.
 """
 import logging
 import socket
@@ -24,6 +25,7 @@ log = logging.getLogger("disque.bus")
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"disque-bus"
 LOG_EVERY_S = 10.0
+LOCATE_WAIT_S = 0.5     # how long a refusal's address may take to show in TIME_WAIT
 MAX_ADDRESSES_LOGGED = 8
 FAILED_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 TCP_TIME_WAIT = "06"
@@ -45,6 +47,7 @@ class BusGuard:
         self.pending_addrs = set()      # addresses seen by ZAP since the last log line
         self.unlocated = False          # a refusal whose address must come from the kernel
         self.last_log = 0.0
+        self.pending_since = 0.0        # when the first refusal not logged yet came
         self.time_wait = closed_peers(bus_port)     # baseline: older closes are not ours
 
     def fds(self):
@@ -73,6 +76,8 @@ class BusGuard:
         self.note("a client key of no secret we accept", address.decode(errors="replace"))
 
     def note(self, reason, address):
+        if not self.pending:
+            self.pending_since = time.monotonic()
         self.refused += 1
         self.pending[reason] = self.pending.get(reason, 0) + 1
         if address:
@@ -91,7 +96,10 @@ class BusGuard:
         addrs = set(self.pending_addrs)
         if self.unlocated:
             current = closed_peers(self.bus_port)
-            addrs.update(ip for ip, _port in current - self.time_wait)
+            found = {ip for ip, _port in current - self.time_wait}
+            if not found and now - self.pending_since < LOCATE_WAIT_S:
+                return      # ZeroMQ reports the failure before it closes the connection
+            addrs.update(found)
             self.time_wait = current
         where = ", ".join(sorted(addrs)[:MAX_ADDRESSES_LOGGED]) or "an unknown address"
         if len(addrs) > MAX_ADDRESSES_LOGGED:
