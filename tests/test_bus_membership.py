@@ -11,7 +11,7 @@ import pytest
 from support.bus_net import Net
 from support.waits import wait_until
 from disque.contracts import bus_messages as bus_msg
-from disque.bus.nodes import ConfigFileError, NodesFile
+from disque.bus.nodes import ConfigFileError, NodesFile, now_ms
 
 NODE_TIMEOUT = 600
 
@@ -100,6 +100,34 @@ def test_killed_node_goes_pfail_then_fail_and_clears_after_restart(net):
     assert c.myself.id == victim                       # identity reloaded from nodes.conf
     net.until(lambda: not a.nodes[victim].failing and not b.nodes[victim].failing,
               message="FAIL never cleared")
+
+
+def test_a_node_that_said_goodbye_is_pinged_afresh_when_back(net):
+    """A stopping node says goodbye (STOPPING); its next process clears that with its first
+    message. A PING its old process never answered must not then age into PFAIL of the new
+    one (seen in the rolling restarts of the fault harness: every restarted node was marked
+    failing about a node timeout after it was back)."""
+    a, b = net.add("a"), net.add("b")
+    a.meet("127.0.0.1", b.myself.port)
+    net.until(lambda: full_mesh(net))
+    bid = b.myself.id
+    b.goodbye()
+    net.until(lambda: a.nodes[bid].has(bus_msg.STOPPING), message="the goodbye never came")
+    assert bid not in {n.id for n in a.reachable()}
+    net.kill("b")
+    b = net.restart("b")
+    a.nodes[bid].ping_sent = now_ms() - 10 * NODE_TIMEOUT     # a PING never answered
+
+    def back():                 # b's first messages, and a's sockets only: no cron of a's
+        b.cron()
+        a.on_readable()
+        return not a.nodes[bid].has(bus_msg.STOPPING)
+    wait_until(back, timeout=10, interval=0.01, message="never back")
+    end = time.monotonic() + 3 * NODE_TIMEOUT / 1000
+    while time.monotonic() < end:
+        net.step()
+        assert not a.nodes[bid].failing, "the node back from a stop was marked failing"
+    assert bid in {n.id for n in a.reachable()}
 
 
 def test_nodes_conf_round_trip_and_lock(net, tmp_path):

@@ -144,6 +144,12 @@ class Cluster:
         if diff & bus_msg.STOPPING:
             log.info("Node %s %s", sender.id[:8], "is stopping: no copies for it until it "
                      "speaks again" if sender.has(bus_msg.STOPPING) else "is back")
+            if not sender.has(bus_msg.STOPPING) and self.transport is not None:
+                # a new process: the PING its old one never answered would age into PFAIL,
+                # and our connection to it may wait in ZeroMQ's reconnect back-off (up to
+                # a second). Made again now; the next cron pings the new process afresh.
+                sender.ping_sent = 0
+                self.transport.renew(sender.id, 0)
         self.changed(save=bool(diff & ~(bus_msg.PRESSURE | bus_msg.STOPPING)))
 
     def send(self, node, mtype, payload=None, mflags=0):
