@@ -130,6 +130,28 @@ def test_a_node_that_said_goodbye_is_pinged_afresh_when_back(net):
     assert bid in {n.id for n in a.reachable()}
 
 
+def test_a_ping_with_no_live_connection_is_tried_again_at_the_next_cron(net):
+    """ZeroMQ drops a message for a peer with no live connection (ZMQ_IMMEDIATE), as when
+    the peer restarts: that PING is sent again at the next cron (100 ms), not a resend
+    interval later, so a restarted node hears from the others (and they from it) at once.
+    It still counts as sent for failure detection."""
+    a, b = net.add("a"), net.add("b")
+    a.meet("127.0.0.1", b.myself.port)
+    net.until(lambda: full_mesh(net))
+    node = a.nodes[b.myself.id]
+    net.kill("b")
+
+    def dropped():
+        a.ping(node)
+        return node.ping_dropped
+    wait_until(dropped, timeout=10, interval=0.01, message="the PING never found the link gone")
+    assert node.ping_sent
+    tx = node.ping_tx
+    time.sleep(0.002)
+    a.cron()
+    assert node.ping_tx > tx, "the dropped PING was not tried again"
+
+
 def test_nodes_conf_round_trip_and_lock(net, tmp_path):
     a, b = net.add("a"), net.add("b")
     a.meet("127.0.0.1", b.myself.port)

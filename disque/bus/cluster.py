@@ -454,7 +454,7 @@ class Cluster:
                 self.ping(n)
             elif not n.ping_sent and now - n.pong_received > timeout // 2:
                 self.ping(n)
-            elif n.ping_sent and now - n.ping_tx > resend:
+            elif n.ping_sent and (n.ping_dropped or now - n.ping_tx > resend):
                 # ZeroMQ reconnects silently and drops what it could not deliver: keep
                 # asking, so a node that comes back answers and clears its failure flags
                 self.ping(n)
@@ -467,7 +467,10 @@ class Cluster:
             self.save()
 
     def ping(self, node):
-        self.send(node, bus_msg.PING, self.gossip(exclude=node))
+        # a PING dropped for want of a live connection (ZMQ_IMMEDIATE: a node restarting,
+        # our connection to it not made yet) is tried again at the next cron, not a resend
+        # interval later; it still counts for failure detection
+        node.ping_dropped = not self.send(node, bus_msg.PING, self.gossip(exclude=node))
         self.send_links(node)
         node.ping_tx = now_ms()
         if not node.ping_sent:

@@ -52,8 +52,8 @@ def random_id():
 
 class Node:
     __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "created",
-                 "fail_reports", "last_seen", "linked", "ping_tx", "job_ports", "cport",
-                 "relinks")
+                 "fail_reports", "last_seen", "linked", "ping_tx", "ping_dropped", "job_ports",
+                 "cport", "relinks")
 
     def __init__(self, node_id, ip="", port=0, flags=0, cport=0):
         self.id = node_id
@@ -68,6 +68,7 @@ class Node:
         self.last_seen = 0          # ms of the last message received from it
         self.linked = False
         self.ping_tx = 0            # ms of the last PING actually sent (resends included)
+        self.ping_dropped = False   # the last PING found no live connection (tried again)
         self.job_ports = ()         # its workers' direct job link ports (LINKS), if any
         self.relinks = 0            # our links to it made again (stalled): workers follow
 
