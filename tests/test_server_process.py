@@ -191,6 +191,26 @@ def test_port_in_use_fails_fast(start_server):
         lease.release()
 
 
+def test_bus_port_in_use_fails_fast_with_the_reason(start_server):
+    """The bus port (port + 10000) is opened after the workers start: a busy one must stop
+    the node with its one-line reason, not leave it hanging in ZeroMQ's context teardown
+    (the sockets made before the failed bind used to stay open)."""
+    lease = lease_port()
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        blocker.bind(("127.0.0.1", lease.port + 10000))
+        blocker.listen(1)
+        srv = start_server(workers=2, wait=False, port=lease.port)
+        rc = srv.wait_exit(10)
+        assert rc == 1, f"server did not fail fast; log:\n{srv.log_tail()}"
+        assert "Creating the cluster bus socket on port %d" % (lease.port + 10000) in srv.log_text()
+        assert not srv.surviving_descendants(timeout=5)
+    finally:
+        blocker.close()
+        lease.release()
+
+
 def test_workers_import_the_installed_package_not_the_current_directory(tmp_path):
     """Started from a directory that holds another `disque` package (a source checkout
     without compiled extensions, say), the workers must still import the one the

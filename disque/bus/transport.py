@@ -67,11 +67,18 @@ class Transport:
             self.router.setsockopt(zmq.CURVE_SECRETKEY, keys.serving.secret)
         # before bind: the ZAP handler must exist when the first client arrives
         self.guard = BusGuard(ctx, self.router, bus_port, keys)
-        for addr in bind_addrs:
-            host = "[%s]" % addr if ":" in addr else addr
-            if ":" in addr:
-                self.router.setsockopt(zmq.IPV6, 1)
-            self.router.bind("tcp://%s:%d" % (host, bus_port))
+        try:
+            for addr in bind_addrs:
+                host = "[%s]" % addr if ":" in addr else addr
+                if ":" in addr:
+                    self.router.setsockopt(zmq.IPV6, 1)
+                self.router.bind("tcp://%s:%d" % (host, bus_port))
+        except zmq.ZMQError:
+            # closed here: a socket left open would hold the context's term() forever, and
+            # the node would hang instead of exiting with the reason (a busy bus port)
+            self.guard.close()
+            self.router.close(linger=0)
+            raise
         self.links = {}            # node id -> (DEALER, "ip:port")
         self.sent = 0
         self.received = 0
