@@ -19,6 +19,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import psutil
@@ -107,7 +108,7 @@ def main():
     args.body = "x" * args.body_size
     args.settled_clients = [int(c) for c in args.settled_clients.split(",")]
     opts = single_node_args(["--quick"])
-    opts.logdir = __import__("tempfile").mkdtemp(prefix="bench-first-second-")
+    opts.logdir = tempfile.mkdtemp(prefix="bench-first-second-")
     opts.disque_binary = args.disque_binary
     setups = [(f"ours-w{w}", "disque", w) for w in map(int, args.workers.split(","))]
     if args.disque_binary:

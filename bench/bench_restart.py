@@ -15,7 +15,6 @@ in an empty directory (no file) gives the process's own start time.
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 
 import redis
 
-from disque.harness.node import Node, disque_argv, original_argv
+from disque.harness.node import Node, disque_argv, original_argv, ping
 from disque.harness.ports import lease_port
 
 QUEUES = 16
@@ -33,16 +32,11 @@ AOF = ("--appendonly", "yes", "--appendfsync", "no")
 def until_pong(port, deadline_s=120.0):
     """Seconds until PING answers +PONG (a refused connection or -LOADING: again 1 ms later)."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline_s:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith(b"+PONG"):
-                    return time.monotonic() - t0
-        except OSError:
-            pass
+    while not ping("127.0.0.1", port, timeout=5):
+        if time.monotonic() - t0 > deadline_s:
+            raise RuntimeError("no +PONG on port %d within %.0f s" % (port, deadline_s))
         time.sleep(0.001)
-    raise RuntimeError("no +PONG on port %d within %.0f s" % (port, deadline_s))
+    return time.monotonic() - t0
 
 
 def timed_start(argv_of, port, workdir, label):

@@ -17,6 +17,13 @@ SLICE_RECORDS = 4096        # records scanned in C between two looks at the slic
 SLICE_JOBS = 256            # jobs restored in C between two looks at it
 
 
+def read_on(f, buf, base, pos):
+    """The next chunk of the file after what is left of buf from pos: (buf, the file offset
+    of its first byte, 0, whether the file ended)."""
+    chunk = f.read(READ_CHUNK)
+    return buf[pos:] + chunk, base + pos, 0, not chunk
+
+
 class Loader:
     """Reading every file of the node, in slices (a generator resumed by `step`)."""
 
@@ -128,11 +135,7 @@ class Loader:
             if why == FOREIGN:
                 return True
             if why == MORE and not eof:
-                chunk = f.read(READ_CHUNK)
-                eof = not chunk
-                buf = buf[pos:] + chunk
-                base += pos
-                pos = 0
+                buf, base, pos, eof = read_on(f, buf, base, pos)
                 continue
             if pos >= len(buf):
                 return False
@@ -141,11 +144,7 @@ class Loader:
             except AofTruncated:
                 if eof:
                     raise AofTruncated(path, base + pos, size)
-                chunk = f.read(READ_CHUNK)  # the record goes on in the next chunk
-                eof = not chunk
-                buf = buf[pos:] + chunk
-                base += pos
-                pos = 0
+                buf, base, pos, eof = read_on(f, buf, base, pos)   # the record goes on
                 continue
             except AofCorrupt as e:
                 raise AofCorrupt(path, base + pos + e.offset, e.reason)
