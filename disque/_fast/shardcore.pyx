@@ -41,7 +41,7 @@ OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
 BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
 NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
-QUEUE_COST = 1650       # Queue, its skiplist (256 B of last nodes), dict and scan-log entries, beyond its name
+QUEUE_COST = 650        # Queue, its skiplist (header and last nodes inside), dict and scan-log entries, beyond its name
 
 
 cdef class Queue:
@@ -54,7 +54,7 @@ cdef class Queue:
         self.jobs_in = 0
         self.jobs_out = 0
         self.paused = 0
-        self.blocked = deque()
+        self.blocked = None        # a deque while consumers wait: most queues never have one
         self.scan_seq = 0
         self.remote = None
         self.fed = None
@@ -63,6 +63,24 @@ cdef class Queue:
     cpdef Py_ssize_t length(self):
         """Jobs queued: in RAM and spilled (QLEN, QSTAT, MAXLEN)."""
         return len(self.jobs) + (len(self.cold) if self.cold is not None else 0)
+
+    cpdef add_waiter(self, object consumer):
+        if self.blocked is None:
+            self.blocked = deque()
+        self.blocked.append(consumer)
+
+    cpdef drop_waiter(self, object consumer):
+        if self.blocked is not None:
+            try:
+                self.blocked.remove(consumer)
+            except ValueError:
+                pass
+            if not self.blocked:
+                self.blocked = None
+
+    cpdef Py_ssize_t waiting(self):
+        """Consumers blocked on this queue."""
+        return len(self.blocked) if self.blocked is not None else 0
 
 
 # the stats log's latency bounds as C numbers: a command's bucket without a Python call

@@ -1,5 +1,9 @@
 from disque._fast.job cimport Job
 
+# levels of a queue's skiplist: 4**16 jobs before the top level grows long, far more than RAM holds
+cdef enum:
+    MAX_LEVEL = 16
+
 cdef struct SkipNode:
     void *job              # owned reference to a Job
     SkipNode *backward
@@ -7,9 +11,11 @@ cdef struct SkipNode:
     SkipNode **forward     # allocated together with the node
 
 cdef class JobQueue:
-    cdef SkipNode *header
+    cdef SkipNode *header      # &head
+    cdef SkipNode head
+    cdef SkipNode *head_forward[MAX_LEVEL]
     cdef SkipNode *tail
-    cdef SkipNode *last[32]    # last node on each level (header if none): the append path
+    cdef SkipNode *last[MAX_LEVEL]    # last node on each level (header if none): the append path
     cdef int level
     cdef Py_ssize_t length
     cdef unsigned long long rng

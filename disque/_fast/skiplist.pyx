@@ -11,8 +11,6 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdlib cimport malloc, free
 from disque._fast.job cimport Job, job_cmp
 
-DEF MAX_LEVEL = 32
-
 
 cdef SkipNode *node_new(int height, void *job) noexcept nogil:
     cdef SkipNode *n = <SkipNode*>malloc(sizeof(SkipNode) + height * sizeof(SkipNode*))
@@ -30,12 +28,16 @@ cdef SkipNode *node_new(int height, void *job) noexcept nogil:
 
 cdef class JobQueue:
     def __cinit__(self):
-        self.header = node_new(MAX_LEVEL, NULL)
-        if self.header == NULL:
-            raise MemoryError()
+        # the header lives in the object: one allocation per queue, not two
+        self.header = &self.head
+        self.head.job = NULL
+        self.head.backward = NULL
+        self.head.height = MAX_LEVEL
+        self.head.forward = self.head_forward
         self.tail = NULL
         cdef int i
         for i in range(MAX_LEVEL):
+            self.head_forward[i] = NULL
             self.last[i] = self.header
         self.level = 1
         self.length = 0
@@ -43,7 +45,6 @@ cdef class JobQueue:
 
     def __dealloc__(self):
         self.clear()
-        free(self.header)
 
     def __len__(self):
         return self.length

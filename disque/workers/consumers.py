@@ -124,7 +124,7 @@ class Consumers:
             self.unblock(old)
         self.by_client[client] = b
         for q in queues:
-            q.blocked.append(b)
+            q.add_waiter(b)
         if deadline:
             self.seq += 1
             heapq.heappush(self.deadlines, (deadline, self.seq, b))
@@ -143,10 +143,7 @@ class Consumers:
         if self.by_client.get(b.client) is b:
             del self.by_client[b.client]
         for q in b.queues:
-            try:
-                q.blocked.remove(b)
-            except ValueError:
-                pass
+            q.drop_waiter(b)
             if q.fed is not None:
                 self.shard.federation.waiters_left(q)
 

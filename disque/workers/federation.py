@@ -90,7 +90,7 @@ class Federation:
         rate = fed.import_rate(now)
         if reached_zero and rate == 0:
             return
-        waiting = len(q.blocked)
+        waiting = q.waiting()
         if waiting:
             delay = REFRESH_MS if waiting == fed.advertised else NEW_WAITER_MS
             if now - fed.last_interest > delay:
@@ -125,7 +125,7 @@ class Federation:
         if not q.blocked:
             fed.advertised = 0
             self.shard.replication.send_bus(None, bus_msg.INTEREST, [q.name, 0])
-        elif len(q.blocked) < fed.advertised:
+        elif q.waiting() < fed.advertised:
             self.shard.interest_due.add(q)            # fewer waiting: lower the credit soon
 
     def tell_interest_due(self):
@@ -134,7 +134,7 @@ class Federation:
         now = self.shard.now_ms
         for q in list(due):
             fed = q.fed
-            if fed is None or len(q.blocked) == fed.advertised or self.shard.leaving:
+            if fed is None or q.waiting() == fed.advertised or self.shard.leaving:
                 due.discard(q)
             elif now - fed.last_interest > NEW_WAITER_MS:
                 due.discard(q)

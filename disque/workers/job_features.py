@@ -111,4 +111,4 @@ class JobFeatures:
         for b in self.shard.prefix_waiters:
             if not b.done and q.name.startswith(b.prefix):
                 b.queues.append(q)
-                q.blocked.append(b)
+                q.add_waiter(b)

@@ -24,7 +24,7 @@ def queue_row(q, now_ms):
             "spilled": len(q.cold) if q.cold is not None else 0,
             "jobs_in": q.jobs_in, "jobs_out": q.jobs_out,
             "paused": PAUSE_NAMES[q.paused].decode(),
-            "blocked": len(q.blocked) if q.blocked else 0,
+            "blocked": q.waiting(),
             "oldest_ms": max(0, now_ms - ctime_ms(first)) if first is not None else 0,
             # a dead-letter queue: its jobs came from another queue
             "dead_letter": ext is not None and ext.origin is not None}

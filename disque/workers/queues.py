@@ -68,7 +68,7 @@ class QueueCommands:
             b"$3\r\nlen\r\n:%d\r\n" % q.length(),
             b"$3\r\nage\r\n:%d\r\n" % max(0, now - q.ctime),
             b"$4\r\nidle\r\n:%d\r\n" % max(0, now - q.atime),
-            b"$7\r\nblocked\r\n:%d\r\n" % len(q.blocked),
+            b"$7\r\nblocked\r\n:%d\r\n" % q.waiting(),
             b"$11\r\nimport-from\r\n",
             resp.bulk_array(sorted(q.fed.responders) if q.fed is not None else []),
             b"$11\r\nimport-rate\r\n:%d\r\n" % self.shard.federation.import_rate(q),
