@@ -86,6 +86,26 @@ def test_partial_command_survives_the_hand_over(node):
     assert c.read_parsed() == 1
 
 
+def test_a_big_first_addjob_goes_to_its_worker_before_its_body(node):
+    """A new connection's ADDJOB whose body is still arriving is handed to the queue's
+    worker then, which reads the body from the socket itself: the front-end neither reads
+    the body nor forwards it (docs/design.md, "Connections served by their worker")."""
+    body = os.urandom(3 << 20)
+    wire = encode_command("ADDJOB", Q1, body, 0)
+    before = served(node)
+    c = node.raw()
+    c.send(wire[:100_000])
+    if node.affinity:
+        wait_until(lambda: served(node) > before, message="not handed over before its body")
+    c.send(wire[100_000:])
+    jid = c.read_parsed(timeout=10)
+    assert jid.startswith(b"D-")
+    assert c.execute("QLEN", Q1) == 1
+    got = node.raw().execute("GETJOB", "FROM", Q1)
+    assert got[0][1] == jid and got[0][2] == body
+    assert served(node) > before if node.affinity else served(node) == 0
+
+
 def test_blocking_getjob_timeout_disconnect_and_other_worker(node):
     c = node.raw()
     settle(node, c)

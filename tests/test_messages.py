@@ -10,6 +10,7 @@ between processes") and the one frame reader every stream link uses
 - a real node that gets an oversized frame on a direct job link closes that link with a
   log line and loses no job.
 """
+import os
 import select
 import socket
 import struct
@@ -273,6 +274,40 @@ def test_the_python_links_read_through_the_one_reader():
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.unit
+def test_the_front_ends_channel_posts_never_block_and_keep_their_order_and_socket():
+    """HandoverChannel.post: what a full socket cannot take waits, with a copy of the fd,
+    and goes in order once the other end reads (post_more)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    passed_r, passed_w = os.pipe()
+    try:
+        sender, receiver = handover_msg.HandoverChannel(a), handover_msg.HandoverChannel(b)
+        sent = 0
+        while sender.post(handover_msg.Gone.encode(sent)):  # until the socket is full
+            sent += 1
+        big = handover_msg.Handoff.encode(7, False, b"x" * 300_000, handover_msg.NO_PUMP)
+        assert not sender.post(big, passed_w)               # nothing of it went: the fd waits
+        os.close(passed_w)                                  # the caller's own copy: closed at once
+        assert not sender.post(handover_msg.Gone.encode(-1))
+        got = []
+        while True:
+            got += receiver.receive()
+            if sender.post_more() and got and got[-1][0] == handover_msg.Gone.encode(-1):
+                break
+        got += receiver.receive()
+        assert [m for m, _ in got[:sent + 1]] == [handover_msg.Gone.encode(i) for i in range(sent + 1)]
+        handoff = [(m, fd) for m, fd in got if m[0] == handover_msg.HANDOFF]
+        assert len(handoff) == 1 and handoff[0][0][3] == b"x" * 300_000
+        os.write(handoff[0][1], b"!")                       # the fd that went is the pipe's
+        assert os.read(passed_r, 1) == b"!"
+        os.close(handoff[0][1])
+        assert not sender.backlog
+    finally:
+        a.close()
+        b.close()
+        os.close(passed_r)
 
 
 # ---- a real node ----------------------------------------------------------------------------

@@ -101,11 +101,12 @@ cdef class Core:
     cdef public object queue_elsewhere      # (queue, worker) a worker's QUEUE_ELSEWHERE entry
     cdef public object all_workers_command  # (client, name, argv) route `all`
     cdef public object bus_from_worker      # (entries) a worker's cluster bus messages
-    cdef public object hand_over            # (client, worker) while `affinity`
+    cdef public object hand_over            # (client, worker, big) while `affinity`
     cdef public object worker_report        # (entry) other reserved-reqid entries of a worker
     cpdef long long new_reqid(self, int w)
     cpdef send(self, int w, list req)
     cpdef forward(self, Client client, int w, list argv)
+    cdef hand_over_big(self, Client client)
     cpdef dispatch(self, Client client, list argv)
     cdef run(self, Client client, list argv)
     cdef route(self, Client client, Entry entry, list argv)

@@ -33,7 +33,10 @@ from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, F_NO
                                    F_NOMONITOR, F_PING, F_COPIES, T_BADID, T_BADDELAY,
                                    T_SPLIT)
 from disque._fast.dispatch import build_table
+from disque._fast.jobid cimport queue_worker
 from disque.contracts import routes as _routes
+from disque.contracts import connection_handover as _handover
+cdef long long BIG_ARGUMENT = _handover.BIG_ARGUMENT
 cdef int ROUTE_GETJOB = _routes.GETJOB
 cdef int ROUTE_ALL = _routes.ALL
 
@@ -153,6 +156,8 @@ cdef class Client:
             fe.client_overflow(self)
             return
         self.process_input()
+        if self.parser.bulk_len >= BIG_ARGUMENT and fe.affinity:
+            fe.hand_over_big(self)
 
     def pause_writing(self):
         pass
@@ -360,6 +365,21 @@ cdef class Core:
         cdef Slot s = client.slot()
         self.pending[reqid] = s
         self.send(w, [REQ_CMD, reqid, argv])        # worker_link.Cmd, inline: the command path
+
+    cdef hand_over_big(self, Client client):
+        """An ADDJOB whose body is still arriving: the connection goes to the queue's worker
+        now, which reads the body from the socket itself, instead of this process reading
+        it and forwarding it over the link (about eight copies of a big body;
+        docs/design.md, "Connections served by their worker")."""
+        cdef list args = client.parser.args
+        cdef Entry entry
+        if (args is None or len(args) < 2 or client.slots or client.waiting is not None
+                or client.backlog or client.closing or client.reply_mode or client.monitor
+                or client.handed >= 0):
+            return
+        entry = lookup(self.table, <bytes>args[0])
+        if entry is not None and entry.flags & F_COPIES:
+            self.hand_over(client, queue_worker(<bytes>args[1], self.nworkers), True)
 
     cpdef dispatch(self, Client client, list argv):
         """One command, with CLIENT REPLY OFF/SKIP applied around it."""

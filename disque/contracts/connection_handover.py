@@ -136,6 +136,9 @@ BACK_FOLLOW = 3         # its commands went on to another worker's queues (FOLLO
 FOLLOW_AFTER = 32       # forwarded commands in a row to one other worker that make a hand-back
 
 MAX_HANDOFF_INPUT = 16 * 1024   # a connection with more unparsed input stays where it is
+BIG_ARGUMENT = 64 * 1024        # an ADDJOB body at least this long, still arriving: the
+                                # connection goes to the queue's worker before the body is read
+MAX_BIG_HANDOFF_INPUT = 1 << 20  # the part of it read already that may go with it
 RECV_SIZE = 64 * 1024
 MAX_FDS_PER_READ = 256
 MAX_FRAME = frames.MAX_LENGTH   # both ends are this node's processes: the header's own limit
@@ -147,8 +150,11 @@ def peer_text(host, port):
 
 
 class HandoverChannel:
-    """One end of the hand-over channel. Sends block (frames are small, and each side
-    reads its end on every loop turn); `receive` never blocks."""
+    """One end of the hand-over channel; `receive` never blocks. A worker's `send` blocks
+    (its frames are small but for a hand-back, and the front-end reads its end on every
+    loop turn). The front-end's `post` never blocks, so that the two can never wait on
+    each other: a worker blocked handing a big reply back while the front-end hands it a
+    connection whose big command has begun to arrive."""
 
     def __init__(self, sock, limit=MAX_FRAME):
         self.sock = sock
@@ -157,6 +163,7 @@ class HandoverChannel:
         self.fds = deque()
         self.closed = False
         self.ancillary = socket.CMSG_SPACE(MAX_FDS_PER_READ * 4)
+        self.backlog = deque()      # (bytes, fd copy or None) the socket has not taken yet
 
     def fileno(self):
         return self.sock.fileno()
@@ -170,6 +177,41 @@ class HandoverChannel:
                                         array.array("i", [fd]))])
         if n < len(data):
             self.sock.sendall(data[n:])
+
+    def post(self, msg, fd=None):
+        """Send `msg` (and `fd`) without blocking; False while some of it waits in `backlog`
+        (then call `post_more` when the socket is writable). A waiting fd is a copy, so the
+        caller may close its own at once."""
+        data = frames.frame(msgpack.packb(msg))
+        if not self.backlog:
+            n = self.send_some(data, fd)
+            if n == len(data):
+                return True
+            if n:
+                data, fd = data[n:], None       # the fd went with the first byte
+        self.backlog.append((data, os.dup(fd) if fd is not None else None))
+        return False
+
+    def post_more(self):
+        """Send what waits, in order; True once nothing is left."""
+        while self.backlog:
+            data, fd = self.backlog[0]
+            n = self.send_some(data, fd)
+            if fd is not None and n:
+                os.close(fd)
+                fd = None
+            if n < len(data):
+                self.backlog[0] = (data[n:], fd)
+                return False
+            self.backlog.popleft()
+        return True
+
+    def send_some(self, data, fd):
+        anc = [] if fd is None else [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+        try:
+            return self.sock.sendmsg([data], anc, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
 
     def receive(self):
         """Every complete frame available now, as (msg, fd or None). A frame above the
@@ -211,6 +253,10 @@ class HandoverChannel:
                 os.close(self.fds.popleft())
             except OSError:
                 pass
+        while self.backlog:
+            fd = self.backlog.popleft()[1]
+            if fd is not None:
+                os.close(fd)
 
 
 def encode_commands(cmds):

@@ -120,8 +120,9 @@ class Handover:
 
     # ---- handing over ----------------------------------------------------------------------
 
-    def hand_over(self, client, w):
-        """Core hook: `client` has no reply outstanding and its commands went to worker w."""
+    def hand_over(self, client, w, big=False):
+        """Core hook: `client` has no reply outstanding and its commands went to worker w,
+        or (`big`) the body of its ADDJOB for a queue of worker w is still arriving."""
         fe = self.fe
         links = fe.links
         tls = client.tls
@@ -136,7 +137,8 @@ class Handover:
         if t is None or t.get_write_buffer_size():
             return
         parser = client.parser
-        if parser.pending > handover_msg.MAX_HANDOFF_INPUT:
+        if parser.pending > (handover_msg.MAX_BIG_HANDOFF_INPUT if big
+                             else handover_msg.MAX_HANDOFF_INPUT):
             return
         sock = t.get_extra_info("socket")
         if sock is None:
@@ -148,8 +150,7 @@ class Handover:
         unparsed = parser.take_unparsed()      # a command parsed in part included
         try:
             pump = handover_msg.NO_PUMP if tls is None else tls.pump
-            links.channel(w).send(
-                handover_msg.Handoff.encode(client.id, client.resp3, unparsed, pump), fd)
+            links.post(w, handover_msg.Handoff.encode(client.id, client.resp3, unparsed, pump), fd)
         except OSError:
             if unparsed:
                 parser.feed(unparsed)
@@ -261,7 +262,7 @@ class Handover:
         for w, clients in enumerate(self.handed):
             if clients and links.held[w] is None:
                 try:
-                    links.channel(w).send(handover_msg.Recall.encode())
+                    links.post(w, handover_msg.Recall.encode())
                 except OSError:
                     pass
 
@@ -271,7 +272,7 @@ class Handover:
         log.debug("Client id=%d killed while worker %d serves it", client.id, w)
         self.handed[w].pop(client.id, None)
         try:
-            self.fe.links.channel(w).send(handover_msg.Kill.encode(client.id))
+            self.fe.links.post(w, handover_msg.Kill.encode(client.id))
         except OSError:
             pass
         self.lost(client)

@@ -149,7 +149,7 @@ class TlsPort:
         if self.cfg.tcp_keepalive:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         try:
-            self.fe.links.channel(w).send(handover_msg.TlsAccept.encode(host, port), conn.fileno())
+            self.fe.links.post(w, handover_msg.TlsAccept.encode(host, port), conn.fileno())
             self.accepted += 1
         except OSError:
             pass

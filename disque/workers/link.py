@@ -88,6 +88,22 @@ class UnixLinks(HeldSends):
     def channel(self, w):
         return self.channel_pairs[w][0]
 
+    def post(self, w, msg, fd=None):
+        """A message (and a socket) for worker w's hand-over channel, never blocking:
+        what its socket does not take now goes when it is writable, in order."""
+        channel = self.channel(w)
+        had_backlog = bool(channel.backlog)
+        if not channel.post(msg, fd) and not had_backlog:
+            self.loop.add_writer(channel.fileno(), self.channel_writable, w, channel)
+
+    def channel_writable(self, w, channel):
+        try:
+            done = channel.post_more()
+        except OSError:             # the worker died: its channel is replaced (hold)
+            done = True
+        if done:
+            self.loop.remove_writer(channel.fileno())
+
     def worker_args(self, w):
         """(link spec, peers spec, fds) that hand worker w its end of the link
         (disque/worker_spawn.py, WorkerArgs)."""
@@ -188,6 +204,8 @@ class UnixLinks(HeldSends):
         old, old_b = self.channel_pairs[w]
         try:
             self.loop.remove_reader(old.fileno())
+            if old.backlog:
+                self.loop.remove_writer(old.fileno())
         except (ValueError, OSError):
             pass
         old.close()
@@ -205,7 +223,7 @@ class UnixLinks(HeldSends):
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self.peer_ends[(w, v)] = mine
             try:
-                self.channel(v).send(Peer.encode(w), theirs.fileno())
+                self.post(v, Peer.encode(w), theirs.fileno())
             except OSError:
                 pass                    # v is gone too: it gets new links when it restarts
             theirs.close()
