@@ -302,3 +302,26 @@ def test_latency_buckets_match_bisect_on_the_bounds():
         assert changed == [bisect.bisect_left(LATENCY_BOUNDS_US, us)], us
     n = len(probes)
     assert shard.command_count[b"addjob"] == 3 * n and shard.command_count[b"getjob"] == n
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.booleans(),
+                          st.integers(0, 65535), st.integers(0, 65535)), min_size=1, max_size=6),
+       st.booleans())
+def test_a_reply_with_big_bodies_is_the_same_bytes_in_pieces_that_hold_the_bodies_uncopied(
+        specs, withcounters):
+    from disque._fast.jobreply import BIG_PIECE, encode_jobs, encode_jobs_pieces
+    maker = IdMaker(NODE)
+    jobs = []
+    for queue, big, nacks, extra in specs:
+        j = Job(maker.make(0, 3600, 1), queue, (b"B" * BIG_PIECE + queue) if big else queue * 3)
+        j.nacks, j.additional_deliveries = nacks, extra
+        jobs.append(j)
+    reply = encode_jobs_pieces(jobs, withcounters)
+    bigs = [j.body for j in jobs if len(j.body) >= BIG_PIECE]
+    if not bigs:
+        assert type(reply) is bytes and reply == encode_jobs(jobs, withcounters)
+        return
+    assert type(reply) is tuple and b"".join(reply) == encode_jobs(jobs, withcounters)
+    assert [p for p in reply if len(p) >= BIG_PIECE] == bigs
+    assert all(any(p is body for p in reply) for body in bigs)      # the job's own bytes

@@ -162,3 +162,35 @@ def test_a_slow_reader_parked_in_getjob_still_gets_every_reply(node):
     jid = addjob(admin, SMALL, "for the parked consumer")
     assert c.read_parsed(timeout=5)[0][1] == jid
     assert c.read_parsed(timeout=5) == b"PONG"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_big_body_leaves_uncopied_among_its_replies_in_order(node, protocol):
+    """A served GETJOB with a body of BIG_PIECE or more sends the body from the job's own
+    bytes, between the pieces of its reply (jobreply.encode_jobs_pieces): the client reads
+    the same bytes, in order with the replies around them, in RESP2 and RESP3."""
+    from disque._fast.jobreply import BIG_PIECE
+    admin = node.raw()
+    bodies = [b"small-1", os.urandom(BIG_PIECE + 5), b"small-2", os.urandom(3 * BIG_PIECE)]
+    ids = [addjob(admin, BIG, body) for body in bodies]
+    c = node.raw()
+    if protocol == 3:
+        c.execute("HELLO", 3)
+    before = int(node.info_fields("server")["connections_served_by_workers"])
+    for _ in range(40):
+        c.execute("QLEN", BIG)
+        if int(node.info_fields("server")["connections_served_by_workers"]) > before:
+            break
+    else:
+        raise AssertionError("the connection was never handed over")
+    handbacks = int(server_info(admin)["connection_handbacks"])
+    c.send(encode_command("GETJOB", "COUNT", 3, "WITHCOUNTERS", "FROM", BIG)
+           + encode_command("PING") + encode_command("GETJOB", "FROM", BIG)
+           + encode_command("QLEN", BIG))
+    got = c.read_parsed(timeout=30)
+    assert [(j[1], j[2], j[4], j[6]) for j in got] == [(ids[i], bodies[i], 0, 0) for i in range(3)]
+    assert c.read_parsed(timeout=10) in (b"PONG", "PONG")
+    last = c.read_parsed(timeout=30)
+    assert last[0][1] == ids[3] and last[0][2] == bodies[3]
+    assert c.read_parsed(timeout=10) == 0
+    assert int(server_info(admin)["connection_handbacks"]) == handbacks   # its worker wrote them

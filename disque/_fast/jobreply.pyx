@@ -1,33 +1,65 @@
 # cython: language_level=3
 """Jobs as RESP reply elements (GETJOB, QPEEK), each written in place into one bytes
-object: its size first, then the bytes (no formatting, no join)."""
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+object: its size first, then the bytes (no formatting, no join).
+
+A job is its head ([queue, id, and the body's length line), its body, and its tail (the
+body's CRLF and WITHCOUNTERS' counters): `encode_jobs` writes all three into one reply,
+`encode_jobs_pieces` leaves big bodies out of it, uncopied, for a writer that sends
+pieces in turn."""
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.string cimport memcpy
 
 from disque._fast.job cimport Job
 from disque._fast.resp cimport bulk_size, int_size, put_bulk, put_int
 
+# a body this long is a piece of its own in encode_jobs_pieces: copying it would cost more
+# than the two more sends (and, past glibc's mmap threshold, a page fault per 4 KB)
+BIG_PIECE = 256 * 1024
+cdef Py_ssize_t C_BIG_PIECE = BIG_PIECE
 
-cdef Py_ssize_t job_size(Job job, bint withcounters):
-    cdef Py_ssize_t n = 4 + bulk_size(len(<bytes>job.queue)) + bulk_size(len(<bytes>job.id)) \
-        + bulk_size(len(<bytes>job.body))
+
+cdef inline Py_ssize_t head_size(Job job, bint withcounters):
+    return 4 + bulk_size(len(<bytes>job.queue)) + bulk_size(len(<bytes>job.id)) \
+        + 3 + int_size(len(<bytes>job.body))
+
+
+cdef inline Py_ssize_t tail_size(Job job, bint withcounters):
+    cdef Py_ssize_t n = 2
     if withcounters:
         n += bulk_size(5) + 3 + int_size(job.nacks) + bulk_size(21) + 3 \
             + int_size(job.additional_deliveries)
     return n
 
 
-cdef char *put_job(char *p, Job job, bint withcounters):
-    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
+cdef Py_ssize_t job_size(Job job, bint withcounters):
+    return head_size(job, withcounters) + len(<bytes>job.body) + tail_size(job, withcounters)
+
+
+cdef inline char *put_head(char *p, Job job, bint withcounters):
     p = put_int(p, b'*', 7 if withcounters else 3)
     p = put_bulk(p, job.queue)
     p = put_bulk(p, job.id)
-    p = put_bulk(p, job.body)
+    return put_int(p, b'$', len(<bytes>job.body))
+
+
+cdef inline char *put_tail(char *p, Job job, bint withcounters):
+    p[0] = 13
+    p[1] = 10
+    p += 2
     if withcounters:
         p = put_bulk(p, b"nacks")
         p = put_int(p, b':', job.nacks)
         p = put_bulk(p, b"additional-deliveries")
         p = put_int(p, b':', job.additional_deliveries)
     return p
+
+
+cdef char *put_job(char *p, Job job, bint withcounters):
+    """One GETJOB element: [queue, id, body] (+ counters with WITHCOUNTERS)."""
+    cdef bytes body = job.body
+    p = put_head(p, job, withcounters)
+    memcpy(p, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+    return put_tail(p + PyBytes_GET_SIZE(body), job, withcounters)
 
 
 cpdef bytes encode_job(Job job, bint withcounters):
@@ -49,3 +81,43 @@ cpdef bytes encode_jobs(list jobs, bint withcounters):
     for job in jobs:
         p = put_job(p, job, withcounters)
     return out
+
+
+cpdef object encode_jobs_pieces(list jobs, bint withcounters):
+    """encode_jobs' reply, or, when a body has BIG_PIECE bytes or more, the same bytes as a
+    tuple of pieces in which each such body is the job's own bytes object, not a copy."""
+    cdef Job job
+    cdef list pieces = []
+    cdef Py_ssize_t size = 3 + int_size(len(jobs)), start = 0, i, k
+    cdef bytes piece
+    cdef char *p
+    for job in jobs:
+        if len(<bytes>job.body) >= C_BIG_PIECE:
+            break
+    else:
+        return encode_jobs(jobs, withcounters)
+    # runs of small parts between big bodies: each written in place, as encode_jobs does
+    for i in range(len(jobs) + 1):
+        job = <Job>jobs[i] if i < len(jobs) else None
+        if job is not None and len(<bytes>job.body) < C_BIG_PIECE:
+            size += job_size(job, withcounters)
+            continue
+        if job is not None:
+            size += head_size(job, withcounters)
+        piece = PyBytes_FromStringAndSize(NULL, size)
+        p = PyBytes_AS_STRING(piece)
+        if start == 0:
+            p = put_int(p, b'*', len(jobs))
+        else:
+            p = put_tail(p, <Job>jobs[start - 1], withcounters)
+        for k in range(start, i):
+            p = put_job(p, <Job>jobs[k], withcounters)
+        if job is not None:
+            put_head(p, job, withcounters)
+        pieces.append(piece)
+        if job is None:
+            break
+        pieces.append(job.body)
+        start = i + 1
+        size = tail_size(job, withcounters)
+    return tuple(pieces)

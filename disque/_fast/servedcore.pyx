@@ -87,9 +87,15 @@ cdef class ServedCore(ServedLoop):
                 self.hand_back_client(c, BACK_FOLLOW if c.following else BACK_COMMAND,
                                       encode_commands(cmds[done:]))
                 return
-            if c.resp3 and type(reply) is bytes:
-                reply = to_resp3(reply)
-            out.append(reply)
+            if type(reply) is tuple:            # a big body's pieces (encode_jobs_pieces)
+                if c.resp3:
+                    out.append(to_resp3(b"".join(reply)))
+                else:
+                    out.extend(reply)
+            else:
+                if c.resp3 and type(reply) is bytes:
+                    reply = to_resp3(reply)
+                out.append(reply)
             done += 1
             if c.blocked_on:
                 # like upstream, a producer waiting for its copies (or a consumer parked

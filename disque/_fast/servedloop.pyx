@@ -19,6 +19,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import QueryBufferOverflow
 from disque.contracts import connection_handover as handover_msg
+from disque._fast.jobreply import BIG_PIECE as _BIG_PIECE
 from disque._fast.shardcore cimport ShardCore
 from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
 
@@ -57,6 +58,7 @@ cdef bytearray tls_buf = bytearray(READ_SIZE)
 cdef object tls_view = memoryview(tls_buf)
 
 cdef int BACK_SLOW_READER = handover_msg.BACK_SLOW_READER
+cdef Py_ssize_t BIG_PIECE = _BIG_PIECE
 
 
 cpdef double monotonic():
@@ -115,13 +117,21 @@ cdef class Forwarded:
 cpdef bytes take_ready(list out):
     """The replies at the head of a connection's `out` that are ready, in order, joined and
     taken off it; one still being made (a Forwarded with no data: another worker's, or a
-    producer's waiting for its copies) stops it, as nothing may overtake it. None: none."""
+    producer's waiting for its copies) stops it, as nothing may overtake it. None: none.
+    A big one (a body among a reply's pieces) is never joined: it is taken alone, or stops
+    the run before it, so that it is sent from where it is."""
     cdef Py_ssize_t ready = 0
+    cdef bytes data
     for x in out:
         if type(x) is not bytes:
             if (<Forwarded>x).data is None:
                 break
             out[ready] = (<Forwarded>x).data
+        data = <bytes>out[ready]
+        if len(data) >= BIG_PIECE:
+            if not ready:
+                ready = 1
+            break
         ready += 1
     if not ready:
         return None
@@ -413,10 +423,14 @@ cdef class ServedLoop:
                 if c.back is not None:
                     self.back_when_answered(c)
                 continue
-            data = take_ready(out)
-            if data is None:
-                continue
-            rest = self.send_out(c, data, c.back is None and self.keep_unsent)
+            rest = b""
+            while out and c.unsent is None:     # more than one run: a big reply's pieces
+                data = take_ready(out)
+                if data is None:
+                    break
+                rest = self.send_out(c, data, c.back is None and self.keep_unsent)
+                if rest is None or rest:
+                    break
             if rest is None:
                 continue
             if rest:
@@ -497,8 +511,10 @@ cdef class ServedLoop:
             if c.back is not None:
                 self.back_when_answered(c)
             return 0
-        data = take_ready(out) if out else None
-        if data is not None:
+        while out:
+            data = take_ready(out)
+            if data is None:
+                break
             try:
                 c.tls.write(data)
             except (OSError, ValueError):

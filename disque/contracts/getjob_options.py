@@ -15,9 +15,10 @@ class GetjobRequest:
     `prefix` of FROM-PREFIX), and who waits for the reply in the worker: `reqid` (the
     front-end's request id, or a served connection's negative wait id), `client` (its
     connection id) and `proxy` (a share of a cross-worker GETJOB: its jobs go back encoded,
-    the front-end merges them)."""
+    the front-end merges them). `pieces`: the reply is written by a served connection's
+    loop, which sends a big body from the job's own bytes (jobreply.encode_jobs_pieces)."""
     __slots__ = ("nohang", "withcounters", "timeout", "count", "queues", "prefix", "reqid",
-                 "client", "proxy")
+                 "client", "proxy", "pieces")
 
     def __init__(self, count=1, nohang=False, withcounters=False, timeout=0, queues=None,
                  prefix=None, reqid=0, client=0, proxy=False):
@@ -30,6 +31,7 @@ class GetjobRequest:
         self.reqid = reqid
         self.client = client
         self.proxy = proxy
+        self.pieces = False
 
     def share(self, reqid, client, queues, proxy=False, timeout=None):
         """The message asking one worker for its share: `queues` of them (None: the prefix)."""

@@ -9,7 +9,7 @@ for the front-end's GETJOBs. A connection this worker serves parks its GETJOB he
 import heapq
 
 from disque._fast import resp
-from disque._fast.jobreply import encode_job, encode_jobs
+from disque._fast.jobreply import encode_job, encode_jobs, encode_jobs_pieces
 from disque.contracts import worker_link as link_msg
 from disque.workers.replication import LEAVING_ERROR
 from disque.workers.queues import PAUSE_OUT
@@ -85,6 +85,8 @@ class Consumers:
             ids = [j.id for j in jobs]
             if request.proxy:
                 return [encode_job(j, request.withcounters) for j in jobs], ids
+            if request.pieces:
+                return encode_jobs_pieces(jobs, request.withcounters), ids
             return encode_jobs(jobs, request.withcounters), ids
         return self.nothing_fetched(request, queues, clustered)
 

@@ -251,6 +251,7 @@ class ServedClients(ServedCore):
         self.names.append(b"getjob")    # timed with the other commands of this turn
         wid = o.reqid = self.new_wait_id()
         o.client = c.id
+        o.pieces = True
         reply, _ids = self.shard.getjob(o, timed=False)
         if reply is not None:
             return reply
@@ -307,7 +308,13 @@ class ServedClients(ServedCore):
         """The worker stops: what was executed is written (best effort), then closed."""
         self.flush()
         for c in list(self.clients.values()):
-            ready = c.take_unsent() + (take_ready(c.out) or b"")   # up to a reply still being made
+            ready = [c.take_unsent()]
+            while c.out:                # up to a reply still being made
+                run = take_ready(c.out)
+                if run is None:
+                    break
+                ready.append(run)
+            ready = b"".join(ready)
             if ready and c.tls is not None:
                 try:
                     c.tls.write(ready)
