@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+from common.cluster import wait_job_links
 from common.loads import run_cycle, run_redis_benchmark
 from common.machine import check_machine_quiet, cpu_delta
 from common.options import parse_args
@@ -149,17 +150,10 @@ def wait_settled(clients, workers: int, deadline: float) -> None:
     """After the nodes see each other: our nodes' direct job links up (every worker to
     every worker of the other nodes), then SETTLE_S more for every kind, so the one-off
     work of forming the cluster (handshakes, nodes.conf writes) is not counted per job."""
-    want = (CLUSTER_NODES - 1) * workers * workers
-    for c in clients:
-        while True:
-            fields = c.execute_command("INFO", "cluster")      # redis-py parses INFO
-            if fields.get("cluster_job_links", "bus") != "direct":
-                break                   # the original, or links off
-            if int(fields.get("cluster_job_links_up", 0)) >= want:
-                break
-            if time.monotonic() > deadline:
-                raise BenchError("the direct job links did not come up")
-            time.sleep(0.05)
+    try:
+        wait_job_links(clients, workers, deadline)
+    except RuntimeError as e:
+        raise BenchError(str(e)) from None
     time.sleep(SETTLE_S)
 
 

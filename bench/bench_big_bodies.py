@@ -12,6 +12,13 @@ preallocated buffer: its own time is the same for every server and linear in the
 
     python bench/bench_big_bodies.py --disque-binary <original>/src/disque-server
     python bench/bench_big_bodies.py --sizes 1,100 --rounds 5 --workers 2 ...
+    python bench/bench_big_bodies.py --tls ...          # ours over TLS too (ours-tls rows)
+    python bench/bench_big_bodies.py --replicate 3 ...  # 3-node clusters, ADDJOB REPLICATE 3
+
+With --tls, ours also runs with a TLS port and the same rounds go over TLS (the original
+has no TLS: compare those rows with ours in plaintext). With --replicate N every server is a
+cluster of N nodes joined with CLUSTER MEET (ours with its direct job links up), the client
+talks to the first node and every ADDJOB asks for N copies.
 """
 from __future__ import annotations
 
@@ -19,14 +26,19 @@ import argparse
 import os
 import shutil
 import socket
+import ssl
 import statistics
 import sys
 import tempfile
 import time
 
+from common.cluster import wait_job_links
 from common.options import parse_args
 from common.report import log
 from common.servers import cleanup_all, new_server
+from disque.harness import join
+from disque.harness.certs import Certs
+from disque.harness.ports import lease_port
 
 MB = 1 << 20
 
@@ -34,8 +46,10 @@ MB = 1 << 20
 class RawClient:
     """One connection, one command at a time, replies read without copies beyond one."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, tls: ssl.SSLContext | None = None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.buf = bytearray(1 << 16)
         self.view = memoryview(self.buf)
         self.have = 0
@@ -101,9 +115,12 @@ class RawClient:
         raise RuntimeError(f"unexpected reply type {kind!r}")
 
 
-def one_round(c: RawClient, body: bytes) -> tuple[float, float]:
+def one_round(c: RawClient, body: bytes, copies: int = 1) -> tuple[float, float]:
     t0 = time.perf_counter()
-    c.send(b"ADDJOB", b"bigq", body, b"0")
+    if copies > 1:
+        c.send(b"ADDJOB", b"bigq", body, b"0", b"REPLICATE", b"%d" % copies)
+    else:
+        c.send(b"ADDJOB", b"bigq", body, b"0")
     jid = c.reply()
     t1 = time.perf_counter()
     c.send(b"GETJOB", b"FROM", b"bigq")
@@ -116,20 +133,44 @@ def one_round(c: RawClient, body: bytes) -> tuple[float, float]:
     return t1 - t0, t2 - t1
 
 
-def fresh_round(port: int, body: bytes) -> tuple[float, float]:
-    """On a new connection: its first command is the big ADDJOB."""
-    c = RawClient(port)
-    try:
-        return one_round(c, body)
-    finally:
-        c.close()
+class Target:
+    """One server, or a cluster of `copies` nodes, and where its client connects."""
 
+    def __init__(self, args, kind: str, label: str, workers: int, copies: int, certs=None):
+        self.label, self.copies, self.tls = label, copies, None
+        extra = []
+        if certs is not None:
+            self.tls_lease = lease_port()
+            extra = ["--tls-port", str(self.tls_lease.port)] + certs.server_args()
+            self.tls = certs.client_context()
+        self.nodes = [new_server(args, kind, f"{label}-n{i}" if copies > 1 else label,
+                                 max(workers, 1), extra=extra if i == 0 else ())
+                      for i in range(copies)]
+        for srv in self.nodes:
+            srv.start(args.start_timeout)
+        if copies > 1:
+            deadline = time.monotonic() + 30
+            if not join(self.nodes, timeout=30):
+                raise RuntimeError(f"{label}: the {copies} nodes did not form a cluster")
+            wait_job_links([srv.client() for srv in self.nodes], max(workers, 1), deadline)
+        self.port = self.tls_lease.port if certs is not None else self.nodes[0].port
 
-def served_client(port: int) -> RawClient:
-    """A connection that has used the queue already (ours: served by the queue's worker)."""
-    c = RawClient(port)
-    one_round(c, b"x")
-    return c
+    def client(self) -> RawClient:
+        return RawClient(self.port, self.tls)
+
+    def fresh_round(self, body: bytes) -> tuple[float, float]:
+        """On a new connection: its first command is the big ADDJOB."""
+        c = self.client()
+        try:
+            return one_round(c, body, self.copies)
+        finally:
+            c.close()
+
+    def served_client(self) -> RawClient:
+        """A connection that has used the queue already (ours: served by the queue's worker)."""
+        c = self.client()
+        one_round(c, b"x", self.copies)
+        return c
 
 
 def main(argv=None) -> int:
@@ -138,30 +179,35 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--sizes", default="1,8,32,100", help="body sizes in MB (1,8,32,100)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per size; the median is shown")
+    ap.add_argument("--tls", action="store_true", help="ours over TLS too (ours-tls rows)")
+    ap.add_argument("--replicate", type=int, default=1, metavar="N",
+                    help="clusters of N nodes, ADDJOB ... REPLICATE N (1: single nodes)")
     mine = ap.parse_args(argv)
     args = parse_args([])
     args.disque_binary = mine.disque_binary
     args.logdir = tempfile.mkdtemp(prefix="disque-bench-bodies-")
-    targets = [(f"ours(w={w})", "disque", int(w)) for w in mine.workers.split(",")]
+    certs = Certs(os.path.join(args.logdir, "certs")) if mine.tls else None
+    targets = [(f"ours(w={w})", "disque", int(w), None) for w in mine.workers.split(",")]
+    if mine.tls:
+        targets += [(f"ours-tls(w={w})", "disque", int(w), certs) for w in mine.workers.split(",")]
     if args.disque_binary:
-        targets.insert(0, ("original", "cdisque", 0))
+        targets.insert(0, ("original", "cdisque", 0, None))
     sizes = [float(x) for x in mine.sizes.split(",")]
     modes = ("fresh", "served")
     times = {(label, m, s): ([], []) for label, *_ in targets for m in modes for s in sizes}
     servers, served = [], {}
     try:
-        for label, kind, w in targets:
-            srv = new_server(args, kind, label, max(w, 1))
-            srv.start(args.start_timeout)
-            servers.append((label, srv))
-            served[label] = served_client(srv.port)
+        for label, kind, w, tls in targets:
+            target = Target(args, kind, label, w, mine.replicate, tls)
+            servers.append((label, target))
+            served[label] = target.served_client()
         for s in sizes:
             body = os.urandom(int(s * MB))
             for n in range(mine.rounds):
-                for label, srv in servers:
+                for label, target in servers:
                     for m in modes:
-                        add, get = (fresh_round(srv.port, body) if m == "fresh"
-                                    else one_round(served[label], body))
+                        add, get = (target.fresh_round(body) if m == "fresh"
+                                    else one_round(served[label], body, mine.replicate))
                         times[label, m, s][0].append(add)
                         times[label, m, s][1].append(get)
                         log(f"{s:g} MB round {n + 1}/{mine.rounds} {label} {m}: "
@@ -173,6 +219,8 @@ def main(argv=None) -> int:
         shutil.rmtree(args.logdir, ignore_errors=True)
     med = {k: (statistics.median(a), statistics.median(g)) for k, (a, g) in times.items()}
     labels = [label for label, *_ in targets]
+    if mine.replicate > 1:
+        print(f"\nADDJOB ... REPLICATE {mine.replicate} on clusters of {mine.replicate} nodes")
     for m in modes:
         print(f"\n{m} connection, median of {mine.rounds}:")
         print("| body | " + " | ".join(f"{lb} ADDJOB / GETJOB (ms)" for lb in labels) + " |")

@@ -87,6 +87,27 @@ def test_replication_and_acks_go_worker_to_worker(start_cluster):
         assert info["cluster_job_links_refused"] == "0"
 
 
+def test_a_big_copy_on_its_way_is_not_sent_again(start_cluster):
+    """A REPLJOB still in a link's output is not resent by the 50 ms rule (SPEC 3.1's one
+    more node, and the resend to nodes that did not answer): 24 MB take longer than that
+    to cross, and each resend queued another copy behind the first until the link was
+    dropped as stalled and the copies went by the bus."""
+    c = start_cluster(3, workers=1, extra_args=DIRECT)
+    wait_links_up(c, per_node=2)
+    before = links_info(c[0])
+    body = os.urandom(24 << 20)
+    with RawConn(c[0].port, timeout=60) as r:
+        jid = addjob(r, "big-copy-q", body, 60000, "REPLICATE", 3)
+    after = links_info(c[0])
+    sent = int(after["cluster_job_messages_direct_sent"]) - int(before["cluster_job_messages_direct_sent"])
+    assert sent == 2, "%d job messages for one copy on each of 2 nodes" % sent
+    assert after["cluster_job_messages_by_bus"] == before["cluster_job_messages_by_bus"]
+    for node in c.nodes[1:]:
+        with RawConn(node.port, timeout=60) as r:
+            assert r.execute("SHOW", jid) is not None
+    assert "not taken, dropped" not in c[0].log_text()
+
+
 def test_cluster_job_links_bus_keeps_job_messages_on_the_bus(start_cluster):
     c = start_cluster(3, workers=2, extra_args=["--cluster-job-links", "bus"])
     replicate_and_ack(c, 0, "bus-q")

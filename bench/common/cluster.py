@@ -71,6 +71,22 @@ def start_cluster(n, workers, tmp, extra=lambda i: [], name="node"):
     return nodes, [redis.Redis(port=p, protocol=2) for p, _ in nodes]
 
 
+def wait_job_links(clients, workers, deadline):
+    """Our nodes' direct job links all up: every worker to every worker of the other nodes
+    (redis-py clients of the nodes). The original has none to wait for."""
+    want = (len(clients) - 1) * workers * workers
+    for c in clients:
+        while True:
+            fields = c.execute_command("INFO", "cluster")      # redis-py parses INFO
+            if fields.get("cluster_job_links", "bus") != "direct":
+                break                   # the original, or links off
+            if int(fields.get("cluster_job_links_up", 0)) >= want:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the direct job links did not come up")
+            time.sleep(0.05)
+
+
 def redis_benchmark(port, n, clients, cmd):
     argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
             "-n", str(n), "--csv"] + cmd

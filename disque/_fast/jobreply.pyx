@@ -84,17 +84,20 @@ cpdef bytes encode_jobs(list jobs, bint withcounters):
 
 
 cpdef object encode_jobs_pieces(list jobs, bint withcounters):
-    """encode_jobs' reply, or, when a body has BIG_PIECE bytes or more, the same bytes as a
-    tuple of pieces in which each such body is the job's own bytes object, not a copy."""
+    """encode_jobs' reply, or, when one body has BIG_PIECE bytes or more, the same bytes as
+    a tuple of pieces, that body being the job's own bytes object, not a copy. With two such
+    bodies or more the reply is one bytes object again: what follows the body the socket
+    stops in must stay small, or the connection goes back as a slow reader
+    (servedloop.pyx, MAX_BEHIND_UNSENT)."""
     cdef Job job
     cdef list pieces = []
-    cdef Py_ssize_t size = 3 + int_size(len(jobs)), start = 0, i, k
+    cdef Py_ssize_t size = 3 + int_size(len(jobs)), start = 0, i, k, bigs = 0
     cdef bytes piece
     cdef char *p
     for job in jobs:
         if len(<bytes>job.body) >= C_BIG_PIECE:
-            break
-    else:
+            bigs += 1
+    if bigs != 1:
         return encode_jobs(jobs, withcounters)
     # runs of small parts between big bodies: each written in place, as encode_jobs does
     for i in range(len(jobs) + 1):

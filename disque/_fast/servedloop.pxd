@@ -74,7 +74,7 @@ cdef class ServedLoop:
     cdef int serve(self) except -1
     cpdef read(self, ServedClient c)
     cdef int read_tls(self, ServedClient c, Py_ssize_t n) except -2
-    cdef int write_tls(self, ServedClient c) except -1
+    cdef int write_runs(self, ServedClient c) except -2
     cdef int slow_reader(self, ServedClient c) except -1
     cdef bytes send_out(self, ServedClient c, bytes data, bint keep)
     cdef int send_unsent(self, ServedClient c) except -2

@@ -141,11 +141,14 @@ cpdef bytes take_ready(list out):
 
 
 cdef Py_ssize_t behind(list out):
-    """The bytes of the replies waiting in a connection's `out` (those made so far)."""
+    """The bytes of the replies waiting in a connection's `out` (those made so far, other
+    workers' included)."""
     cdef Py_ssize_t n = 0
     for x in out:
         if type(x) is bytes:
             n += len(<bytes>x)
+        elif (<Forwarded>x).data is not None:
+            n += len(<bytes>(<Forwarded>x).data)
     return n
 
 
@@ -393,9 +396,7 @@ cdef class ServedLoop:
 
     cdef int write_all(self) except -1:
         cdef ServedClient c
-        cdef list out, dirty
-        cdef bytes data, rest
-        cdef int sent
+        cdef list dirty
         if self.peers is not None:
             self.peers.send_all()   # requests to, and replies for, the other workers
         if self.slow:
@@ -405,39 +406,53 @@ cdef class ServedLoop:
         for c in dirty:
             if clients.get(c.fd) is not c:
                 continue
-            if c.tls is not None:
-                self.write_tls(c)
-                continue
-            out = c.out
-            if c.unsent is not None:
-                sent = self.send_unsent(c)
-                if sent < 0:
-                    continue                        # dropped
-                if sent == 0:
-                    if c.back is None and behind(out) > MAX_BEHIND_UNSENT:
-                        self.slow_reader(c)         # a reader that falls behind: buffered there
-                    if c.back is not None:
-                        self.back_when_answered(c)
-                    continue
-            if not out:
-                if c.back is not None:
-                    self.back_when_answered(c)
-                continue
-            rest = b""
-            while out and c.unsent is None:     # more than one run: a big reply's pieces
-                data = take_ready(out)
-                if data is None:
-                    break
-                rest = self.send_out(c, data, c.back is None and self.keep_unsent)
-                if rest is None or rest:
-                    break
-            if rest is None:
-                continue
-            if rest:
-                out.insert(0, rest)
+            if c.unsent is not None and self.send_unsent(c) < 0:
+                continue                            # dropped
+            if c.unsent is None and self.write_runs(c) < 0:
+                continue                            # dropped
+            if c.unsent is not None and c.back is None and behind(c.out) > MAX_BEHIND_UNSENT:
+                self.slow_reader(c)         # a reader that falls behind: buffered there
             if c.back is not None:
                 self.back_when_answered(c)
         return 0
+
+    cdef int write_runs(self, ServedClient c) except -2:
+        """c's ready replies, one run (take_ready) after the other, until none is left or
+        the socket takes no more; what it did not take stays in c.unsent (or goes back with
+        a slow reader). A TLS connection's runs become records first (OpenSSL writes them
+        into the outgoing BIO, so it never has a write to retry): records the socket did
+        not take are kept as a plaintext rest is. -1: c was dropped."""
+        cdef list out = c.out
+        cdef bytes data, rest
+        cdef bint tls = c.tls is not None
+        while True:
+            data = take_ready(out) if out else None
+            if tls:
+                if data is not None:
+                    try:
+                        c.tls.write(data)
+                    except (OSError, ValueError):
+                        self.drop_client(c)
+                        return -1
+                data = c.tls_out.read()
+                if c.tls_pending is not None:
+                    data = c.tls_pending + data
+                    c.tls_pending = None
+                if not data:
+                    return 0
+            elif data is None:
+                return 0
+            rest = self.send_out(c, data, c.back is None and self.keep_unsent)
+            if rest is None:
+                return -1
+            if rest:
+                if tls:
+                    c.tls_pending = rest            # the pump sends it (a slow reader)
+                else:
+                    out.insert(0, rest)
+                return 0
+            if c.unsent is not None:
+                return 0
 
     cdef bytes send_out(self, ServedClient c, bytes data, bint keep):
         """Send `data`: what the socket did not take (b"": all went), None when it is broken
@@ -500,37 +515,4 @@ cdef class ServedLoop:
                     self.ep.unregister(c.fd)
                 except (OSError, ValueError):
                     pass
-        return 0
-
-    cdef int write_tls(self, ServedClient c) except -1:
-        """A TLS connection's ready replies: into records (OpenSSL writes them into the
-        outgoing BIO, so it never has a write to retry), then one send of the records."""
-        cdef list out = c.out
-        cdef bytes data, cipher, rest
-        if not out and c.tls_pending is None and not c.tls_out.pending:
-            if c.back is not None:
-                self.back_when_answered(c)
-            return 0
-        while out:
-            data = take_ready(out)
-            if data is None:
-                break
-            try:
-                c.tls.write(data)
-            except (OSError, ValueError):
-                self.drop_client(c)
-                return 0
-        cipher = c.tls_out.read()
-        if c.tls_pending is not None:
-            cipher = c.tls_pending + cipher
-            c.tls_pending = None
-        if not cipher:
-            return 0
-        rest = self.send_out(c, cipher, False)
-        if rest is None:
-            return 0
-        if rest:
-            c.tls_pending = rest
-        if c.back is not None:
-            self.back_when_answered(c)
         return 0

@@ -52,7 +52,8 @@ from disque.workers.tls_pump import TLS_ERRORS, TlsPump
 
 log = logging.getLogger("disque.worker")
 
-MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped
+MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped,
+STALLED_MS = 2000               # once none of it has moved for this long
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
 HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
@@ -71,7 +72,7 @@ def monotonic_ms():
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
     __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
-                 "tls", "relinks")
+                 "tls", "relinks", "moved_at", "up_at")
 
     def __init__(self, node, w, addr, relinks=0):
         self.node = node
@@ -82,6 +83,8 @@ class OutLink:
         self.fd = -1
         self.up = False
         self.out = bytearray()      # what the socket did not take yet
+        self.moved_at = 0           # ms when its output last moved (waiting output only)
+        self.up_at = 0              # node-clock ms when it last came up
         self.box = []               # this loop turn's [type, flags, payload] for it
         self.failed_at = None       # ms of the last failure, None: never tried or up
         self.shaking = False        # TLS handshake under way
@@ -209,13 +212,28 @@ class JobLinks:
     def write_raw(self, link, data):
         status = send_or_keep(link.fd, data, link.out)
         if status == KEPT:
+            link.moved_at = monotonic_ms()
             self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
         elif status == BROKEN:
             self.fail(link)
-        elif status == QUEUED and len(link.out) > MAX_PENDING:
+        elif (status == QUEUED and len(link.out) > MAX_PENDING
+                and monotonic_ms() - link.moved_at > STALLED_MS):
+            # a peer that takes nothing; one that is still taking a big copy is left alone
             log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
                         link.node[:8].decode(), link.w, len(link.out))
             self.fail(link)
+
+    def up_since(self, node, t):
+        """Every link to `node` has been up since node-clock ms `t`: what was sent to it
+        then went by a link (TCP), not by the bus, and arrives unless that link fails."""
+        per = self.boxes.get(node)
+        if not per:
+            return False
+        for w in range(len(per)):
+            link = self.links.get((node, w))
+            if link is None or not link.up or link.up_at > t:
+                return False
+        return True
 
     # ---- outgoing connections --------------------------------------------------------
 
@@ -259,6 +277,7 @@ class JobLinks:
 
     def link_up(self, link):
         link.up = True
+        link.up_at = self.shard.now_ms
         link.failed_at = None
         # a TLS handshake's last bytes may still wait to be sent (EPOLLOUT kept)
         self.ep.modify(link.fd, EPOLLIN | EPOLLOUT if link.out else EPOLLIN)
@@ -269,10 +288,13 @@ class JobLinks:
 
     def drain(self, link):
         """EPOLLOUT: send what the socket did not take; False when the link failed."""
+        before = len(link.out)
         left = send_kept(link.fd, link.out)
         if left < 0:
             self.fail(link)
             return False
+        if left < before:
+            link.moved_at = monotonic_ms()
         if not left:
             self.ep.modify(link.fd, EPOLLIN)
         return True

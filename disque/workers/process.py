@@ -80,6 +80,7 @@ class Worker:
             if self.job_links_fd is not None:
                 self.job_links = JobLinks(self.index, shard.nworkers, self.job_links_fd, shard,
                                           served.ep, served.extra_fds, self.job_links_tls)
+                shard.job_links = self.job_links
         self.crons = Crons(self, timer)
         self.idle = IdleTick(self, timer)
         self.batches = Batches(self)

@@ -122,14 +122,19 @@ class Replication(ReplicationCore):
             elif wait.deadline and now >= wait.deadline:
                 self.repl_failed(wait, NOREPL_TIMEOUT)
             elif now - wait.last_add >= REPL_ADD_NODE_MS:
-                wait.last_add = now
+                sent_at, wait.last_add = wait.last_add, now
                 have = set(job.nodes_delivered)
                 extra = ([n for n in self.roomy if n not in have]
                          or [n for n in self.crowded if n not in have])
                 if extra:
                     job.nodes_delivered += (random.choice(extra),)
+                # with no node added, a copy sent over links up since then is on its way:
+                # no duplicate (a 32 MB copy takes longer than 50 ms to cross; each resend
+                # queued one more behind it, until the link was dropped as stalled)
+                links = None if extra else self.shard.job_links
                 pending = tuple(n for n in job.nodes_delivered
-                                if n not in job.nodes_confirmed and n != self.shard.node_id)
+                                if n not in job.nodes_confirmed and n != self.shard.node_id
+                                and (links is None or not links.up_since(n, sent_at)))
                 if pending:
                     self.send_bus(pending, bus_msg.REPLJOB, serialize(job, False, self.shard.now_s))
 

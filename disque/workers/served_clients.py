@@ -152,7 +152,9 @@ class ServedClients(ServedCore):
         self.forget(c)
         parts = [x if type(x) is bytes else x.data for x in c.out]
         rest = c.take_unsent()      # a reply this loop was still writing goes first
-        if rest:
+        if rest and c.tls is not None:
+            c.tls_pending = rest    # records: the pump sends them first (pump_again)
+        elif rest:
             parts.insert(0, rest)
         unsent = b"".join(parts)
         c.out = []
@@ -308,20 +310,22 @@ class ServedClients(ServedCore):
         """The worker stops: what was executed is written (best effort), then closed."""
         self.flush()
         for c in list(self.clients.values()):
-            ready = [c.take_unsent()]
+            rest = c.take_unsent()      # TLS: records, else plaintext
+            ready = [] if c.tls is not None else [rest]
             while c.out:                # up to a reply still being made
                 run = take_ready(c.out)
                 if run is None:
                     break
                 ready.append(run)
             ready = b"".join(ready)
-            if ready and c.tls is not None:
+            if c.tls is not None:
                 try:
-                    c.tls.write(ready)
+                    if ready:
+                        c.tls.write(ready)
                 except (OSError, ValueError):
                     ready = None
                 else:
-                    ready = (c.tls_pending or b"") + c.tls_out.read()
+                    ready = rest + (c.tls_pending or b"") + c.tls_out.read()
             if ready:
                 try:
                     c.sock.setblocking(True)

@@ -94,6 +94,7 @@ class Shard(ShardCore):
         self.replication = Replication(self)     # its bus handlers include federation's
         self.spill = Spill(self)
         self.served = None       # ServedClients, when this worker serves connections itself
+        self.job_links = None    # JobLinks, when copies go to other nodes' workers directly
         self.handlers = commands_mod.worker_handlers(self)    # disque/commands.py (parts first)
         for hook, handler in SHARD_HOOKS.items():
             setattr(self, hook, commands_mod.resolve(self, handler))
