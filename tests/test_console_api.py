@@ -152,10 +152,11 @@ def test_refused_actions_change_nothing(console_cluster):
     # the same request, same-origin with its token, acts; an Origin equal to the host does too
     status, _, body = act(ma, delete, cookie, s["token"])
     assert status == 200, body
-    # every node acks it (ACKJOB everywhere); the node holding it counts it: the answers come
-    # in the order the nodes answered, so the sum, not the first
+    # every node acks it (ACKJOB everywhere); the node holding it counts it, unless the
+    # other node's ACKJOB of a job it does not know (a dummy ack, whose SETACK deletes it)
+    # got there first: the answers come in the order the nodes answered, so the sum
     results = json.loads(body)["results"]
-    assert len(results) == 2 and sum(r["done"] for r in results) == 1
+    assert len(results) == 2 and sum(r["done"] for r in results) in (0, 1), results
     assert r.execute_command("QLEN", "keep") == 0
     assert r.execute_command("SHOW", jid) is None
     host = "127.0.0.1:%d" % ma

@@ -72,7 +72,7 @@ def monotonic_ms():
 class OutLink:
     """This worker's connection to worker `w` of node `node`."""
     __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
-                 "tls", "relinks", "moved_at", "up_at")
+                 "tls", "relinks", "moved_at")
 
     def __init__(self, node, w, addr, relinks=0):
         self.node = node
@@ -84,7 +84,6 @@ class OutLink:
         self.up = False
         self.out = bytearray()      # what the socket did not take yet
         self.moved_at = 0           # ms when its output last moved (waiting output only)
-        self.up_at = 0              # node-clock ms when it last came up
         self.box = []               # this loop turn's [type, flags, payload] for it
         self.failed_at = None       # ms of the last failure, None: never tried or up
         self.shaking = False        # TLS handshake under way
@@ -223,17 +222,17 @@ class JobLinks:
                         link.node[:8].decode(), link.w, len(link.out))
             self.fail(link)
 
-    def up_since(self, node, t):
-        """Every link to `node` has been up since node-clock ms `t`: what was sent to it
-        then went by a link (TCP), not by the bus, and arrives unless that link fails."""
+    def busy(self, node):
+        """A link to `node` still holds output the socket has not taken: a copy sent there
+        has not even left, and sending it again would queue a duplicate behind it."""
         per = self.boxes.get(node)
         if not per:
             return False
         for w in range(len(per)):
             link = self.links.get((node, w))
-            if link is None or not link.up or link.up_at > t:
-                return False
-        return True
+            if link is not None and link.up and link.out:
+                return True
+        return False
 
     # ---- outgoing connections --------------------------------------------------------
 
@@ -277,7 +276,6 @@ class JobLinks:
 
     def link_up(self, link):
         link.up = True
-        link.up_at = self.shard.now_ms
         link.failed_at = None
         # a TLS handshake's last bytes may still wait to be sent (EPOLLOUT kept)
         self.ep.modify(link.fd, EPOLLIN | EPOLLOUT if link.out else EPOLLIN)

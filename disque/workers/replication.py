@@ -28,6 +28,8 @@ from disque.workers.job_features import counters_aux
 from disque.workers.queues import PAUSE_IN
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
+RESEND_BYTES_PER_MS = 128 << 10  # ... or less often for a big job: the time its copy takes
+                                 # to cross at 128 MB/s, so that a resend does not overtake it
 LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before -LEAVING
 
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
@@ -121,20 +123,20 @@ class Replication(ReplicationCore):
                 self.repl_overtaken(wait, now)
             elif wait.deadline and now >= wait.deadline:
                 self.repl_failed(wait, NOREPL_TIMEOUT)
-            elif now - wait.last_add >= REPL_ADD_NODE_MS:
-                sent_at, wait.last_add = wait.last_add, now
+            elif now - wait.last_add >= max(REPL_ADD_NODE_MS,
+                                            len(job.body or b"") // RESEND_BYTES_PER_MS):
+                wait.last_add = now
                 have = set(job.nodes_delivered)
                 extra = ([n for n in self.roomy if n not in have]
                          or [n for n in self.crowded if n not in have])
                 if extra:
                     job.nodes_delivered += (random.choice(extra),)
-                # with no node added, a copy sent over links up since then is on its way:
-                # no duplicate (a 32 MB copy takes longer than 50 ms to cross; each resend
-                # queued one more behind it, until the link was dropped as stalled)
-                links = None if extra else self.shard.job_links
+                # the copy sent to them may have been lost (the bus) or refused (memory,
+                # a sender not known yet): sent again, except where it has not even left
+                links = self.shard.job_links
                 pending = tuple(n for n in job.nodes_delivered
                                 if n not in job.nodes_confirmed and n != self.shard.node_id
-                                and (links is None or not links.up_since(n, sent_at)))
+                                and (links is None or not links.busy(n)))
                 if pending:
                     self.send_bus(pending, bus_msg.REPLJOB, serialize(job, False, self.shard.now_s))
 
