@@ -41,6 +41,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
 LOADING_HOLD_S = 0.25   # a longer AOF load serves clients during the load, with -LOADING
+PICK_PORT_TRIES = 16    # ports the kernel may give a job link listener before one is kept
 MEMORY_TICKS = 2        # measure memory and push the level to workers (SPEC 9) every 100 ms
 
 
@@ -151,7 +152,13 @@ def job_link_listeners(cfg, cluster, nworkers):
     `cluster-job-links bus`, with `worker-link zmq`, or with no single address to bind.
     On a secured bus the links are TLS (Node.start_workers writes the workers' files).
     Worker w listens on `cluster-job-link-port` + w, or on a port the kernel picks when it
-    is 0. The front-end keeps them, so a restarted worker takes links on the same ports."""
+    is 0. The front-end keeps them, so a restarted worker takes links on the same ports.
+
+    A port the kernel picks comes from the ephemeral range, where a node's bus port can be
+    too (port 25000 has bus port 35000): one picked that is the client or bus port of a
+    node this one knows (nodes.conf) is given back and another taken. Else a node of the
+    same host restarting a moment later could not open its bus ("Address already in use";
+    the original's own suite restarts 20 such nodes at once)."""
     if cluster is None or cfg.cluster_job_links != "direct" or cfg.worker_link != "unix":
         return []
     addrs = cfg.bind or ["127.0.0.1"]
@@ -165,19 +172,29 @@ def job_link_listeners(cfg, cluster, nworkers):
                         ("cluster-announce-job-link-port", cfg.cluster_announce_job_link_port)):
         if first and first + nworkers - 1 > 65535:
             raise StartupError("%s %d + %d workers goes past port 65535" % (name, first, nworkers))
-    socks = []
+    taken = set()
+    for node in cluster.nodes.values():
+        taken.update((node.port, node.bus_port))
+    socks, refused = [], []     # refused: known nodes' ports, held until the others are picked
     try:
         for w in range(nworkers):
-            s = socket.socket(family, socket.SOCK_STREAM)
-            socks.append(s)
-            if base:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, base + w if base else 0))
+            for attempt in range(PICK_PORT_TRIES):
+                s = socket.socket(family, socket.SOCK_STREAM)
+                socks.append(s)
+                if base:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((host, base + w if base else 0))
+                if base or s.getsockname()[1] not in taken or attempt == PICK_PORT_TRIES - 1:
+                    break
+                refused.append(socks.pop())     # kept open, so that the kernel picks another
             s.listen(128)
     except OSError as e:
         for s in socks:
             s.close()
         raise StartupError("Opening the direct job link sockets on %s: %s" % (host, e.strerror or e))
+    finally:
+        for s in refused:
+            s.close()
     return socks
 
 
