@@ -312,3 +312,25 @@ def test_a_job_link_listener_never_takes_a_known_nodes_bus_port():
     assert out.returncode == 0, out.stderr
     ports = [int(p) for p in out.stdout.split()]
     assert len(ports) == 16 and not set(ports) & {35001, 35003, 35005}, ports
+
+
+def test_a_job_links_source_port_stays_free_for_a_listener(start_cluster):
+    """An outgoing job link's source port comes from the ephemeral range, where a node's
+    bus port can be: it is opened with SO_REUSEADDR, so a node restarting on that port can
+    still open its bus there (ZeroMQ's listener sets SO_REUSEADDR)."""
+    import psutil
+    import socket as _socket
+    c = start_cluster(2, workers=1, extra_args=DIRECT)
+    wait_links_up(c, per_node=1)
+    their_port = int(links_info(c[1])["cluster_job_link_ports"])
+    worker = psutil.Process(c[0].worker_pids()[0])
+    out = [k for k in worker.net_connections("tcp")
+           if k.status == psutil.CONN_ESTABLISHED and k.raddr and k.raddr.port == their_port]
+    assert out, "no job link from node 0 to node 1"
+    listener = _socket.socket()
+    try:
+        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", out[0].laddr.port))    # EADDRINUSE without SO_REUSEADDR
+        listener.listen(1)
+    finally:
+        listener.close()

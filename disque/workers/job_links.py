@@ -239,6 +239,10 @@ class JobLinks:
     def connect(self, link):
         ip, port = link.addr
         sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
+        # the kernel gives it a source port from the ephemeral range, where a node's bus
+        # port can be (port 25000: bus port 35000); with SO_REUSEADDR that node can still
+        # open its bus on that port when it restarts (its listener sets it too)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setblocking(False)
         err = sock.connect_ex((ip, port))
         if err not in (0, errno.EINPROGRESS):
