@@ -324,7 +324,8 @@ def test_a_job_links_source_port_stays_free_for_a_listener(start_cluster):
     wait_links_up(c, per_node=1)
     their_port = int(links_info(c[1])["cluster_job_link_ports"])
     worker = psutil.Process(c[0].worker_pids()[0])
-    out = [k for k in worker.net_connections("tcp")
+    conns = getattr(worker, "net_connections", None) or worker.connections   # psutil < 6
+    out = [k for k in conns("tcp")
            if k.status == psutil.CONN_ESTABLISHED and k.raddr and k.raddr.port == their_port]
     assert out, "no job link from node 0 to node 1"
     listener = _socket.socket()
