@@ -48,6 +48,9 @@ class RawClient:
 
     def __init__(self, port: int, tls: ssl.SSLContext | None = None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+        # as redis-py and hiredis do: else a command's last segment can wait for the
+        # server's delayed ACK (40 ms), whichever server it is
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
             self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.buf = bytearray(1 << 16)

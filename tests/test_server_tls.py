@@ -4,6 +4,7 @@ and `openssl s_client` against a node of two workers; the connection served by t
 that runs its TLS; refusals (wrong CA, expired certificate, no certificate, plaintext on the
 TLS port) logged and nothing else affected; certificates reloaded under load."""
 import os
+import select
 import shutil
 import signal
 import socket
@@ -295,6 +296,44 @@ def test_a_slow_tls_reader_gets_every_reply_in_order(node):
     assert [r for r in replies[1::2]] == [b"%d" % i for i in range(n)]
     assert all(r[0][2] == body for r in replies[0::2])
     assert int(node.info_fields()["connection_handbacks"]) >= 1     # the slow reader went back
+
+
+def test_a_big_tls_reply_is_made_a_chunk_at_a_time_and_survives_a_hand_back(node):
+    """A 6 MB body over TLS becomes records a chunk at a time as the socket drains (the
+    rest kept as plaintext, ServedClient.tls_plain); replies piling up behind it make the
+    worker hand the connection back, the records made first and the plaintext not made
+    into records yet going before the later replies. The client reads every byte in order."""
+    body = os.urandom(6 << 20)
+    mid = os.urandom(300_000)
+    ctx = node.certs.client_context()
+    before = int(node.info_fields()["connection_handbacks"])
+    raw = socket.create_connection(("127.0.0.1", node.tls_port), timeout=30)
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        s.sendall(encode_command("ADDJOB", "chunkq", body, 0))
+        assert s.recv(100).startswith(b"+D-")
+        wait_until(lambda: int(node.info_fields()["connections_served_by_workers"]) == 1, 10,
+                   message="the connection is not served by its worker")
+        s.sendall(encode_command("ADDJOB", "chunkq", mid, 0))
+        assert s.recv(100).startswith(b"+D-")
+        s.sendall(encode_command("GETJOB", "FROM", "chunkq"))
+        wait_until(lambda: select.select([s], [], [], 0)[0], 10, message="no reply started")
+        s.sendall(encode_command("QPEEK", "chunkq", 1) * 8)     # 2.4 MB behind it
+        wait_until(lambda: int(node.info_fields()["connection_handbacks"]) > before, 10,
+                   message="replies piled up behind a big TLS reply stayed in the worker")
+        replies, buf, pos = [], b"", 0
+        while len(replies) < 9:
+            chunk = s.recv(1 << 20)
+            assert chunk, "closed after %d replies" % len(replies)
+            buf = buf[pos:] + chunk
+            pos = 0
+            while True:
+                try:
+                    value, pos = parse_resp(buf, pos)
+                except Incomplete:
+                    break
+                replies.append(value)
+    assert replies[0][0][2] == body
+    assert all(r[0][2] == mid for r in replies[1:])
 
 
 def test_metrics_tls_serves_the_metrics_port_over_https(start_tls, certs):

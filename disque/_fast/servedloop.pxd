@@ -34,6 +34,9 @@ cdef class ServedClient:
     cdef public object tls_pump     # the TlsPump itself (the pump takes it back)
     cdef public object tls_in, tls_out  # its MemoryBIOs: records received, records made
     cdef public bytes tls_pending   # records made that the socket did not take, or None
+    # a big reply being made into records a chunk at a time (TLS_CHUNK), from tls_plain_at
+    cdef public bytes tls_plain     # or None
+    cdef public Py_ssize_t tls_plain_at
     cdef public int pump            # its pump id there
     # a plaintext reply the socket took only part of: the loop writes the rest, from
     # unsent_at, as the socket drains (replies made meanwhile wait in `out`, behind it)

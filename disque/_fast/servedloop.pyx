@@ -59,6 +59,9 @@ cdef object tls_view = memoryview(tls_buf)
 
 cdef int BACK_SLOW_READER = handover_msg.BACK_SLOW_READER
 cdef Py_ssize_t BIG_PIECE = _BIG_PIECE
+# a bigger run is made into TLS records this much at a time, as the socket drains: at once,
+# a 100 MB reply made 100 MB of records in the BIO and one 100 MB copy out of it
+DEF TLS_CHUNK = 1 << 20
 
 
 cpdef double monotonic():
@@ -175,6 +178,8 @@ cdef class ServedClient:
         self.tls = self.tls_pump = None
         self.tls_in = self.tls_out = None
         self.tls_pending = None
+        self.tls_plain = None
+        self.tls_plain_at = 0
         self.pump = -1
         self.unsent = None
         self.unsent_at = 0
@@ -186,6 +191,15 @@ cdef class ServedClient:
         if self.unsent is not None:
             rest = self.unsent[self.unsent_at:]
             self.unsent = None
+        return rest
+
+    def take_plain(self):
+        """The part of a big reply not made into TLS records yet (b""): plaintext that goes
+        before the replies in `out` when the connection moves or closes."""
+        rest = b""
+        if self.tls_plain is not None:
+            rest = self.tls_plain[self.tls_plain_at:]
+            self.tls_plain = None
         return rest
 
 
@@ -425,15 +439,26 @@ cdef class ServedLoop:
         cdef list out = c.out
         cdef bytes data, rest
         cdef bint tls = c.tls is not None
+        cdef Py_ssize_t at, end
         while True:
-            data = take_ready(out) if out else None
+            data = take_ready(out) if out and (not tls or c.tls_plain is None) else None
             if tls:
-                if data is not None:
-                    try:
+                if data is not None and len(data) > TLS_CHUNK:
+                    c.tls_plain, c.tls_plain_at, data = data, 0, None
+                try:
+                    if c.tls_plain is not None:
+                        at = c.tls_plain_at
+                        end = min(at + TLS_CHUNK, len(c.tls_plain))
+                        c.tls.write(memoryview(c.tls_plain)[at:end])
+                        if end == len(c.tls_plain):
+                            c.tls_plain = None
+                        else:
+                            c.tls_plain_at = end
+                    elif data is not None:
                         c.tls.write(data)
-                    except (OSError, ValueError):
-                        self.drop_client(c)
-                        return -1
+                except (OSError, ValueError):
+                    self.drop_client(c)
+                    return -1
                 data = c.tls_out.read()
                 if c.tls_pending is not None:
                     data = c.tls_pending + data

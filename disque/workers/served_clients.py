@@ -150,7 +150,7 @@ class ServedClients(ServedCore):
             return
         self.send_slow()
         self.forget(c)
-        parts = [x if type(x) is bytes else x.data for x in c.out]
+        parts = [c.take_plain()] + [x if type(x) is bytes else x.data for x in c.out]
         rest = c.take_unsent()      # a reply this loop was still writing goes first
         if rest and c.tls is not None:
             c.tls_pending = rest    # records: the pump sends them first (pump_again)
@@ -311,7 +311,7 @@ class ServedClients(ServedCore):
         self.flush()
         for c in list(self.clients.values()):
             rest = c.take_unsent()      # TLS: records, else plaintext
-            ready = [] if c.tls is not None else [rest]
+            ready = [c.take_plain()] if c.tls is not None else [rest]
             while c.out:                # up to a reply still being made
                 run = take_ready(c.out)
                 if run is None:
