@@ -8,6 +8,7 @@ from support.admin import qstat
 from support.info import parse_info
 from support.jobs import addjob, show
 from support.resp_client import encode_command
+from support.slots import queues_on_distinct_workers
 from support.waits import wait_until
 
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
@@ -18,15 +19,18 @@ OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 # ---------------------------------------------------------------------------
 
 
-def _wait_oom(r, queue="oom-probe"):
-    def probe():
+def _wait_oom(r, nworkers=1):
+    """Until every worker refuses ADDJOB: each applies the level the front-end's poll
+    pushes (every ~100 ms) on its own, so one worker refusing does not mean all do."""
+    def probe(queue):
         reply = r.call("ADDJOB", queue, "x", 0)
         if reply.startswith(b"+"):
             r.execute("DELJOB", reply[1:-2].decode())
             return False
         assert reply == OOM, reply
         return True
-    wait_until(probe, timeout=5, message="memory level 2 never reached")
+    for queue in queues_on_distinct_workers("oom-probe", nworkers=nworkers):
+        wait_until(lambda: probe(queue), timeout=5, message="memory level 2 never reached")
 
 
 def test_maxmemory_1_refuses_m_commands_only(start_server):
@@ -34,7 +38,7 @@ def test_maxmemory_1_refuses_m_commands_only(start_server):
     r = srv.raw()
     jids = [addjob(r, "mq-%d" % i, "body%d" % i) for i in range(6)]
     assert r.call("CONFIG", "SET", "maxmemory", "1") == b"+OK\r\n"
-    _wait_oom(r)
+    _wait_oom(r, nworkers=3)
     assert r.call("ADDJOB", "mq-0", "x", 0) == OOM
     assert r.call("ADDJOB", "mq-0", "x", 0, "BOGUS") == OOM      # the OOM check comes first
     # GETJOB / SHOW / QLEN / ACKJOB / DEQUEUE / WORKING still work
