@@ -266,13 +266,29 @@ def test_a_tls_connection_dies_with_the_worker_running_it_and_the_node_goes_on(n
                message="no TLS after the workers were restarted:\n" + node.log_tail())
 
 
+def read_replies(s, n):
+    """`n` replies read off socket `s`, parsed."""
+    replies, buf, pos = [], b"", 0
+    while len(replies) < n:
+        chunk = s.recv(1 << 20)
+        assert chunk, "closed after %d replies" % len(replies)
+        buf = buf[pos:] + chunk
+        pos = 0
+        while True:
+            try:
+                value, pos = parse_resp(buf, pos)
+            except Incomplete:
+                break
+            replies.append(value)
+    return replies
+
+
 def test_a_slow_tls_reader_gets_every_reply_in_order(node):
     """Replies that do not fit in the socket: the worker hands the connection back, its
     pump carries what the front-end buffers; nothing is lost or reordered."""
     body = b"b" * 300000
     ctx = node.certs.client_context()
     n = 150
-    replies = []
     raw = socket.create_connection(("127.0.0.1", node.tls_port), timeout=30)
     with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
         s.sendall(encode_command("ADDJOB", "slowq", body, 0))
@@ -281,18 +297,7 @@ def test_a_slow_tls_reader_gets_every_reply_in_order(node):
                    message="the connection is not served by its worker")
         # all of it sent before a byte is read: 45 MB of replies wait on the node
         s.sendall(b"".join(b"QPEEK slowq 1\r\nPING %d\r\n" % i for i in range(n)))
-        buf, pos = b"", 0
-        while len(replies) < 2 * n:
-            chunk = s.recv(1 << 20)
-            assert chunk, "closed after %d replies" % len(replies)
-            buf = buf[pos:] + chunk
-            pos = 0
-            while True:
-                try:
-                    value, pos = parse_resp(buf, pos)
-                except Incomplete:
-                    break
-                replies.append(value)
+        replies = read_replies(s, 2 * n)
     assert [r for r in replies[1::2]] == [b"%d" % i for i in range(n)]
     assert all(r[0][2] == body for r in replies[0::2])
     assert int(node.info_fields()["connection_handbacks"]) >= 1     # the slow reader went back
@@ -320,18 +325,7 @@ def test_a_big_tls_reply_is_made_a_chunk_at_a_time_and_survives_a_hand_back(node
         s.sendall(encode_command("QPEEK", "chunkq", 1) * 8)     # 2.4 MB behind it
         wait_until(lambda: int(node.info_fields()["connection_handbacks"]) > before, 10,
                    message="replies piled up behind a big TLS reply stayed in the worker")
-        replies, buf, pos = [], b"", 0
-        while len(replies) < 9:
-            chunk = s.recv(1 << 20)
-            assert chunk, "closed after %d replies" % len(replies)
-            buf = buf[pos:] + chunk
-            pos = 0
-            while True:
-                try:
-                    value, pos = parse_resp(buf, pos)
-                except Incomplete:
-                    break
-                replies.append(value)
+        replies = read_replies(s, 9)
     assert replies[0][0][2] == body
     assert all(r[0][2] == mid for r in replies[1:])
 

@@ -33,7 +33,6 @@ from disque._fast.dispatch cimport (Entry, lookup, arity_ok, target_worker, F_NO
                                    F_NOMONITOR, F_PING, F_COPIES, T_BADID, T_BADDELAY,
                                    T_SPLIT)
 from disque._fast.dispatch import build_table
-from disque._fast.jobid cimport queue_worker
 from disque.contracts import routes as _routes
 from disque.contracts import connection_handover as _handover
 cdef long long BIG_ARGUMENT = _handover.BIG_ARGUMENT
@@ -373,13 +372,17 @@ cdef class Core:
         docs/design.md, "Connections served by their worker")."""
         cdef list args = client.parser.args
         cdef Entry entry
+        cdef int w
         if (args is None or len(args) < 2 or client.slots or client.waiting is not None
                 or client.backlog or client.closing or client.reply_mode or client.monitor
                 or client.handed >= 0):
             return
         entry = lookup(self.table, <bytes>args[0])
-        if entry is not None and entry.flags & F_COPIES:
-            self.hand_over(client, queue_worker(<bytes>args[1], self.nworkers), True)
+        if entry is None or not entry.flags & F_COPIES:
+            return
+        w = target_worker(entry, args, self.nworkers)     # the queue's: its name is in
+        if w >= 0:
+            self.hand_over(client, w, True)
 
     cpdef dispatch(self, Client client, list argv):
         """One command, with CLIENT REPLY OFF/SKIP applied around it."""

@@ -85,42 +85,33 @@ cpdef bytes encode_jobs(list jobs, bint withcounters):
 
 cpdef object encode_jobs_pieces(list jobs, bint withcounters):
     """encode_jobs' reply, or, when one body has BIG_PIECE bytes or more, the same bytes as
-    a tuple of pieces, that body being the job's own bytes object, not a copy. With two such
-    bodies or more the reply is one bytes object again: what follows the body the socket
-    stops in must stay small, or the connection goes back as a slow reader
-    (servedloop.pyx, MAX_BEHIND_UNSENT)."""
-    cdef Job job
-    cdef list pieces = []
-    cdef Py_ssize_t size = 3 + int_size(len(jobs)), start = 0, i, k, bigs = 0
-    cdef bytes piece
+    three pieces: everything before that body, the body (the job's own bytes object, not
+    a copy), everything after it. With two such bodies or more the reply is one bytes
+    object again: what follows the body the socket stops in must stay small, or the
+    connection goes back as a slow reader (servedloop.pyx, MAX_BEHIND_UNSENT)."""
+    cdef Job job, big = None
+    cdef Py_ssize_t i, at = -1, before = 3 + int_size(len(jobs)), after = 0
+    cdef bytes head, tail
     cdef char *p
-    for job in jobs:
+    for i in range(len(jobs)):
+        job = <Job>jobs[i]
         if len(<bytes>job.body) >= C_BIG_PIECE:
-            bigs += 1
-    if bigs != 1:
-        return encode_jobs(jobs, withcounters)
-    # runs of small parts between big bodies: each written in place, as encode_jobs does
-    for i in range(len(jobs) + 1):
-        job = <Job>jobs[i] if i < len(jobs) else None
-        if job is not None and len(<bytes>job.body) < C_BIG_PIECE:
-            size += job_size(job, withcounters)
-            continue
-        if job is not None:
-            size += head_size(job, withcounters)
-        piece = PyBytes_FromStringAndSize(NULL, size)
-        p = PyBytes_AS_STRING(piece)
-        if start == 0:
-            p = put_int(p, b'*', len(jobs))
+            if big is not None:
+                return encode_jobs(jobs, withcounters)
+            big, at = job, i
+        elif big is None:
+            before += job_size(job, withcounters)
         else:
-            p = put_tail(p, <Job>jobs[start - 1], withcounters)
-        for k in range(start, i):
-            p = put_job(p, <Job>jobs[k], withcounters)
-        if job is not None:
-            put_head(p, job, withcounters)
-        pieces.append(piece)
-        if job is None:
-            break
-        pieces.append(job.body)
-        start = i + 1
-        size = tail_size(job, withcounters)
-    return tuple(pieces)
+            after += job_size(job, withcounters)
+    if big is None:
+        return encode_jobs(jobs, withcounters)
+    head = PyBytes_FromStringAndSize(NULL, before + head_size(big, withcounters))
+    p = put_int(PyBytes_AS_STRING(head), b'*', len(jobs))
+    for i in range(at):
+        p = put_job(p, <Job>jobs[i], withcounters)
+    put_head(p, big, withcounters)
+    tail = PyBytes_FromStringAndSize(NULL, tail_size(big, withcounters) + after)
+    p = put_tail(PyBytes_AS_STRING(tail), big, withcounters)
+    for i in range(at + 1, len(jobs)):
+        p = put_job(p, <Job>jobs[i], withcounters)
+    return (head, big.body, tail)

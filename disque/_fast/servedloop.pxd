@@ -78,6 +78,7 @@ cdef class ServedLoop:
     cpdef read(self, ServedClient c)
     cdef int read_tls(self, ServedClient c, Py_ssize_t n) except -2
     cdef int write_runs(self, ServedClient c) except -2
+    cdef bytes tls_records(self, ServedClient c, bytes run)
     cdef int slow_reader(self, ServedClient c) except -1
     cdef bytes send_out(self, ServedClient c, bytes data, bint keep)
     cdef int send_unsent(self, ServedClient c) except -2

@@ -439,30 +439,12 @@ cdef class ServedLoop:
         cdef list out = c.out
         cdef bytes data, rest
         cdef bint tls = c.tls is not None
-        cdef Py_ssize_t at, end
         while True:
             data = take_ready(out) if out and (not tls or c.tls_plain is None) else None
             if tls:
-                if data is not None and len(data) > TLS_CHUNK:
-                    c.tls_plain, c.tls_plain_at, data = data, 0, None
-                try:
-                    if c.tls_plain is not None:
-                        at = c.tls_plain_at
-                        end = min(at + TLS_CHUNK, len(c.tls_plain))
-                        c.tls.write(memoryview(c.tls_plain)[at:end])
-                        if end == len(c.tls_plain):
-                            c.tls_plain = None
-                        else:
-                            c.tls_plain_at = end
-                    elif data is not None:
-                        c.tls.write(data)
-                except (OSError, ValueError):
-                    self.drop_client(c)
+                data = self.tls_records(c, data)
+                if data is None:
                     return -1
-                data = c.tls_out.read()
-                if c.tls_pending is not None:
-                    data = c.tls_pending + data
-                    c.tls_pending = None
                 if not data:
                     return 0
             elif data is None:
@@ -478,6 +460,34 @@ cdef class ServedLoop:
                 return 0
             if c.unsent is not None:
                 return 0
+
+    cdef bytes tls_records(self, ServedClient c, bytes run):
+        """The records to send next on a TLS connection: those still waiting, then `run`
+        (or the next TLS_CHUNK of a bigger one, whose rest waits in c.tls_plain) made into
+        records (b"": none). None: c was dropped."""
+        cdef Py_ssize_t at, end
+        cdef bytes records
+        if run is not None and len(run) > TLS_CHUNK:
+            c.tls_plain, c.tls_plain_at, run = run, 0, None
+        try:
+            if c.tls_plain is not None:
+                at = c.tls_plain_at
+                end = min(at + TLS_CHUNK, len(c.tls_plain))
+                c.tls.write(memoryview(c.tls_plain)[at:end])
+                if end == len(c.tls_plain):
+                    c.tls_plain = None
+                else:
+                    c.tls_plain_at = end
+            elif run is not None:
+                c.tls.write(run)
+        except (OSError, ValueError):
+            self.drop_client(c)
+            return None
+        records = c.tls_out.read()
+        if c.tls_pending is not None:
+            records = c.tls_pending + records
+            c.tls_pending = None
+        return records
 
     cdef bytes send_out(self, ServedClient c, bytes data, bint keep):
         """Send `data`: what the socket did not take (b"": all went), None when it is broken

@@ -182,15 +182,15 @@ class HandoverChannel:
         """Send `msg` (and `fd`) without blocking; False while some of it waits in `backlog`
         (then call `post_more` when the socket is writable). A waiting fd is a copy, so the
         caller may close its own at once."""
-        data = frames.frame(msgpack.packb(msg))
-        if not self.backlog:
-            n = self.send_some(data, fd)
-            if n == len(data):
-                return True
-            if n:
-                data, fd = data[n:], None       # the fd went with the first byte
-        self.backlog.append((data, os.dup(fd) if fd is not None else None))
-        return False
+        self.backlog.append((frames.frame(msgpack.packb(msg)),
+                             os.dup(fd) if fd is not None else None))
+        try:
+            return self.post_more()
+        except OSError:
+            dup = self.backlog.pop()[1]     # ours, unsent: the caller handles the failure
+            if dup is not None:
+                os.close(dup)
+            raise
 
     def post_more(self):
         """Send what waits, in order; True once nothing is left."""
