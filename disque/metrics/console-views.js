@@ -114,6 +114,7 @@ export const queuesView = {
     c[0].appendChild(h("a", {href: queueHref(name), text: name}));
     r = {tr: h("tr", {"data-queue": name}, c), c, paused: null, dead: null};
     this.rows.set(name, r);
+    document.body.dataset.rowsMade = String(+(document.body.dataset.rowsMade || 0) + 1);
     return r;
   },
   async refresh(live) {
@@ -150,17 +151,26 @@ export const queuesView = {
       order.push(r.tr);
     }
     for (const name of [...this.rows.keys()]) if (!seen.has(name)) this.rows.delete(name);
-    const frag = document.createDocumentFragment();
-    for (const tr of order) frag.appendChild(tr);
-    if (!order.length) frag.appendChild(h("tr", null, h("td", {class: "empty", colSpan: 10,
-      text: S.queueFilter ? "no queue name holds “" + S.queueFilter + "”" : "no queues"})));
-    this.tbody.replaceChildren(frag);
+    if (!sameOrder(this.tbody.children, order)) {   // a steady table is left where it is
+      const frag = document.createDocumentFragment();
+      for (const tr of order) frag.appendChild(tr);
+      if (!order.length) frag.appendChild(h("tr", null, h("td", {class: "empty", colSpan: 10,
+        text: S.queueFilter ? "no queue name holds “" + S.queueFilter + "”" : "no queues"})));
+      this.tbody.replaceChildren(frag);
+      document.body.dataset.tableBuilds = String(+(document.body.dataset.tableBuilds || 0) + 1);
+    }
     setText(this.count, "(" + num(data.total) + (S.queueFilter ? " matching" : "") + ", " +
             num(data.queues.length) + " longest shown)");
     this.prev = {t: now, q: new Map(data.queues.map((q) => [q.queue, q]))};
     document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);   // the DOM's share
   },
 };
+
+function sameOrder(children, order) {
+  if (!order.length || children.length !== order.length) return false;
+  for (let i = 0; i < order.length; i++) if (children[i] !== order[i]) return false;
+  return true;
+}
 
 export function actionButton(id, label, cls, onclick) {
   return h("button", {id, type: "button", class: cls || "", text: label, on: {click: onclick}});
