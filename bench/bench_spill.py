@@ -3,8 +3,8 @@
 1. in memory: ours with `spill no` and room for the whole backlog (--inmem-jobs), the rates
    a spilling node is compared with;
 2. spilling: --jobs jobs of --body bytes on `maxmemory` --maxmemory: ADDJOB rate, drain rate
-   (GETJOB + ACKJOB), GETJOB p99 during the drain, used_memory, RSS and index bytes per
-   spilled job, every body checked;
+   (GETJOB + ACKJOB), the node's CPU per job in each, GETJOB p99 during the drain,
+   used_memory, RSS and index bytes per spilled job, every body checked;
 3. RabbitMQ (Debian's rabbitmq-server, bench/spill_rabbitmq.py): the same backlog, durable
    classic queues in CQv2 and lazy mode, persistent messages, publisher confirms, pika.
 
@@ -28,7 +28,7 @@ from disque.harness.node import Node, disque_argv
 from disque.harness.ports import lease_port
 
 import spill_rabbitmq as rabbit
-from common.nodes import node_rss
+from common.nodes import node_cpu, node_rss
 
 QUEUES = ["bq0", "bq1", "bq2", "bq3"]
 PIPELINE = 1000
@@ -54,6 +54,7 @@ def run_ours(label, n, body_size, workers, extra, workdir):
         peak_used = peak_rss = 0
         peak = {}
         pipe = c.pipeline(transaction=False)
+        cpu0 = node_cpu(node.pid)
         t0 = last = time.monotonic()
         for i in range(n):
             b = body_of(i, body_size, pad)
@@ -75,9 +76,11 @@ def run_ours(label, n, body_size, workers, extra, workdir):
                           % (label, i + 1, n, (i + 1) / (now - t0), info["used_memory"] / 1e6,
                              rss / 1e6, info["spilled_jobs"]), flush=True)
         add_s = time.monotonic() - t0
+        add_cpu = node_cpu(node.pid) - cpu0
         seen = 0
         crc2 = 0
         lat = []
+        cpu0 = node_cpu(node.pid)
         t0 = last = time.monotonic()
         while seen < n:
             g0 = time.perf_counter()
@@ -95,9 +98,11 @@ def run_ours(label, n, body_size, workers, extra, workdir):
                 last = now
                 print("  %s drain %d/%d %.0f/s" % (label, seen, n, seen / (now - t0)), flush=True)
         drain_s = time.monotonic() - t0
+        drain_cpu = node_cpu(node.pid) - cpu0
         lat.sort()
         end = c.info("memory")
         return {"label": label, "jobs": n, "add_rate": n / add_s, "drain_rate": n / drain_s,
+                "add_cpu_us": add_cpu * 1e6 / n, "drain_cpu_us": drain_cpu * 1e6 / n,
                 "getjob_p50_ms": lat[len(lat) // 2] * 1e3, "getjob_p99_ms": lat[len(lat) * 99 // 100] * 1e3,
                 "peak_used_memory": peak_used, "peak_rss": peak_rss,
                 "spilled_at_peak": peak.get("spilled_jobs", 0),
@@ -153,23 +158,26 @@ def main():
             rabbits.append(run_rabbit(mode, a.rabbitmq_jobs or a.jobs, a.body, workdir))
             print("  result", json.dumps(rabbits[-1]), flush=True)
         print()
-        print("| run | jobs | add/publish per s | drain per s | GETJOB p99 ms | peak RSS MB | RAM per job | bodies |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| run | jobs | add/publish per s | drain per s | node CPU per job, add / drain | "
+              "GETJOB p99 ms | peak RSS MB | RAM per job | bodies |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in results:
-            print("| ours, %s | %d | %.0f | %.0f | %.1f | %.0f | %s | %s |" % (
-                r["label"], r["jobs"], r["add_rate"], r["drain_rate"], r["getjob_p99_ms"],
+            print("| ours, %s | %d | %.0f | %.0f | %.1f / %.1f µs | %.1f | %.0f | %s | %s |" % (
+                r["label"], r["jobs"], r["add_rate"], r["drain_rate"], r["add_cpu_us"],
+                r["drain_cpu_us"], r["getjob_p99_ms"],
                 r["peak_rss"] / 1e6, ("index %.0f B / spilled job, RSS %.0f B / job"
                                        % (r["index_bytes_per_spilled"], r["rss_per_job"]))
                 if r["spilled_at_peak"] else "RSS %.0f B / job" % r["rss_per_job"],
                 "ok" if r["bodies_ok"] else "BAD"))
         for r in rabbits:
-            print("| RabbitMQ 3.10, %s | %d | %.0f | %.0f | - | %.0f | RSS %.0f B / job | %s |" % (
+            print("| RabbitMQ 3.10, %s | %d | %.0f | %.0f | - | - | %.0f | RSS %.0f B / job | %s |" % (
                 r["mode"], r["jobs"], r["publish_rate"], r["drain_rate"], r["rss_peak_bytes"] / 1e6,
                 r["rss_peak_bytes"] / r["jobs"], "ok" if r["ok"] else "BAD"))
         print()
-        print("spilling / in memory: ADDJOB %.2fx, drain %.2fx; used_memory peak %.0f MB; "
-              "spill disk peak %.0f MB; compactions %d"
+        print("spilling / in memory: ADDJOB %.2fx, drain %.2fx; node CPU per job %.2fx / %.2fx; "
+              "used_memory peak %.0f MB; spill disk peak %.0f MB; compactions %d"
               % (spill["add_rate"] / inmem["add_rate"], spill["drain_rate"] / inmem["drain_rate"],
+                 spill["add_cpu_us"] / inmem["add_cpu_us"], spill["drain_cpu_us"] / inmem["drain_cpu_us"],
                  spill["peak_used_memory"] / 1e6, spill["disk_peak"] / 1e6, spill["compactions"]))
         for r in rabbits:
             print("ours spilling / RabbitMQ %s: publish %.2fx, drain %.2fx"

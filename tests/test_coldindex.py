@@ -1,6 +1,6 @@
 """The RAM index of spilled jobs (disque/_fast/coldindex.pyx) against a dict and list model:
-random adds, removals, lookups and ring walks, across table growth, block allocation and
-slot reuse."""
+random adds, removals, lookups by ID and by scan-log seq and ring walks, across the growth
+of both tables, block allocation and slot reuse."""
 import os
 import random
 
@@ -25,7 +25,7 @@ def test_random_operations_match_a_model():
             front = rng.random() < 0.3
             ring = rings[k] if k < 3 else None
             slot = index.add(j, step % 7, step * 3, 100 + step % 50, 10, 0 if ring else 99,
-                             ring, front)
+                             ring, front, step + 1)
             model[j] = (slot, k, step % 7, step * 3, 100 + step % 50)
             if k < 3:
                 (order[k].insert(0, j) if front else order[k].append(j))
@@ -55,6 +55,7 @@ def check(index, rings, model, order):
     assert len(index) == len(model)
     for j, (slot, k, seg, off, size) in model.items():
         assert index.find(j) == slot
+        assert index.find_seq(index.seq_of(slot)) == slot
         assert index.location(slot) == (seg, off, size)
         assert index.is_queued(slot) == (k < 3)
     for k, ring in enumerate(rings):
@@ -63,6 +64,7 @@ def check(index, rings, model, order):
         back = index.peek(ring, 3, True)
         assert [index.job_id(s) for s in back] == order[k][::-1][:3]
     assert index.find(jid(1 << 40)) == -1
+    assert index.find_seq(1 << 40) == -1
 
 
 def test_an_empty_index_gives_its_memory_back():

@@ -76,7 +76,7 @@ def test_ctime_strictly_increases():
 
 # ---- the ordered job queue vs a sorted list --------------------------------------------
 
-queue_ops = st.lists(st.tuples(st.sampled_from(["push", "pop", "remove", "peek", "tail"]),
+queue_ops = st.lists(st.tuples(st.sampled_from(["push", "pop", "remove", "peek", "tail", "cut"]),
                                st.integers(0, 40), st.integers(0, 12)), max_size=300)
 
 
@@ -105,6 +105,9 @@ def test_job_queue_matches_sorted_model(ops):
                 model.remove(job)
         elif op == "peek":
             assert q.peek(count) == model[:count]
+        elif op == "cut":
+            assert q.cut_tail(count) == min(count, len(model))
+            del model[max(0, len(model) - count):]
         else:
             assert q.peek_tail(count) == list(reversed(model))[:count]
         assert len(q) == len(model)
@@ -139,9 +142,13 @@ def test_job_queue_append_path_keeps_every_level_linked():
             model.sort(key=key)
         elif r < 0.75 and model:
             assert q.pop() is model.pop(0)
-        elif r < 0.95 and model:
+        elif r < 0.93 and model:
             victim = model.pop(rng.randrange(len(model)))
             assert q.remove(victim)
+        elif r < 0.95 and model:
+            n = rng.randrange(1, 40)                # a spilled tail, cut at once
+            assert q.cut_tail(n) == min(n, len(model))
+            del model[max(0, len(model) - n):]
         elif model and r >= 0.995:
             q.clear()
             model = []

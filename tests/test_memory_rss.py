@@ -99,7 +99,7 @@ def test_heap_trim_gives_freed_heap_back_once_per_step():
     keep = [bytes(1024) + b"%d" % i for i in range(2000)]      # a live block at the top
     blocks = [bytes(1024) + b"%d" % i for i in range(64 * 1024)]
     top = [bytes(1024) + b"%d" % i for i in range(2000)]
-    trim = HeapTrim()
+    trim = HeapTrim(clock=lambda: 0.0)      # a check costs nothing: none is put off
     assert not trim.cron()
     before = rss()
     del blocks
@@ -107,3 +107,26 @@ def test_heap_trim_gives_freed_heap_back_once_per_step():
     assert rss() < before - 32 * MB, (before, rss())
     assert not trim.cron() and trim.trims == 1
     assert keep and top
+
+
+def test_heap_trim_checks_cost_at_most_a_hundredth_of_the_time():
+    """A check that took 2 ms puts the next one off by CHECK_BUDGET x 2 ms."""
+    from disque.heap_trim import CHECK_BUDGET, HeapTrim
+    now = [0.0]
+
+    def clock():
+        t = now[0]
+        now[0] += 0.002 if t == 10.0 else 0.0    # the check starting at 10 s takes 2 ms
+        return t
+
+    trim = HeapTrim(clock=clock)
+    now[0] = 10.0
+    trim.cron()
+    assert trim.checks == 1 and abs(trim.next_at - (10.002 + 0.002 * CHECK_BUDGET)) < 1e-9
+    for t in (10.05, 10.1, 10.2):
+        now[0] = t
+        trim.cron()
+    assert trim.checks == 1
+    now[0] = 10.21
+    trim.cron()
+    assert trim.checks == 2

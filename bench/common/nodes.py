@@ -31,6 +31,18 @@ def node_rss(pid):
     return sum(rss_by_process(pid).values())
 
 
+def node_cpu(pid):
+    """CPU seconds (user + system) the node's processes have used so far."""
+    total = 0.0
+    for p in node_processes(pid):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 @contextlib.contextmanager
 def leased_node(label, argv_of, children, workdir):
     """A started node (`argv_of(port)` its command line, `children` its workers), stopped

@@ -18,6 +18,8 @@ DEF OPTIONS_FIXED = 10  # u8 version, u8 flags, u32 backoff, u32 max-deliveries
 DEF OPTIONS_VERSION = 1
 DEF OPT_DEADLETTER = 1
 DEF OPT_ORIGIN = 2
+DEF SPILL_HEADER_LEN = 12   # a spill record's header, before the job (spill_records)
+SPILL_HEADER = SPILL_HEADER_LEN
 
 
 class CodecError(ValueError):
@@ -53,30 +55,83 @@ cdef Py_ssize_t string_at(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end) exc
     return start
 
 
+cdef Py_ssize_t job_size(Job job) except -1:
+    """Bytes of `job` serialized (either form); CodecError for a malformed ID."""
+    cdef Py_ssize_t k = len(job.nodes_delivered), i
+    cdef Py_ssize_t total = (FIXED + 4 + (len(job.queue) if job.queue is not None else 0) + 4
+                             + (len(job.body) if job.body is not None else 0) + 4 + k * NODE_ID_LEN)
+    cdef JobOptions ext = job.ext
+    if ext is not None:
+        # the options block (see disque.contracts.job_codec): only jobs that have options
+        total += (OPTIONS_FIXED + 4 + (len(ext.deadletter) if ext.deadletter is not None else 0)
+                  + 4 + (len(ext.origin) if ext.origin is not None else 0))
+    for i in range(k):
+        if len(<bytes>job.nodes_delivered[i]) != NODE_ID_LEN:
+            raise CodecError("node id of %d bytes" % len(<bytes>job.nodes_delivered[i]))
+    if len(job.id) != 40:
+        raise CodecError("job id of %d bytes" % len(job.id))
+    return total
+
+
 def serialize(Job job, bint storage, long long now_s):
     """Bytes of `job` in storage form (AOF) or message form (bus)."""
+    cdef Py_ssize_t total = job_size(job)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    write_job(job, storage, now_s, PyBytes_AS_STRING(out), total)
+    return out
+
+
+def spill_records(list jobs):
+    """The spill log's records of `jobs` (disque/workers/spill_log.py), one after the other
+    in one bytes, and each record's size. A record is SPILL_HEADER_LEN bytes (requeue time,
+    i64; flags; state; two spare bytes), then the job in storage form."""
+    cdef Py_ssize_t n = len(jobs), i, total = 0, size
+    cdef list sizes = [None] * n
+    cdef Job job
+    for i in range(n):
+        size = SPILL_HEADER_LEN + job_size(<Job>jobs[i])
+        sizes[i] = size
+        total += size
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *p = PyBytes_AS_STRING(out)
+    cdef uint64_t qtime
+    for i in range(n):
+        job = <Job>jobs[i]
+        size = <Py_ssize_t>sizes[i]
+        qtime = <uint64_t>job.qtime
+        put32(p, <uint32_t>(qtime & 0xffffffffULL))
+        put32(p + 4, <uint32_t>(qtime >> 32))
+        p[8] = <char>job.flags
+        p[9] = <char>job.state
+        p[10] = p[11] = 0
+        write_job(job, True, 0, p + SPILL_HEADER_LEN, size - SPILL_HEADER_LEN)
+        p += size
+    return out, sizes
+
+
+def spill_header(bytes rec):
+    """(requeue time, flags, state) of a spill record."""
+    if len(rec) < SPILL_HEADER_LEN:
+        raise CodecError("spill record of %d bytes" % len(rec))
+    cdef const uint8_t *b = <const uint8_t *>PyBytes_AS_STRING(rec)
+    cdef uint64_t qtime = get32(b) | (<uint64_t>get32(b + 4) << 32)
+    return <long long>qtime, b[8], b[9]
+
+
+cdef void write_job(Job job, bint storage, long long now_s, char *p, Py_ssize_t total) noexcept:
+    """`job` serialized into `total` bytes at `p` (job_size's count)."""
     cdef bytes queue = job.queue if job.queue is not None else b""
     cdef bytes body = job.body if job.body is not None else b""
     cdef tuple nodes = job.nodes_delivered
     cdef Py_ssize_t k = len(nodes), i
-    cdef Py_ssize_t total = FIXED + 4 + len(queue) + 4 + len(body) + 4 + k * NODE_ID_LEN
     cdef bytes n
     cdef JobOptions ext = job.ext
     cdef bytes dl = b"", origin = b""
     if ext is not None:
-        # the options block (see disque.contracts.job_codec): only jobs that have options
         if ext.deadletter is not None:
             dl = ext.deadletter
         if ext.origin is not None:
             origin = ext.origin
-        total += OPTIONS_FIXED + 4 + len(dl) + 4 + len(origin)
-    for i in range(k):
-        if len(<bytes>nodes[i]) != NODE_ID_LEN:
-            raise CodecError("node id of %d bytes" % len(<bytes>nodes[i]))
-    if len(job.id) != 40:
-        raise CodecError("job id of %d bytes" % len(job.id))
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
-    cdef char *p = PyBytes_AS_STRING(out)
     cdef uint32_t etime
     cdef unsigned char flags
     if storage:
@@ -123,7 +178,6 @@ def serialize(Job job, bint storage, long long now_s):
         pos += 4 + len(dl)
         put32(p + pos, <uint32_t>len(origin))
         memcpy(p + pos + 4, PyBytes_AS_STRING(origin), len(origin))
-    return out
 
 
 def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long long now_ms,

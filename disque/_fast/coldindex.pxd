@@ -31,9 +31,9 @@ cdef class ColdIndex:
     cdef Py_ssize_t nblocks_cap
     cdef Py_ssize_t cap, used_slots
     cdef uint32_t free_head       # slot + 1 of the first free slot; 0 = none below used_slots
-    cdef uint32_t *table          # by ID: slot + 1 per bucket; 0 = empty
+    cdef uint32_t *table          # by ID: 6 hash bits << 26 | slot + 1; 0 = empty
     cdef Py_ssize_t tcap
-    cdef uint32_t *stable         # by scan-log seq: slot + 1 per bucket
+    cdef uint32_t *stable         # by scan-log seq: the same, with the seq's hash
     cdef Py_ssize_t stcap
     cdef public Py_ssize_t count
     cdef public list rings        # ColdRing by ref (None: unused ref)
@@ -43,7 +43,7 @@ cdef class ColdIndex:
     cdef void free_blocks(self) noexcept
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept
     cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept
-    cdef uint64_t slot_hash(self, uint32_t s, bint by_seq) noexcept
+    cdef uint64_t slot_hash(self, uint32_t e, bint by_seq) noexcept
     cdef int grow(self, bint by_seq) except -1
     cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept
     cpdef Py_ssize_t find(self, bytes jid)

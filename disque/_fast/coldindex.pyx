@@ -2,8 +2,12 @@
 """The RAM index of a worker's spilled jobs (docs/design.md, "Spilled jobs"): a C record of
 about 80 bytes per job, against ~340 bytes plus the body for a job held in memory.
 
-ColdIndex: slots of ColdRec, an open-addressing hash table from job ID to slot, and one
-ColdRing per queue holding its spilled jobs in queue order. disque/workers/spill.py decides
+ColdIndex: slots of ColdRec, an open-addressing hash table from job ID to slot (and one
+from scan-log seq to slot), and one ColdRing per queue holding its spilled jobs in queue
+order. A bucket is 4 bytes: the slot + 1 in its low SLOT_BITS, and 6 more bits of its
+key's hash above, which a probe compares before it reads a record (with ten million
+spilled jobs every record read is a cache and TLB miss). So a worker indexes at most
+MAX_SLOTS spilled jobs (`room` says how many more). disque/workers/spill.py decides
 what to spill and when; disque/workers/spill_log.py holds the records on disk.
 """
 from libc.stdlib cimport malloc, realloc, free, calloc
@@ -17,6 +21,9 @@ DEF NO_SLOT = -1
 # "Spilling": no allocation step of the index moves a node across a memory level by itself)
 DEF BLOCK_BITS = 10
 DEF BLOCK_SLOTS = 1 << BLOCK_BITS
+DEF SLOT_BITS = 26
+DEF SLOT_MASK = (1 << SLOT_BITS) - 1
+MAX_SLOTS = SLOT_MASK           # slot + 1 must fit in SLOT_BITS
 
 
 cdef class ColdRing:
@@ -83,6 +90,11 @@ cdef inline uint64_t seq_hash(uint64_t x) noexcept:
     return x ^ (x >> 31)
 
 
+cdef inline uint32_t hash_tag(uint64_t h) noexcept:
+    """The hash bits a bucket keeps: its top 6, above the slot (the bucket is its low bits)."""
+    return <uint32_t>(h >> 58) << SLOT_BITS
+
+
 cdef class ColdIndex:
     def __cinit__(self):
         self.blocks = NULL
@@ -120,6 +132,11 @@ cdef class ColdIndex:
         """Slots ever used: a cursor over [0, slot_limit) sees every spilled job."""
         return self.used_slots
 
+    @property
+    def room(self):
+        """How many more jobs the index takes (MAX_SLOTS in all)."""
+        return MAX_SLOTS - self.count
+
     # ---- record blocks ---------------------------------------------------------------------
 
     cdef inline ColdRec *rec(self, Py_ssize_t slot) noexcept:
@@ -153,27 +170,31 @@ cdef class ColdIndex:
 
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept:
         """The bucket holding `jid`, or the empty bucket where it would go."""
-        cdef Py_ssize_t mask = self.tcap - 1, b = id_hash(jid) & mask
-        cdef uint32_t s
+        cdef uint64_t h = id_hash(jid)
+        cdef uint32_t tag = hash_tag(h), e
+        cdef Py_ssize_t mask = self.tcap - 1, b = h & mask
         while True:
-            s = self.table[b]
-            if s == 0 or memcmp(self.rec(s - 1).id, jid, ID_LEN) == 0:
+            e = self.table[b]
+            if e == 0 or ((e & ~SLOT_MASK) == tag
+                          and memcmp(self.rec((e & SLOT_MASK) - 1).id, jid, ID_LEN) == 0):
                 return b
             b = (b + 1) & mask
 
     cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept:
         """The bucket holding `seq`, or the empty bucket where it would go."""
-        cdef Py_ssize_t mask = self.stcap - 1, b = seq_hash(seq) & mask
-        cdef uint32_t s
+        cdef uint64_t h = seq_hash(seq)
+        cdef uint32_t tag = hash_tag(h), e
+        cdef Py_ssize_t mask = self.stcap - 1, b = h & mask
         while True:
-            s = self.stable[b]
-            if s == 0 or self.rec(s - 1).seq == seq:
+            e = self.stable[b]
+            if e == 0 or ((e & ~SLOT_MASK) == tag and self.rec((e & SLOT_MASK) - 1).seq == seq):
                 return b
             b = (b + 1) & mask
 
-    cdef uint64_t slot_hash(self, uint32_t s, bint by_seq) noexcept:
-        """The hash of the job in slot s - 1 for one of the two tables."""
-        return seq_hash(self.rec(s - 1).seq) if by_seq else id_hash(self.rec(s - 1).id)
+    cdef uint64_t slot_hash(self, uint32_t e, bint by_seq) noexcept:
+        """The hash of the job a bucket entry names, for one of the two tables."""
+        cdef ColdRec *r = self.rec((e & SLOT_MASK) - 1)
+        return seq_hash(r.seq) if by_seq else id_hash(r.id)
 
     cdef int grow(self, bint by_seq) except -1:
         """Double one of the two tables (by ID, or by scan-log seq) and rehash it."""
@@ -217,8 +238,8 @@ cdef class ColdIndex:
         """The slot of the spilled job whose scan-log entry is `seq`, or -1."""
         if seq == 0 or self.count == 0:
             return NO_SLOT
-        cdef uint32_t s = self.stable[self.seq_bucket(seq)]
-        return <Py_ssize_t>s - 1 if s else NO_SLOT
+        cdef uint32_t e = self.stable[self.seq_bucket(seq)]
+        return <Py_ssize_t>(e & SLOT_MASK) - 1 if e else NO_SLOT
 
     def seq_of(self, Py_ssize_t slot):
         return self.rec(slot).seq
@@ -227,8 +248,8 @@ cdef class ColdIndex:
         """The slot of a spilled job, or -1."""
         if len(jid) != ID_LEN or self.count == 0:
             return NO_SLOT
-        cdef uint32_t s = self.table[self.bucket_of(PyBytes_AS_STRING(jid))]
-        return <Py_ssize_t>s - 1 if s else NO_SLOT
+        cdef uint32_t e = self.table[self.bucket_of(PyBytes_AS_STRING(jid))]
+        return <Py_ssize_t>(e & SLOT_MASK) - 1 if e else NO_SLOT
 
     # ---- records -------------------------------------------------------------------------
 
@@ -238,9 +259,12 @@ cdef class ColdIndex:
         than every spilled job of its queue) or the front (older). Returns its slot."""
         if len(jid) != ID_LEN or size == 0:
             raise ValueError("bad spilled job")
+        if self.count >= MAX_SLOTS:
+            raise MemoryError("the spill index is full")
         if (self.count + 1) * 10 > self.tcap * 7:
             self.grow(False)
-        cdef Py_ssize_t b = self.bucket_of(PyBytes_AS_STRING(jid))
+        cdef const char *key = PyBytes_AS_STRING(jid)
+        cdef Py_ssize_t b = self.bucket_of(key)
         if self.table[b]:
             raise KeyError("job already spilled")
         cdef Py_ssize_t slot
@@ -258,11 +282,11 @@ cdef class ColdIndex:
         r.seg, r.off, r.size, r.etime, r.awake = seg, off, size, etime, awake
         r.ring = 0
         r.seq = seq
-        self.table[b] = <uint32_t>(slot + 1)
+        self.table[b] = hash_tag(id_hash(key)) | <uint32_t>(slot + 1)
         if seq:
             if (self.count + 1) * 10 > self.stcap * 7:
                 self.grow(True)
-            self.stable[self.seq_bucket(seq)] = <uint32_t>(slot + 1)
+            self.stable[self.seq_bucket(seq)] = hash_tag(seq_hash(seq)) | <uint32_t>(slot + 1)
         self.count += 1
         cdef uint64_t entry = (<uint64_t>slot << 32) | r.gen
         if ring is not None:

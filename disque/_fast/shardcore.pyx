@@ -301,6 +301,28 @@ cdef class ShardCore:
             self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
             self.data_bytes -= self.job_cost(job)
 
+    cpdef bint spill_out_tail(self, Queue q, list tail, object marker):
+        """As spill_out for each job of `tail`, the newest jobs of `q` (newest first, as
+        peek_tail gives them), unlinked from the queue at once. False, with nothing done,
+        when they are no longer its tail."""
+        cdef Py_ssize_t n = len(tail), i
+        cdef list now = q.jobs.peek_tail(n)
+        if len(now) != n:
+            return False
+        for i in range(n):
+            if now[i] is not tail[i]:
+                return False
+        q.jobs.cut_tail(n)
+        cdef Job job
+        for i in range(n):
+            job = <Job>tail[i]
+            mark_active(job)
+            self.timers.cancel(job)
+            if self.jobs.pop(job.id, None) is job:
+                self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
+                self.data_bytes -= self.job_cost(job)
+        return True
+
     cpdef bint register_back(self, Job job, unsigned long long seq):
         """A spilled job back in RAM, in its old scan-log entry; False if that entry is gone
         (then it was registered as a new job)."""

@@ -27,6 +27,7 @@ cdef class JobQueue:
     cpdef Job pop(self)
     cpdef Job first(self)
     cpdef bint remove(self, Job job)
+    cpdef Py_ssize_t cut_tail(self, Py_ssize_t count)
     cpdef list peek(self, Py_ssize_t count)
     cpdef list peek_tail(self, Py_ssize_t count)
     cpdef void clear(self)

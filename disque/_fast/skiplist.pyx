@@ -161,6 +161,37 @@ cdef class JobQueue:
         Py_DECREF(job)
         return True
 
+    cpdef Py_ssize_t cut_tail(self, Py_ssize_t count):
+        """Unlink the newest `count` jobs at once (a tail going to the spill log): one search
+        for the first of them, not one per job. Returns how many were unlinked."""
+        if count <= 0 or self.tail == NULL:
+            return 0
+        if count >= self.length:
+            count = self.length
+            self.clear()
+            return count
+        cdef SkipNode *x = self.tail
+        cdef SkipNode *nxt
+        cdef SkipNode *update[MAX_LEVEL]
+        cdef Py_ssize_t i
+        for i in range(count - 1):
+            x = x.backward
+        self.find_predecessors(<Job>x.job, update)
+        for i in range(self.level):     # every node after update[i] on a level is cut
+            update[i].forward[i] = NULL
+            self.last[i] = update[i]
+        self.tail = x.backward
+        while x != NULL:
+            nxt = x.forward[0]
+            (<Job>x.job).in_queue = 0
+            Py_DECREF(<Job>x.job)
+            free(x)
+            x = nxt
+        while self.level > 1 and self.header.forward[self.level - 1] == NULL:
+            self.level -= 1
+        self.length -= count
+        return count
+
     cpdef list peek(self, Py_ssize_t count):
         """Up to `count` jobs from the head (oldest first)."""
         cdef list out = []

@@ -19,7 +19,7 @@ from disque._fast.coldindex import ColdIndex
 from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, Job
 from disque._fast.shardcore import NO_LIMIT, expire_ms
 from disque.workers.queues import PAUSE_OUT
-from disque.workers.spill_log import HEADER, SIZE_AT, ID_AT, SpillLog, record_size
+from disque.workers.spill_log import SIZE_AT, SpillLog, walk_records
 
 log = logging.getLogger("disque.worker")
 
@@ -176,8 +176,8 @@ class Spill:
         shard = self.shard
         while shard.data_bytes > target and time.perf_counter_ns() < deadline:
             picked = self.pick(shard.data_bytes > self.hot_limit())
-            if not picked or not self.write(picked):
-                return
+            if not picked or len(picked) > self.index.room or not self.write(picked):
+                return      # (a full index: RAM fills and the memory levels apply)
 
     def pick(self, heads_too):
         """The next batch to spill: [(job, queue or None)] from the tails beyond `keep` of
@@ -243,9 +243,8 @@ class Spill:
             if self.log is None:
                 self.log = SpillLog(shard.persistence.aof_cfg("dir") or os.getcwd(),
                                     "spill-%s-w%d" % (shard.node_id.decode()[:8], shard.index))
-            recs = [HEADER.pack(j.qtime, j.flags, j.state) + codec.serialize(j, True, 0)
-                    for j, _ in picked]
-            locs = self.log.append(recs)
+            data, sizes = codec.spill_records([j for j, _ in picked])
+            locs = self.log.append(data, sizes)
         except OSError as e:
             self.disk_failed(e)
             return False
@@ -253,17 +252,17 @@ class Spill:
             log.warning("Spill disk writable again: spilling resumes")
             self.failing = None
             shard.memory.spill_changed()
+        self.leave_ram(picked)
         index = self.index
         base = {}           # a ring's newest ctime before this batch (None: it was empty)
         newer = []
         held = 0
-        for (job, q), rec, (seg, off) in zip(picked, recs, locs):
+        for (job, q), size, (seg, off) in zip(picked, sizes, locs):
             seq = (job.scan_hi << 32) | job.scan_lo
             held += shard.job_cost(job)
-            shard.spill_out(job, SPILLED)
             if q is None:
                 awake = -(-self.awake_ms(job) // 1000)
-                index.add(job.id, seg, off, len(rec), job.etime, awake, None, False, seq)
+                index.add(job.id, seg, off, size, job.etime, awake, None, False, seq)
                 continue
             ring = q.cold
             if ring is None:
@@ -272,10 +271,10 @@ class Spill:
                 base[ring] = ring.back_ctime if ring.live else None
             b = base[ring]
             if b is not None and job.ctime > b:
-                newer.append((job, ring, seg, off, len(rec), seq))
+                newer.append((job, ring, seg, off, size, seq))
             else:
                 # a batch is a tail, newest first: each one goes before the last
-                index.add(job.id, seg, off, len(rec), job.etime, 0, ring, True, seq)
+                index.add(job.id, seg, off, size, job.etime, 0, ring, True, seq)
                 if b is None and ring.back_ctime < job.ctime:
                     ring.back_ctime = job.ctime
         for job, ring, seg, off, size, seq in reversed(newer):
@@ -285,6 +284,22 @@ class Spill:
         self.jobs_spilled += len(picked)
         shard.cold_jobs = index.count       # find_job looks on disk from now on
         return True
+
+    def leave_ram(self, picked):
+        """The written jobs leave RAM: a queue's tail (a run of `pick`'s, newest first) is
+        cut from its queue at once, anything else one job at a time."""
+        shard = self.shard
+        i, n = 0, len(picked)
+        while i < n:
+            q = picked[i][1]
+            j = i + 1
+            while j < n and picked[j][1] is q:
+                j += 1
+            run = [job for job, _ in picked[i:j]]
+            if q is None or not shard.spill_out_tail(q, run, SPILLED):
+                for job in run:
+                    shard.spill_out(job, SPILLED)
+            i = j
 
     def disk_failed(self, e):
         self.errors += 1
@@ -298,9 +313,10 @@ class Spill:
     # ---- loading back ----------------------------------------------------------------------
 
     def decode(self, rec):
-        qtime, flags, _state = HEADER.unpack_from(rec, 0)
+        rec = bytes(rec)
+        qtime, flags, _state = codec.spill_header(rec)
         shard = self.shard
-        job, _ = codec.deserialize(bytes(rec), SIZE_AT, True, shard.now_s, shard.now_ms)
+        job, _ = codec.deserialize(rec, SIZE_AT, True, shard.now_s, shard.now_ms)
         job.qtime = qtime
         job.flags = flags
         return job
@@ -437,22 +453,19 @@ class Spill:
                 self.disk_failed(e)
                 self.compacting = None
                 return
-            at = 0
-            moving = []
-            while True:
-                size = record_size(buf, at)
-                if not size:
-                    break
-                slot = index.find(bytes(buf[at + ID_AT:at + ID_AT + 40]))
-                if slot >= 0 and index.location(slot) == (seg.n, pos + at, size):
-                    moving.append((slot, size, buf[at:at + size]))
-                at += size
+            records, at = walk_records(buf, pos, pos + len(buf) >= seg.size)
             if at == 0:
                 self.compacting = None      # a torn tail: nothing more to read here
                 return
+            moving = []
+            for rec_at, size, jid in records:
+                slot = index.find(jid)
+                if slot >= 0 and index.location(slot) == (seg.n, pos + rec_at, size):
+                    moving.append((slot, size, buf[rec_at:rec_at + size]))
             if moving:
                 try:
-                    locs = spill_log.append([m[2] for m in moving])
+                    locs = spill_log.append(b"".join([m[2] for m in moving]),
+                                            [m[1] for m in moving])
                 except OSError as e:
                     self.disk_failed(e)
                     self.compacting = None

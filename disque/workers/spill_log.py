@@ -6,38 +6,71 @@ deleted at once (the one being appended to is truncated instead), and Spill.comp
 copies the live records out of segments that are mostly dead. The log is a cache of what
 the worker holds, not a durable store: the AOF is. A worker deletes its old segments when
 it starts.
+
+The segments are written with O_DIRECT where the file system allows it: a spill log is
+written once and read once, so the page cache would only copy every body once more and hold
+it (in the container's memory, where that is counted) until writeback. A batch therefore
+starts and ends on an ALIGN boundary (zeros pad it: a record never has length 0) and is
+written from a page-aligned buffer of the log's own. Reads go through the page cache, whose
+read-ahead fetches the next records while the worker serves (a direct read is a trip to the
+device each time), and what was read is dropped from it at once.
 """
+import errno
+import fcntl
 import glob
 import logging
+import mmap
 import os
 import struct
+
+from disque._fast.codec import SPILL_HEADER
 
 log = logging.getLogger("disque.worker")
 
 SEGMENT_BYTES = 64 << 20        # a segment is closed for appends past this size
 READ_SPAN = 4 << 20             # largest single read when reading neighbouring records
 READ_GAP = 64 << 10             # neighbours this close are read together, gap included
-# A record: qtime (i64), flags, state, 2 spare bytes, then the job in the AOF's storage form
-# (disque/_fast/codec.pyx), which starts with its own u32 length.
-HEADER = struct.Struct("<qBB2x")
-SIZE_AT = HEADER.size
+# A record: codec.spill_records' header (requeue time, flags, state), then the job in the
+# AOF's storage form (disque/_fast/codec.pyx), which starts with its own u32 length.
+SIZE_AT = SPILL_HEADER
 ID_AT = SIZE_AT + 4
 U32 = struct.Struct("<I")
+ALIGN = 4096                    # O_DIRECT's unit for offsets, lengths and buffers
+O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
-def record_size(buf, pos):
-    """Length of the record at `pos` of `buf`, or 0 when it is not complete there."""
-    if len(buf) - pos < ID_AT:
-        return 0
-    size = ID_AT + U32.unpack_from(buf, pos + SIZE_AT)[0]
-    return size if len(buf) - pos >= size else 0
+def aligned(n):
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def walk_records(buf, base, last):
+    """The whole records in `buf`, read from offset `base` of a segment (`last`: to its
+    end): ([(position in buf, size, job ID)], how far they and the padding after them
+    reach; 0 when nothing whole is there, a torn tail). A batch's zero padding is passed
+    over: a record's length is never 0, and the next batch starts at an ALIGN boundary."""
+    out = []
+    at, end = 0, len(buf)
+    while end - at >= ID_AT:
+        length = U32.unpack_from(buf, at + SIZE_AT)[0]
+        if length == 0:
+            at = aligned(base + at) - base
+            continue
+        size = ID_AT + length
+        if end - at < size:
+            break
+        out.append((at, size, bytes(buf[at + ID_AT:at + ID_AT + 40])))
+        at += size
+    if last and at < end and not buf[at:].strip(b"\0"):
+        at = end            # the last batch's padding, shorter than a record's header
+    return out, at
 
 
 class Segment:
-    __slots__ = ("n", "path", "fd", "size", "live", "live_bytes")
+    __slots__ = ("n", "path", "fd", "rfd", "size", "live", "live_bytes")
 
     def __init__(self, n, path, fd):
         self.n, self.path, self.fd = n, path, fd
+        self.rfd = None         # for reads through the page cache (its read-ahead)
         self.size = self.live = self.live_bytes = 0
 
 
@@ -53,6 +86,8 @@ class SpillLog:
         self.bytes_written = self.bytes_read = 0
         self.records_written = self.records_read = 0
         self.segments_deleted = 0
+        self.direct = bool(O_DIRECT)    # cleared when the file system refuses O_DIRECT
+        self.wbuf = None                # the page-aligned write buffer, grown as needed
         self.remove_old()
 
     def path(self, n):
@@ -69,7 +104,14 @@ class SpillLog:
     def roll(self):
         n = self.next_n
         path = self.path(n)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags | (O_DIRECT if self.direct else 0), 0o600)
+        except OSError as e:
+            if not self.direct or e.errno != errno.EINVAL:
+                raise
+            self.buffered()
+            fd = os.open(path, flags, 0o600)
         self.next_n += 1
         seg = self.segs[n] = Segment(n, path, fd)
         old, self.active = self.active, seg
@@ -77,35 +119,72 @@ class SpillLog:
             self.delete(old)
         return seg
 
-    def append(self, recs):
-        """Write `recs` (bytes) one after the other: [(segment, offset)]. On an error
-        (OSError: a full disk) nothing is kept and the segment is cut back."""
+    def buffered(self):
+        """The file system refuses O_DIRECT (EINVAL): the page cache from now on."""
+        log.info("Spill log in %s: the file system refuses O_DIRECT, writing through the "
+                 "page cache", self.dir)
+        self.direct = False
+        for seg in self.segs.values():
+            fcntl.fcntl(seg.fd, fcntl.F_SETFL, fcntl.fcntl(seg.fd, fcntl.F_GETFL) & ~O_DIRECT)
+
+    def write_buffer(self, size):
+        """The page-aligned buffer (anonymous mmap), of at least `size` bytes."""
+        if self.wbuf is None or len(self.wbuf) < size:
+            if self.wbuf is not None:
+                self.wbuf.close()
+            self.wbuf = mmap.mmap(-1, aligned(max(size, 256 << 10)))
+        return self.wbuf
+
+    def append(self, data, sizes):
+        """Write the records in `data`, of `sizes`, as one batch, padded to ALIGN:
+        [(segment, offset)]. On an error (OSError: a full disk) nothing is kept and the
+        segment is cut back."""
         seg = self.active
         if seg is None or seg.size >= SEGMENT_BYTES:
             seg = self.roll()
-        data = b"".join(recs)
-        view = memoryview(data)
+        total = aligned(len(data))
+        buf = self.write_buffer(total)
+        buf[:len(data)] = data
+        buf[len(data):total] = bytes(total - len(data))
+        view = memoryview(buf)
         done = 0
         try:
-            while done < len(data):
-                done += os.pwrite(seg.fd, view[done:], seg.size + done)
+            while done < total:
+                try:
+                    done += os.pwrite(seg.fd, view[done:total], seg.size + done)
+                except OSError as e:
+                    if not self.direct or e.errno != errno.EINVAL:
+                        raise
+                    self.buffered()
         except OSError:
             try:
                 os.ftruncate(seg.fd, seg.size)
             except OSError:
                 pass
             raise
+        finally:
+            view.release()
         out = []
-        off = seg.size
-        for rec in recs:
-            out.append((seg.n, off))
-            off += len(rec)
-        seg.size = off
-        seg.live += len(recs)
+        n, off = seg.n, seg.size
+        for size in sizes:
+            out.append((n, off))
+            off += size
+        seg.size += total
+        seg.live += len(sizes)
         seg.live_bytes += len(data)
         self.bytes_written += len(data)
-        self.records_written += len(recs)
+        self.records_written += len(sizes)
         return out
+
+    def pread(self, seg, start, length):
+        """`length` bytes at `start` of `seg` (fewer at its end): bytes. Reads go through
+        the page cache, whose read-ahead fetches what comes next while the worker serves;
+        what was read is dropped from it at once (it is read once)."""
+        if seg.rfd is None:
+            seg.rfd = os.open(seg.path, os.O_RDONLY | os.O_CLOEXEC)
+        buf = os.pread(seg.rfd, length, start)
+        os.posix_fadvise(seg.rfd, start, length, os.POSIX_FADV_DONTNEED)
+        return buf
 
     def forget(self, n, size):
         """A record is no longer live (its job was loaded back or deleted)."""
@@ -127,6 +206,8 @@ class SpillLog:
     def delete(self, seg):
         self.segs.pop(seg.n, None)
         os.close(seg.fd)
+        if seg.rfd is not None:
+            os.close(seg.rfd)
         try:
             os.unlink(seg.path)
         except OSError as e:
@@ -134,27 +215,34 @@ class SpillLog:
         self.segments_deleted += 1
 
     def read(self, locs):
-        """The records at [(segment, offset, size)], as bytes, in that order; neighbours
-        in one segment are read together. OSError when the disk fails."""
-        out = []
-        i, n = 0, len(locs)
+        """The records at [(segment, offset, size)], as bytes, in that order. They are
+        read in log order, neighbours in one segment together: a queue's spilled tail was
+        written newest first and is read back oldest first, and with O_DIRECT every read
+        is a trip to the device. OSError when the disk fails."""
+        n = len(locs)
+        order = sorted(range(n), key=locs.__getitem__)
+        out = [None] * n
+        i = 0
         while i < n:
-            seg_n, start, size = locs[i]
+            seg_n, start, size = locs[order[i]]
             end = start + size
             j = i + 1
             while j < n:
-                s2, o2, z2 = locs[j]
+                s2, o2, z2 = locs[order[j]]
                 if s2 != seg_n or o2 < end or o2 - end > READ_GAP or o2 + z2 - start > READ_SPAN:
                     break
                 end = o2 + z2
                 j += 1
-            buf = os.pread(self.segs[seg_n].fd, end - start, start)
+            buf = self.pread(self.segs[seg_n], start, end - start)
             if len(buf) != end - start:
                 raise OSError(5, "short read in spill segment %d" % seg_n)
-            view = memoryview(buf)
-            for k in range(i, j):
-                _, off, z = locs[k]
-                out.append(view[off - start:off - start + z])
+            if j == i + 1:
+                out[order[i]] = buf
+            else:
+                view = memoryview(buf)
+                for k in order[i:j]:
+                    _, off, z = locs[k]
+                    out[k] = view[off - start:off - start + z]
             self.bytes_read += end - start
             i = j
         self.records_read += n
@@ -178,7 +266,7 @@ class SpillLog:
         return best
 
     def read_span(self, seg, start, length):
-        return os.pread(seg.fd, length, start)
+        return self.pread(seg, start, length)
 
     def files(self):
         """(segments, bytes on disk) for INFO."""
@@ -187,8 +275,13 @@ class SpillLog:
     def close(self):
         for seg in list(self.segs.values()):
             os.close(seg.fd)
+            if seg.rfd is not None:
+                os.close(seg.rfd)
         self.segs.clear()
         self.active = None
+        if self.wbuf is not None:
+            self.wbuf.close()
+            self.wbuf = None
 
     def remove_all(self):
         """FLUSHALL: every segment goes."""

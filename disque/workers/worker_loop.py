@@ -5,8 +5,9 @@ A turn: wait (in the served loop's C turn when the worker serves connections its
 which serves them again and again with no Python in between and comes back here only
 when something else needs this loop), run the job timers that are due, handle the
 front-end's batches (timers again between them), serve the connections that became
-ready, run the crons when the timer ticked, spill and serve waiting consumers, then the
-Outbox: job messages, the AOF, replies, in that order. Last, a slice of AOF work, and the
+ready, run the crons when the timer ticked, spill (after releasing what the turn made so
+far) and serve waiting consumers, then the Outbox: job messages, the AOF, replies, in that
+order. Last, a slice of AOF work, and the
 idle tick's look at the turn.
 """
 import logging
@@ -60,6 +61,8 @@ class WorkerLoop:
         if ticked and not worker.crons.tick():
             return False
         if shard.spill.pending():
+            # the turn's replies leave first: a producer waits on them, not on the spilling
+            worker.outbox.release()
             shard.spill.work()          # bodies to disk past the threshold, heads refilled
         if shard.ready:
             shard.consumers.serve_ready()

@@ -1,0 +1,100 @@
+"""A worker's spill log on a real file system (disque/workers/spill_log.py): batches start on
+an ALIGN boundary and go through O_DIRECT where the file system takes it, records read back
+byte for byte however they are grouped, the compaction's walk passes over the padding, and a
+file system that refuses O_DIRECT is written through the page cache."""
+import fcntl
+import os
+import random
+
+from disque._fast import codec
+from disque._fast.job import Job
+from disque._fast.jobid import IdMaker
+from disque.workers.spill_log import ALIGN, O_DIRECT, SIZE_AT, SpillLog, walk_records
+
+MAKER = IdMaker(b"%040x" % 7)
+
+
+def job(rng, n):
+    j = Job(MAKER.make(0, 3600, 1), b"q%d" % (n % 3), os.urandom(rng.randrange(0, 3000)))
+    j.qtime, j.flags = n * 1000, n & 7
+    return j
+
+
+def write_batches(log, rng, batches):
+    written = []        # (segment, offset, record)
+    for b in range(batches):
+        jobs = [job(rng, b * 1000 + i) for i in range(rng.randrange(1, 40))]
+        data, sizes = codec.spill_records(jobs)
+        at = 0
+        for size, (seg, off) in zip(sizes, log.append(data, sizes)):
+            written.append((seg, off, data[at:at + size]))
+            at += size
+    return written
+
+
+def test_a_spill_record_is_its_header_then_the_job_in_storage_form():
+    rng = random.Random(2)
+    jobs = [job(rng, n) for n in range(5)]
+    data, sizes = codec.spill_records(jobs)
+    at = 0
+    for j, size in zip(jobs, sizes):
+        rec = data[at:at + size]
+        assert codec.spill_header(rec) == (j.qtime, j.flags, j.state)
+        back, end = codec.deserialize(rec, SIZE_AT, True, 0, 0)
+        assert end == size and (back.id, back.queue, back.body) == (j.id, j.queue, j.body)
+        at += size
+    assert at == len(data)
+
+
+def test_batches_are_aligned_and_read_back_in_any_grouping(tmp_path):
+    rng = random.Random(3)
+    log = SpillLog(str(tmp_path), "t")
+    written = write_batches(log, rng, 60)
+    seg = log.active
+    assert seg.size % ALIGN == 0 and os.path.getsize(seg.path) == seg.size
+    if log.direct:          # the suite's file system takes O_DIRECT: the segments use it
+        assert fcntl.fcntl(seg.fd, fcntl.F_GETFL) & O_DIRECT
+    for _ in range(200):
+        picked = rng.sample(written, rng.randrange(1, 30))
+        if rng.random() < 0.8:      # mostly in log order: neighbours are read together
+            picked.sort(key=lambda w: (w[0], w[1]))
+        got = log.read([(s, o, len(r)) for s, o, r in picked])
+        assert [bytes(g) for g in got] == [r for _, _, r in picked]
+    log.remove_all()
+    log.close()
+
+
+def test_the_compaction_walk_sees_every_record_and_passes_the_padding(tmp_path):
+    rng = random.Random(5)
+    log = SpillLog(str(tmp_path), "t")
+    written = write_batches(log, rng, 40)
+    seg = log.active
+    for chunk in (ALIGN, 3 * ALIGN + 17, 1 << 20):      # chunks cut records and padding
+        seen, pos = [], 0
+        while pos < seg.size:
+            buf = log.read_span(seg, pos, chunk)
+            records, at = walk_records(buf, pos, pos + len(buf) >= seg.size)
+            assert at > 0, "the walk stopped at %d of %d" % (pos, seg.size)
+            seen += [(pos + a, buf[a:a + size]) for a, size, _ in records]
+            pos += at
+        assert seen == [(o, r) for _, o, r in written]
+    log.close()
+
+
+def test_a_torn_tail_stops_the_walk():
+    rec, _ = codec.spill_records([job(random.Random(1), 1)])
+    records, at = walk_records(rec[:len(rec) // 2], 0, True)
+    assert (records, at) == ([], 0)
+
+
+def test_a_file_system_without_o_direct_is_written_through_the_page_cache(tmp_path):
+    rng = random.Random(9)
+    log = SpillLog(str(tmp_path), "t")
+    first = write_batches(log, rng, 5)
+    log.buffered()      # what an EINVAL from open, pwrite or pread leads to
+    assert not log.direct
+    assert not fcntl.fcntl(log.active.fd, fcntl.F_GETFL) & O_DIRECT
+    second = write_batches(log, rng, 5)
+    for s, o, r in first + second:
+        assert bytes(log.read([(s, o, len(r))])[0]) == r
+    log.close()
