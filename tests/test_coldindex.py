@@ -89,3 +89,31 @@ def test_due_walk_finds_expiring_and_timed_jobs():
     index.add(jid(3), 0, 20, 10, 10_000, 0, ring)          # neither
     slots, nxt = index.due(0, 10, 200)
     assert sorted(slots) == sorted([near, timed]) and nxt == 0
+
+
+def test_a_spilled_tail_goes_before_the_ring_and_newer_jobs_after_it():
+    """add_tail gets a queue's tail newest first: older than the ring's newest job, each
+    goes before the last at the front; newer ones (added since) go to the back, in order."""
+    from disque._fast.job import Job
+    from disque._fast.jobid import IdMaker
+    maker = IdMaker(b"%040x" % 3)
+
+    def jobs(*ctimes):
+        out = []
+        for c in ctimes:
+            j = Job(maker.make(0, 3600, 1), b"q", b"x")
+            j.ctime = c
+            out.append(j)
+        return out
+
+    index = ColdIndex()
+    ring = index.new_ring("q")
+    first = jobs(50, 40)                            # the first tail: 40 and 50 spilled
+    index.add_tail(ring, first, [10, 10], [(1, 0), (1, 10)])
+    assert ring.back_ctime == 50
+    tail = jobs(70, 60, 30, 20)                     # newest first: 60, 70 newer than 50
+    index.add_tail(ring, tail, [10] * 4, [(1, 20), (1, 30), (1, 40), (1, 50)])
+    order = [index.job_id(s) for s in index.peek(ring, 10)]
+    by_ctime = {j.id: j.ctime for j in first + tail}
+    assert [by_ctime[i] for i in order] == [20, 30, 40, 50, 60, 70]
+    assert ring.back_ctime == 70 and len(ring) == 6

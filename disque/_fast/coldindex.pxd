@@ -47,4 +47,7 @@ cdef class ColdIndex:
     cdef int grow(self, bint by_seq) except -1
     cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept
     cpdef Py_ssize_t find(self, bytes jid)
+    cpdef Py_ssize_t add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size,
+                         uint32_t etime, uint32_t awake, ColdRing ring=*, bint front=*,
+                         uint64_t seq=*) except -1
     cdef bint entry_live(self, uint64_t e) noexcept

@@ -15,6 +15,8 @@ from libc.string cimport memcpy, memcmp
 from libc.stdint cimport uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
+from disque._fast.job cimport Job
+
 DEF ID_LEN = 40
 DEF NO_SLOT = -1
 # records come in blocks of 1,024 (80 KB): small against any maxmemory (docs/memory.md,
@@ -253,8 +255,9 @@ cdef class ColdIndex:
 
     # ---- records -------------------------------------------------------------------------
 
-    def add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size, uint32_t etime,
-            uint32_t awake, ColdRing ring=None, bint front=False, uint64_t seq=0):
+    cpdef Py_ssize_t add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size,
+                         uint32_t etime, uint32_t awake, ColdRing ring=None, bint front=False,
+                         uint64_t seq=0) except -1:
         """Index a job just written to the spill log; it joins `ring` at the back (newer
         than every spilled job of its queue) or the front (older). Returns its slot."""
         if len(jid) != ID_LEN or size == 0:
@@ -297,6 +300,34 @@ cdef class ColdIndex:
                 ring.push_back(entry)
             ring.live += 1
         return slot
+
+    def add_tail(self, ColdRing ring, list jobs, list sizes, list locs):
+        """Index a queue's tail just written to the spill log: `jobs` newest first (as a
+        batch is picked), with their records' sizes and (segment, offset). Each goes before
+        the ring's jobs, each before the last; any newer than the ring's newest (jobs added
+        since its last batch) goes after them instead, oldest first."""
+        cdef Py_ssize_t n = len(jobs), i
+        cdef bint had = ring.live > 0
+        cdef uint64_t newest = ring.back_ctime
+        cdef list newer = []
+        cdef Job job
+        cdef tuple loc
+        for i in range(n):
+            job = <Job>jobs[i]
+            if had and job.ctime > newest:
+                newer.append(i)
+                continue
+            loc = <tuple>locs[i]
+            self.add(job.id, loc[0], loc[1], sizes[i], job.etime, 0, ring, True,
+                     (<uint64_t>job.scan_hi << 32) | job.scan_lo)
+            if not had and ring.back_ctime < job.ctime:
+                ring.back_ctime = job.ctime
+        for i in reversed(newer):
+            job = <Job>jobs[i]
+            loc = <tuple>locs[i]
+            self.add(job.id, loc[0], loc[1], sizes[i], job.etime, 0, ring, False,
+                     (<uint64_t>job.scan_hi << 32) | job.scan_lo)
+            ring.back_ctime = job.ctime
 
     def remove(self, Py_ssize_t slot):
         """Forget a spilled job (loaded back, or deleted): its slot is free, its ring entry

@@ -301,27 +301,30 @@ cdef class ShardCore:
             self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
             self.data_bytes -= self.job_cost(job)
 
-    cpdef bint spill_out_tail(self, Queue q, list tail, object marker):
+    cpdef long long spill_out_tail(self, Queue q, list tail, object marker):
         """As spill_out for each job of `tail`, the newest jobs of `q` (newest first, as
-        peek_tail gives them), unlinked from the queue at once. False, with nothing done,
-        when they are no longer its tail."""
+        peek_tail gives them), unlinked from the queue at once: the RAM they held (their
+        job_cost), or -1, with nothing done, when they are no longer its tail."""
         cdef Py_ssize_t n = len(tail), i
         cdef list now = q.jobs.peek_tail(n)
         if len(now) != n:
-            return False
+            return -1
         for i in range(n):
             if now[i] is not tail[i]:
-                return False
+                return -1
         q.jobs.cut_tail(n)
         cdef Job job
+        cdef long long held = 0, cost
         for i in range(n):
             job = <Job>tail[i]
             mark_active(job)
             self.timers.cancel(job)
+            cost = self.job_cost(job)
+            held += cost
             if self.jobs.pop(job.id, None) is job:
                 self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
-                self.data_bytes -= self.job_cost(job)
-        return True
+                self.data_bytes -= cost
+        return held
 
     cpdef bint register_back(self, Job job, unsigned long long seq):
         """A spilled job back in RAM, in its old scan-log entry; False if that entry is gone

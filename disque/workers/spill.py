@@ -252,54 +252,41 @@ class Spill:
             log.warning("Spill disk writable again: spilling resumes")
             self.failing = None
             shard.memory.spill_changed()
-        self.leave_ram(picked)
         index = self.index
-        base = {}           # a ring's newest ctime before this batch (None: it was empty)
-        newer = []
         held = 0
-        for (job, q), size, (seg, off) in zip(picked, sizes, locs):
-            seq = (job.scan_hi << 32) | job.scan_lo
-            held += shard.job_cost(job)
-            if q is None:
-                awake = -(-self.awake_ms(job) // 1000)
-                index.add(job.id, seg, off, size, job.etime, awake, None, False, seq)
-                continue
-            ring = q.cold
-            if ring is None:
-                ring = q.cold = index.new_ring(q)
-            if ring not in base:
-                base[ring] = ring.back_ctime if ring.live else None
-            b = base[ring]
-            if b is not None and job.ctime > b:
-                newer.append((job, ring, seg, off, size, seq))
-            else:
-                # a batch is a tail, newest first: each one goes before the last
-                index.add(job.id, seg, off, size, job.etime, 0, ring, True, seq)
-                if b is None and ring.back_ctime < job.ctime:
-                    ring.back_ctime = job.ctime
-        for job, ring, seg, off, size, seq in reversed(newer):
-            index.add(job.id, seg, off, size, job.etime, 0, ring, False, seq)
-            ring.back_ctime = job.ctime
-        self.held_bytes += held
-        self.jobs_spilled += len(picked)
-        shard.cold_jobs = index.count       # find_job looks on disk from now on
-        return True
-
-    def leave_ram(self, picked):
-        """The written jobs leave RAM: a queue's tail (a run of `pick`'s, newest first) is
-        cut from its queue at once, anything else one job at a time."""
-        shard = self.shard
         i, n = 0, len(picked)
-        while i < n:
+        while i < n:          # runs of one queue's tail, newest first (see `pick`), or copies
             q = picked[i][1]
             j = i + 1
             while j < n and picked[j][1] is q:
                 j += 1
-            run = [job for job, _ in picked[i:j]]
-            if q is None or not shard.spill_out_tail(q, run, SPILLED):
-                for job in run:
-                    shard.spill_out(job, SPILLED)
+            held += self.leave_ram(q, [job for job, _ in picked[i:j]], sizes[i:j], locs[i:j])
             i = j
+        self.held_bytes += held
+        self.jobs_spilled += n
+        shard.cold_jobs = index.count       # find_job looks on disk from now on
+        return True
+
+    def leave_ram(self, q, run, sizes, locs):
+        """Jobs written to the spill log leave RAM for the index: a queue's tail is cut
+        from its queue at once, copies (q None) one at a time. Returns the RAM they held."""
+        shard = self.shard
+        index = self.index
+        held = -1 if q is None else shard.spill_out_tail(q, run, SPILLED)
+        if held < 0:
+            held = 0
+            for job in run:
+                held += shard.job_cost(job)
+                shard.spill_out(job, SPILLED)
+        if q is None:
+            for job, size, (seg, off) in zip(run, sizes, locs):
+                index.add(job.id, seg, off, size, job.etime, -(-self.awake_ms(job) // 1000),
+                          None, False, (job.scan_hi << 32) | job.scan_lo)
+            return held
+        if q.cold is None:
+            q.cold = index.new_ring(q)
+        index.add_tail(q.cold, run, sizes, locs)
+        return held
 
     def disk_failed(self, e):
         self.errors += 1
