@@ -81,7 +81,7 @@ SPILL_SUMS = ("spilled_jobs", "spill_index_bytes", "spilled_job_bytes", "spill_s
               "spill_disk_bytes",
               "spill_jobs_written", "spill_jobs_read", "spill_bytes_written", "spill_bytes_read",
               "spill_writes_per_sec", "spill_reads_per_sec", "spill_faults", "spill_compactions",
-              "spill_errors")
+              "spill_compacted_bytes", "spill_errors")
 
 
 def _spill(fe, workers, used):

@@ -42,6 +42,45 @@ def test_four_times_maxmemory_of_1kb_jobs_on_2_workers(start_server, n, maxmemor
     assert info["spill_errors"] == 0 and info["used_memory"] < 16 * MB, info
 
 
+def test_a_mostly_dead_log_is_compacted_as_spilling_goes_on_and_loses_nothing(start_server):
+    """Four queues spilled together, three drained: every segment is three quarters dead.
+    Compaction copies the live records, past the batches' padding, never more bytes than
+    spilling wrote, and every body comes back intact."""
+    srv = start_server(workers=1, extra_args=["--maxmemory", "64mb"])
+    c = spill_helpers.client(srv)
+    big = 16 * 1024
+    queues = ["cq0", "cq1", "cq2", "cq3"]
+
+    def body(i):
+        return (b"%08d" % i) * (big // 8)
+
+    pipe = c.pipeline(transaction=False)
+    for i in range(10_000):                  # 160 MB: more than two segments of 64 MB
+        pipe.execute_command("ADDJOB", queues[i % 4], body(i), 0)
+        if i % 200 == 199:
+            pipe.execute()
+    spill_helpers.drain([c], 7_500, queues[1:])
+    info = spill_helpers.memory(c)
+    for i in range(10_000, 12_000):          # spilling again: compaction may copy as much
+        pipe.execute_command("ADDJOB", "cq0", body(i), 0)
+        if i % 200 == 199:
+            pipe.execute()
+    wait_until(lambda: spill_helpers.memory(c)["spill_compactions"] > 0, timeout=30,
+               message="the log was not compacted")
+    info = spill_helpers.memory(c)
+    assert 0 < info["spill_compacted_bytes"] <= info["spill_bytes_written"], info
+    want = {i for i in range(0, 10_000, 4)} | set(range(10_000, 12_000))
+    while want:
+        jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", "cq0")
+        assert jobs, "%d jobs of cq0 missing" % len(want)
+        for _q, _jid, b in jobs:
+            i = int(b[:8])
+            assert b == body(i) and i in want
+            want.discard(i)
+        c.execute_command("ACKJOB", *[j[1] for j in jobs])
+    assert spill_helpers.memory(c)["spill_errors"] == 0
+
+
 @pytest.mark.parametrize("n, maxmemory_mb", [
     (150_000, 32),                                            # the suite's form
     pytest.param(300_000, 64, marks=pytest.mark.long),

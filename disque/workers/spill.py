@@ -36,6 +36,10 @@ MAKE_ROOM_NS = 100_000_000  # ... and spilling before a command would be refused
 LOW_WATER = 0.9         # spilling stops at this share of the limit ...
 PREFETCH_BELOW = 0.97   # ... and refilling heads needs RAM under this share
 COMPACT_CHUNK = 4 << 20
+# compaction copies no more than spilling writes (banked up to this): it keeps a growing log
+# within about twice its live bytes, and leaves a draining one alone, whose live records are
+# about to be read back anyway (copying them once made a 10 M-job drain 0.57x from 0.83x)
+COMPACT_CREDIT_MAX = 2 * COMPACT_CHUNK
 EMPTY_INDEX_BYTES = 8192     # an empty index past this gives its arrays back
 RETRY_FAILED_S = 1.0    # a failing spill disk is tried again after this
 SCAN_ENTRY_COST = 16    # a spilled job keeps its scan-log entry (JSCAN): seq and pointer
@@ -69,7 +73,9 @@ class Spill:
         self.sweep_at = 0
         self.copy_pos = 0               # the copies' walk over the job log
         self.compacting = None          # (segment, next offset) being compacted
+        self.compact_credit = 0         # bytes compaction may copy (COMPACT_CREDIT_MAX)
         self.jobs_spilled = self.jobs_loaded = self.faults = self.compactions = 0
+        self.compacted_bytes = 0
         self.errors = 0
         self.rate_mark = (time.monotonic(), 0, 0)
         self.rate = (0.0, 0.0)
@@ -140,7 +146,8 @@ class Spill:
             if shard.now_s >= self.sweep_at:
                 self.sweep()
             self.prefetch(deadline)
-        if self.log is not None and time.perf_counter_ns() < deadline:
+        if (self.log is not None and self.compact_credit > 0
+                and time.perf_counter_ns() < deadline):
             self.compact_step(deadline)
         self.account()
 
@@ -248,6 +255,7 @@ class Spill:
         except OSError as e:
             self.disk_failed(e)
             return False
+        self.compact_credit = min(self.compact_credit + len(data), COMPACT_CREDIT_MAX)
         if self.failing is not None:
             log.warning("Spill disk writable again: spilling resumes")
             self.failing = None
@@ -429,7 +437,7 @@ class Spill:
             self.compacting = (seg, 0)
         seg, pos = self.compacting
         index = self.index
-        while time.perf_counter_ns() < deadline:
+        while time.perf_counter_ns() < deadline and self.compact_credit > 0:
             if spill_log.segs.get(seg.n) is not seg or pos >= seg.size:
                 self.compacting = None
                 self.compactions += 1
@@ -460,6 +468,8 @@ class Spill:
                 for (slot, size, _), (nseg, noff) in zip(moving, locs):
                     index.move(slot, nseg, noff)
                     spill_log.forget(seg.n, size)
+                    self.compact_credit -= size
+                    self.compacted_bytes += size
             pos += at
             self.compacting = (seg, pos)
 
@@ -510,6 +520,7 @@ class Spill:
         if self.log is not None:
             self.log.remove_all()
         self.compacting = None
+        self.compact_credit = 0
         self.accounted = 0
         self.held_bytes = 0
         self.shard.cold_jobs = 0
@@ -542,6 +553,7 @@ class Spill:
             "spill_bytes_read": log_.bytes_read if log_ else 0,
             "spill_faults": self.faults,
             "spill_compactions": self.compactions,
+            "spill_compacted_bytes": self.compacted_bytes,
             "spill_errors": self.errors,
             "spill_failing": self.failing or "",
             "spill_limit": self.limit if self.limit != NO_LIMIT else 0,
