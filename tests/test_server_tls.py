@@ -3,6 +3,7 @@
 and `openssl s_client` against a node of two workers; the connection served by the worker
 that runs its TLS; refusals (wrong CA, expired certificate, no certificate, plaintext on the
 TLS port) logged and nothing else affected; certificates reloaded under load."""
+import contextlib
 import os
 import select
 import shutil
@@ -266,6 +267,19 @@ def test_a_tls_connection_dies_with_the_worker_running_it_and_the_node_goes_on(n
                message="no TLS after the workers were restarted:\n" + node.log_tail())
 
 
+@contextlib.contextmanager
+def served_tls_connection(node, queue, body):
+    """A TLS connection whose first command, an ADDJOB of `body` to `queue`, brought it to
+    the queue's worker, which serves it from then on."""
+    raw = socket.create_connection(("127.0.0.1", node.tls_port), timeout=30)
+    with node.certs.client_context().wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        s.sendall(encode_command("ADDJOB", queue, body, 0))
+        assert s.recv(100).startswith(b"+D-")
+        wait_until(lambda: int(node.info_fields()["connections_served_by_workers"]) == 1, 10,
+                   message="the connection is not served by its worker")
+        yield s
+
+
 def read_replies(s, n):
     """`n` replies read off socket `s`, parsed."""
     replies, buf, pos = [], b"", 0
@@ -287,14 +301,8 @@ def test_a_slow_tls_reader_gets_every_reply_in_order(node):
     """Replies that do not fit in the socket: the worker hands the connection back, its
     pump carries what the front-end buffers; nothing is lost or reordered."""
     body = b"b" * 300000
-    ctx = node.certs.client_context()
     n = 150
-    raw = socket.create_connection(("127.0.0.1", node.tls_port), timeout=30)
-    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
-        s.sendall(encode_command("ADDJOB", "slowq", body, 0))
-        assert s.recv(100).startswith(b"+D-")
-        wait_until(lambda: int(node.info_fields()["connections_served_by_workers"]) == 1, 10,
-                   message="the connection is not served by its worker")
+    with served_tls_connection(node, "slowq", body) as s:
         # all of it sent before a byte is read: 45 MB of replies wait on the node
         s.sendall(b"".join(b"QPEEK slowq 1\r\nPING %d\r\n" % i for i in range(n)))
         replies = read_replies(s, 2 * n)
@@ -310,14 +318,8 @@ def test_a_big_tls_reply_is_made_a_chunk_at_a_time_and_survives_a_hand_back(node
     into records yet going before the later replies. The client reads every byte in order."""
     body = os.urandom(6 << 20)
     mid = os.urandom(300_000)
-    ctx = node.certs.client_context()
     before = int(node.info_fields()["connection_handbacks"])
-    raw = socket.create_connection(("127.0.0.1", node.tls_port), timeout=30)
-    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
-        s.sendall(encode_command("ADDJOB", "chunkq", body, 0))
-        assert s.recv(100).startswith(b"+D-")
-        wait_until(lambda: int(node.info_fields()["connections_served_by_workers"]) == 1, 10,
-                   message="the connection is not served by its worker")
+    with served_tls_connection(node, "chunkq", body) as s:
         s.sendall(encode_command("ADDJOB", "chunkq", mid, 0))
         assert s.recv(100).startswith(b"+D-")
         s.sendall(encode_command("GETJOB", "FROM", "chunkq"))

@@ -72,7 +72,7 @@ def test_the_compaction_walk_sees_every_record_and_passes_the_padding(tmp_path):
     for chunk in (ALIGN, 3 * ALIGN + 17, 1 << 20):      # chunks cut records and padding
         seen, pos = [], 0
         while pos < seg.size:
-            buf = log.read_span(seg, pos, chunk)
+            buf = log.pread(seg, pos, chunk)
             records, at = walk_records(buf, pos, pos + len(buf) >= seg.size)
             assert at > 0, "the walk stopped at %d of %d" % (pos, seg.size)
             seen += [(pos + a, buf[a:a + size]) for a, size, _ in records]

@@ -84,6 +84,7 @@ cdef class ShardCore:
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef spill_out(self, Job job, object marker)
+    cdef long long leave_ram(self, Job job, object marker) except -1
     cpdef long long spill_out_tail(self, Queue q, list tail, object marker)
     cpdef bint register_back(self, Job job, unsigned long long seq)
     cpdef account(self, bytes name, long long ns)

@@ -296,10 +296,16 @@ cdef class ShardCore:
         its scan-log entry stays, holding `marker`, for when it comes back."""
         if job.state == JOB_QUEUED:
             self.dequeue(job)
+        self.leave_ram(job, marker)
+
+    cdef long long leave_ram(self, Job job, object marker) except -1:
+        """spill_out's share once `job` is out of its queue: its RAM (job_cost)."""
         self.timers.cancel(job)
+        cdef long long cost = self.job_cost(job)
         if self.jobs.pop(job.id, None) is job:
             self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
-            self.data_bytes -= self.job_cost(job)
+            self.data_bytes -= cost
+        return cost
 
     cpdef long long spill_out_tail(self, Queue q, list tail, object marker):
         """As spill_out for each job of `tail`, the newest jobs of `q` (newest first, as
@@ -313,17 +319,10 @@ cdef class ShardCore:
             if now[i] is not tail[i]:
                 return -1
         q.jobs.cut_tail(n)
-        cdef Job job
-        cdef long long held = 0, cost
+        cdef long long held = 0
         for i in range(n):
-            job = <Job>tail[i]
-            mark_active(job)
-            self.timers.cancel(job)
-            cost = self.job_cost(job)
-            held += cost
-            if self.jobs.pop(job.id, None) is job:
-                self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
-                self.data_bytes -= cost
+            mark_active(<Job>tail[i])
+            held += self.leave_ram(<Job>tail[i], marker)
         return held
 
     cpdef bint register_back(self, Job job, unsigned long long seq):

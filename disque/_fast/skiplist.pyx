@@ -26,6 +26,17 @@ cdef SkipNode *node_new(int height, void *job) noexcept nogil:
     return n
 
 
+cdef void release_from(SkipNode *x) noexcept:
+    """Free `x` and every node after it on level 0, letting their jobs go."""
+    cdef SkipNode *nxt
+    while x != NULL:
+        nxt = x.forward[0]
+        (<Job>x.job).in_queue = 0
+        Py_DECREF(<Job>x.job)
+        free(x)
+        x = nxt
+
+
 cdef class JobQueue:
     def __cinit__(self):
         # the header lives in the object: one allocation per queue, not two
@@ -171,7 +182,6 @@ cdef class JobQueue:
             self.clear()
             return count
         cdef SkipNode *x = self.tail
-        cdef SkipNode *nxt
         cdef SkipNode *update[MAX_LEVEL]
         cdef Py_ssize_t i
         for i in range(count - 1):
@@ -181,12 +191,7 @@ cdef class JobQueue:
             update[i].forward[i] = NULL
             self.last[i] = update[i]
         self.tail = x.backward
-        while x != NULL:
-            nxt = x.forward[0]
-            (<Job>x.job).in_queue = 0
-            Py_DECREF(<Job>x.job)
-            free(x)
-            x = nxt
+        release_from(x)
         while self.level > 1 and self.header.forward[self.level - 1] == NULL:
             self.level -= 1
         self.length -= count
@@ -211,15 +216,8 @@ cdef class JobQueue:
         return out
 
     cpdef void clear(self):
-        cdef SkipNode *x = self.header.forward[0]
-        cdef SkipNode *nxt
         cdef int i
-        while x != NULL:
-            nxt = x.forward[0]
-            (<Job>x.job).in_queue = 0
-            Py_DECREF(<Job>x.job)
-            free(x)
-            x = nxt
+        release_from(self.header.forward[0])
         for i in range(MAX_LEVEL):
             self.header.forward[i] = NULL
             self.last[i] = self.header

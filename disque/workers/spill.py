@@ -443,7 +443,7 @@ class Spill:
                 self.compactions += 1
                 return
             try:
-                buf = spill_log.read_span(seg, pos, COMPACT_CHUNK)
+                buf = spill_log.pread(seg, pos, COMPACT_CHUNK)
             except OSError as e:
                 self.disk_failed(e)
                 self.compacting = None

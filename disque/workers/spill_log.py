@@ -217,8 +217,9 @@ class SpillLog:
     def read(self, locs):
         """The records at [(segment, offset, size)], as bytes, in that order. They are
         read in log order, neighbours in one segment together: a queue's spilled tail was
-        written newest first and is read back oldest first, and with O_DIRECT every read
-        is a trip to the device. OSError when the disk fails."""
+        written newest first and is read back oldest first, and a read in the order asked
+        would be one per record, past the read-ahead each a trip to the device. OSError
+        when the disk fails."""
         n = len(locs)
         order = sorted(range(n), key=locs.__getitem__)
         out = [None] * n
@@ -264,9 +265,6 @@ class SpillLog:
             if share < best_share:
                 best, best_share = seg, share
         return best
-
-    def read_span(self, seg, start, length):
-        return self.pread(seg, start, length)
 
     def files(self):
         """(segments, bytes on disk) for INFO."""
