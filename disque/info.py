@@ -113,6 +113,14 @@ def _deadletter(fe, workers):
         ("dead_lettered_%d" % i, "queue=%s,jobs=%d" % (q, dead[q])) for i, q in enumerate(sorted(dead))]
 
 
+def _groups(fe, workers):
+    """Job groups (docs/job-groups.md), by name only like deadletter: groups with jobs,
+    the jobs in them, groups waiting on a delivered head, jobs held behind their head."""
+    total = lambda key: sum(w.get(key, 0) for w in workers)     # noqa: E731
+    return [("groups", total("groups")), ("group_jobs", total("group_jobs")),
+            ("groups_blocked", total("groups_blocked")), ("group_held_jobs", total("group_held"))]
+
+
 def _cluster(fe, workers):
     """By name only (SPEC 14: no Cluster section in the default INFO): whether the bus is
     secured (docs/security.md), the job links, and the questions asked of and answered to
@@ -244,7 +252,7 @@ FAST_TEXT = {"clients": _clients_text, "stats": _stats_text, "cpu": _cpu_text}
 BUILDERS = {"server": _server, "clients": _clients, "memory": _memory, "jobs": _jobs,
             "queues": _queues, "persistence": _persistence, "stats": _stats, "cpu": _cpu,
             "workers": _workers, "commandstats": _commandstats, "workerstats": _workerstats,
-            "deadletter": _deadletter, "cluster": _cluster}
+            "deadletter": _deadletter, "groups": _groups, "cluster": _cluster}
 # asked for by name, these are rendered from a live round trip to the workers
 LIVE_SECTIONS = frozenset(("workers", "workerstats"))
 TITLES = {name: "CPU" if name == "cpu" else name.capitalize() for name in BUILDERS}

@@ -63,6 +63,26 @@ def test_add_job_options(api):
     assert api.qlen("opts") == 3
 
 
+def test_groups(api):
+    """add_job(group=): one job of a group at a time, in order (docs/job-groups.md); SHOW
+    and QSTAT name the group."""
+    first = api.add_job("grouped", b"1", group="user:7")
+    second = api.add_job("grouped", b"2", group="user:7")
+    other = api.add_job("grouped", b"3", group="user:8")
+    info = api.show(second)
+    assert info.group == "user:7" and info.group_seq > api.show(first).group_seq
+    assert api.show(api.add_job("plain", b"p")).group is None
+    assert sorted(j.id for j in api.get_jobs("grouped", count=10, nohang=True)) == \
+        sorted([first, other])
+    stat = api.qstat("grouped")
+    assert (stat.len, stat.groups, stat.groups_blocked, stat.held) == (0, 2, 2, 1)
+    assert api.qstat("plain").groups == 0
+    assert api.ack_job(first) == 1
+    assert [j.id for j in api.get_jobs("grouped", count=10, nohang=True)] == [second]
+    with pytest.raises(errors.DisqueError, match="GROUP needs a key"):
+        api.add_job("grouped", b"x", group="")
+
+
 def test_delay_holds_the_job_back(api):
     jid = api.add_job("later", b"x", delay=1)
     assert api.qlen("later") == 0 and api.show(jid).delay == 1

@@ -21,7 +21,8 @@ def test_every_option_is_parsed():
                  b"MAXLEN", b"7", b"ASYNC", b"BACKOFF", b"40", b"MAXDELIVERIES", b"3",
                  b"DEADLETTER", b"dlq", timeout=b"1500") == {
         "replicate": 2, "delay": 5, "retry": 20, "ttl": 600, "maxlen": 7, "timeout": 1500,
-        "backoff": 40, "maxdeliveries": 3, "deadletter": b"dlq", "async": True}
+        "backoff": 40, "maxdeliveries": 3, "deadletter": b"dlq", "group": None, "async": True}
+    assert parse(b"group", b"user:1", b"RETRY", b"20")["group"] == b"user:1"
 
 
 def test_options_are_case_insensitive_and_the_last_one_wins():

@@ -402,6 +402,29 @@ def test_countdown_is_held_by_the_server_and_honoured(server3, node_workers):
     client.close()
 
 
+def test_tasks_of_one_group_run_one_at_a_time_in_order(server3, workers):
+    """`apply_async(..., disque_group=key)` (docs/job-groups.md) with late acks: 6 keys x 10
+    tasks on 2 workers of 2 processes; each key's tasks run in the order sent, never two at
+    once, while the keys run in parallel."""
+    conf = {"task_acks_late": True, "task_default_queue": "ordered"}
+    procs = [workers.start(broker_url(server3), conf=conf) for _ in range(2)]
+    workers.wait_ready(*procs)
+    app = workers.app(broker_url(server3), **conf)
+    keys, per_key = ["k%d" % i for i in range(6)], 10
+    for key in keys:                    # a key's tasks one after the other in the queue
+        for n in range(per_key):
+            app.send_task("t.keyed", args=(key, n), disque_group=key)
+    wait_until(lambda: len(workers.events("done")) >= len(keys) * per_key, timeout=60,
+               message="the grouped tasks did not all run")
+    rows = workers.events()             # in the order they were written (one append each)
+    for key in keys:
+        mine = [(row[0], row[1]) for row in rows if row[4].get("key") == key]
+        assert mine == [(e, n) for n in range(per_key) for e in ("start", "done")], (key, mine)
+    assert len({row[3] for row in workers.events("start")}) >= 2, "no parallelism at all"
+    wait_until(lambda: registered_jobs(server3) == 0, timeout=10,
+               message="grouped jobs left on the node")
+
+
 def test_a_worker_killed_mid_task_lets_another_run_it(server3, workers):
     """acks_late, visibility_timeout 2: the task runs 3 RETRYs on its first worker without
     being delivered again (leases), then that worker is SIGKILLed and the other one runs

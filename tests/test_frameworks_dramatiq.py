@@ -52,6 +52,11 @@ ACTORS = textwrap.dedent('''
         time.sleep(0.02)
         note("run", value)
 
+    @dramatiq.actor(queue_name="ordered")
+    def in_order(key, n):
+        note("start", [key, n])
+        time.sleep(0.004 * (n % 3))
+        note("done", [key, n])
     @dramatiq.actor(queue_name="flaky", max_retries=2, min_backoff=1000, max_backoff=1000)
     def always_fails(value):
         note("fail", value)
@@ -68,7 +73,8 @@ ACTORS = textwrap.dedent('''
 ''')
 
 # the actors as the producer (this test process) sees them: names and queues
-ACTOR_QUEUES = {"record": "work", "record_slowly": "work", "always_fails": "flaky",
+ACTOR_QUEUES = {"record": "work", "record_slowly": "work", "in_order": "ordered",
+                "always_fails": "flaky",
                 "hangs_the_first_time": "slow"}
 READY_LINE = "Worker process is ready for action"
 
@@ -275,6 +281,30 @@ def test_1000_messages_run_once_on_three_nodes_with_two_copies(start_cluster, wo
     assert sorted(workers.values()) == list(range(1000))
     assert [workers.stop(proc) for proc in procs] == [0, 0]
     for proc in procs:
+        assert_clean_log(workers.log(proc))
+    broker.close()
+
+
+def test_messages_of_one_group_run_one_at_a_time_in_order(server3, workers):
+    """The message option `disque_group` (docs/job-groups.md): 8 keys x 15 messages on 4
+    threads of each of 2 workers; each key's messages run in the order sent, never two at
+    once, while the keys run in parallel."""
+    broker, actors = producer(server3)
+    keys, per_key = ["k%d" % i for i in range(8)], 15
+    procs = [workers.start(server3), workers.start(server3)]
+    for key in keys:                    # a key's messages one after the other in the queue
+        for n in range(per_key):
+            actors["in_order"].send_with_options(args=(key, n), disque_group=key)
+    wait_until(lambda: len(workers.values("done")) >= len(keys) * per_key, timeout=60,
+               message="the grouped messages did not all run")
+    rows = workers.events()             # in the order they were written (one append each)
+    for key in keys:
+        mine = [(row[0], row[1][1]) for row in rows if row[1][0] == key]
+        assert mine == [(e, n) for n in range(per_key) for e in ("start", "done")], (key, mine)
+    assert len(rows) == 2 * len(keys) * per_key
+    assert len({row[3] for row in workers.events("start")}) == 2     # both workers ran some
+    for proc in procs:
+        assert workers.stop(proc) == 0
         assert_clean_log(workers.log(proc))
     broker.close()
 

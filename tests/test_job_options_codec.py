@@ -4,7 +4,7 @@ damaged blocks are refused."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from disque._fast.job import Job, JobOptions, retry_interval
+from disque._fast.job import FLAG_GROUPED, FLAG_HELD, Job, JobOptions, retry_interval
 from disque._fast.jobid import IdMaker
 from disque.contracts import job_codec as codec
 
@@ -26,7 +26,8 @@ def make(ext=None, retry=2, nacks=0, adeliv=0):
 
 opts_st = st.one_of(st.none(), st.builds(
     JobOptions, st.integers(0, 2 ** 32 - 1), st.integers(0, 65535),
-    st.one_of(st.none(), st.binary(max_size=20)), st.one_of(st.none(), st.binary(max_size=20))))
+    st.one_of(st.none(), st.binary(max_size=20)), st.one_of(st.none(), st.binary(max_size=20)),
+    st.one_of(st.none(), st.binary(min_size=1, max_size=256)), st.integers(0, 2 ** 64 - 1)))
 
 
 @settings(max_examples=200, deadline=None)
@@ -41,8 +42,9 @@ def test_round_trip_and_both_codecs_agree(ext, storage):
         if ext is None:
             assert back.ext is None
         else:
-            for f in ("backoff", "max_deliveries", "deadletter", "origin"):
+            for f in ("backoff", "max_deliveries", "deadletter", "origin", "group"):
                 assert getattr(back.ext, f) == getattr(ext, f), f
+            assert back.ext.group_seq == (ext.group_seq if ext.group is not None else 0)
 
 
 def test_a_plain_job_has_the_old_bytes_and_an_old_record_reads_as_no_options():
@@ -54,6 +56,26 @@ def test_a_plain_job_has_the_old_bytes_and_an_old_record_reads_as_no_options():
     assert with_opts[4:len(plain)] == plain[4:]
     for _, de in CODECS:
         assert de(plain, 0, True, NOW_S, NOW_MS)[0].ext is None
+
+
+def test_a_groups_flags_stay_in_ram_and_a_cut_group_is_refused():
+    """GROUPED and HELD describe one worker's group order: never written, in either form.
+    A record cut inside its group field is refused, as any damaged block."""
+    job = make(JobOptions(0, 0, None, None, b"user:42", 1795239598000123))
+    job.flags |= FLAG_GROUPED | FLAG_HELD
+    for storage in (True, False):
+        data = codec.serialize(job, storage, NOW_S)
+        assert data == codec.serialize_reference(job, storage, NOW_S)
+        for _, de in CODECS:
+            back, _ = de(data, 0, storage, NOW_S, NOW_MS)
+            assert not back.flags & (FLAG_GROUPED | FLAG_HELD)
+            assert (back.ext.group, back.ext.group_seq) == (b"user:42", 1795239598000123)
+    data = codec.serialize(job, True, NOW_S)
+    for cut in (1, 4, 9, 12):
+        short = (len(data) - 4 - cut).to_bytes(4, "little") + data[4:-cut]
+        for _, de in CODECS:
+            with pytest.raises(codec.CodecError):
+                de(short, 0, True, NOW_S, NOW_MS)
 
 
 def test_qtime_of_a_copy_follows_the_backoff():

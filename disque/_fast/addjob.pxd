@@ -11,6 +11,7 @@ cdef struct AddjobOptions:
     long long backoff           # job features (docs/job-features.md); 0: not given
     long long maxdeliveries
     Py_ssize_t deadletter_at    # argv index of DEADLETTER's queue name; 0: not given
+    Py_ssize_t group_at         # argv index of GROUP's key (docs/job-groups.md); 0: not given
     bint is_async
 
 cdef object parse_addjob(list argv, AddjobOptions *o, int cluster_size)

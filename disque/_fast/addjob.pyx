@@ -18,6 +18,8 @@ DEF UINT32_MAX = 4294967295
 DEF LLONG_MAX = 9223372036854775807
 DEF DEFAULT_TTL = 86400         # seconds (SPEC 3.1)
 DEF MAX_DEFAULT_RETRY = 300
+DEF MAX_GROUP_KEY = 256         # bytes of a GROUP key (docs/job-groups.md)
+MAX_GROUP_KEY_LEN = MAX_GROUP_KEY
 
 
 cdef inline long long option_value(object arg, long long lo, long long hi):
@@ -42,6 +44,7 @@ cdef object parse_addjob(list argv, AddjobOptions *o, int cluster_size):
     o.backoff = 0
     o.maxdeliveries = 0
     o.deadletter_at = 0
+    o.group_at = 0
     o.is_async = False
     while i < argc:
         opt = (<bytes>argv[i]).lower()
@@ -88,6 +91,13 @@ cdef object parse_addjob(list argv, AddjobOptions *o, int cluster_size):
                 return b"-ERR DEADLETTER queue must be a non empty name different from the job's queue\r\n"
             o.deadletter_at = i + 1
             i += 1
+        elif opt == b"group" and has_value:
+            if o.group_at:
+                return b"-ERR GROUP given twice\r\n"
+            if not 0 < len(argv[i + 1]) <= MAX_GROUP_KEY:
+                return b"-ERR GROUP needs a key of 1 to 256 bytes\r\n"
+            o.group_at = i + 1
+            i += 1
         else:
             return SYNTAX_ERROR
         i += 1
@@ -109,6 +119,13 @@ cdef object parse_addjob(list argv, AddjobOptions *o, int cluster_size):
             o.retry = MAX_DEFAULT_RETRY
         if o.retry == 0:
             o.retry = 1
+    if o.group_at:
+        if o.is_async:
+            return (b"-ERR GROUP cannot be used with ASYNC: a job's place in its group is "
+                    b"given before the reply\r\n")
+        if cluster_size > 1:
+            return (b"-ERR GROUP is served by a lone node in this version: this node is in a "
+                    b"cluster of %d nodes (docs/job-groups.md)\r\n" % cluster_size)
     if o.backoff or o.maxdeliveries or o.deadletter_at:
         if o.deadletter_at and not o.maxdeliveries:
             return b"-ERR DEADLETTER needs MAXDELIVERIES\r\n"
@@ -129,6 +146,7 @@ def parse_options(list argv, int cluster_size=1):
             "maxlen": o.maxlen, "timeout": o.timeout, "backoff": o.backoff,
             "maxdeliveries": o.maxdeliveries,
             "deadletter": argv[o.deadletter_at] if o.deadletter_at else None,
+            "group": argv[o.group_at] if o.group_at else None,
             "async": bool(o.is_async)}
 
 

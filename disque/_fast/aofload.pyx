@@ -10,7 +10,7 @@ that record's first byte, where the reference parser (disque/contracts/aof_forma
 restore_slice: the surviving jobs back in the shard, as their records say."""
 from disque._fast.codec import CodecError, deserialize
 from disque._fast.job cimport (JOB_FLAG_BCAST_QUEUED, JOB_FLAG_DELIVERED, JOB_QUEUED, Job,
-                               mark_active)
+                               JobOptions, mark_active)
 from disque._fast.jobid cimport id_worker
 from disque._fast.shardcore cimport ShardCore
 from disque.contracts.aof_format import AofCorrupt
@@ -122,6 +122,11 @@ def restore_slice(ShardCore shard, list survivors, Py_ssize_t start, Py_ssize_t 
         job.queue = names.setdefault(job.queue, job.queue)
         shard.register_job(job)
         counts.loaded += 1
+        if job.ext is not None and (<JobOptions>job.ext).group is not None:
+            # its group's order first (by sequence number): the gate in enqueue keeps
+            # every job but the head out of the queue
+            if shard.load_grouped(job) and enqueue_once:
+                was_queued = True
         if enqueue_once:
             if was_queued:
                 nacks, additional = job.nacks, job.additional_deliveries

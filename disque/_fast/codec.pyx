@@ -10,7 +10,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
 from disque._fast.job cimport (Job, JobOptions, mark_active, restore_state, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
-                               JOB_FLAG_DELIVERED, retry_interval_ms)
+                               JOB_FLAG_DELIVERED, JOB_GROUP_FLAGS, retry_interval_ms)
 
 DEF FIXED = 72          # through additional-deliveries
 DEF NODE_ID_LEN = 40
@@ -18,6 +18,7 @@ DEF OPTIONS_FIXED = 10  # u8 version, u8 flags, u32 backoff, u32 max-deliveries
 DEF OPTIONS_VERSION = 1
 DEF OPT_DEADLETTER = 1
 DEF OPT_ORIGIN = 2
+DEF OPT_GROUP = 4       # then u64 group sequence | u32 + group key
 DEF SPILL_HEADER_LEN = 12   # a spill record's header, before the job (spill_records)
 SPILL_HEADER = SPILL_HEADER_LEN
 
@@ -65,6 +66,8 @@ cdef Py_ssize_t job_size(Job job) except -1:
         # the options block (see disque.contracts.job_codec): only jobs that have options
         total += (OPTIONS_FIXED + 4 + (len(ext.deadletter) if ext.deadletter is not None else 0)
                   + 4 + (len(ext.origin) if ext.origin is not None else 0))
+        if ext.group is not None:
+            total += 8 + 4 + len(ext.group)
     for i in range(k):
         if len(<bytes>job.nodes_delivered[i]) != NODE_ID_LEN:
             raise CodecError("node id of %d bytes" % len(<bytes>job.nodes_delivered[i]))
@@ -136,10 +139,10 @@ cdef void write_job(Job job, bint storage, long long now_s, char *p, Py_ssize_t 
     cdef unsigned char flags
     if storage:
         etime = job.etime
-        flags = job.flags
+        flags = job.flags & ~JOB_GROUP_FLAGS
     else:
         etime = <uint32_t>(job.etime - now_s + 1) if job.etime > now_s else 1
-        flags = job.flags & ~JOB_FLAG_DELIVERED
+        flags = job.flags & ~(JOB_FLAG_DELIVERED | JOB_GROUP_FLAGS)
     put32(p, <uint32_t>(total - 4))
     memcpy(p + 4, PyBytes_AS_STRING(job.id), 40)
     p[44] = <char>((job.state & 15) | ((job.gc_retry & 15) << 4))
@@ -169,7 +172,8 @@ cdef void write_job(Job job, bint storage, long long now_s, char *p, Py_ssize_t 
     if ext is not None:
         p[pos] = <char>OPTIONS_VERSION
         p[pos + 1] = <char>((OPT_DEADLETTER if ext.deadletter is not None else 0)
-                            | (OPT_ORIGIN if ext.origin is not None else 0))
+                            | (OPT_ORIGIN if ext.origin is not None else 0)
+                            | (OPT_GROUP if ext.group is not None else 0))
         put32(p + pos + 2, ext.backoff)
         put32(p + pos + 6, ext.max_deliveries)
         pos += OPTIONS_FIXED
@@ -178,6 +182,12 @@ cdef void write_job(Job job, bint storage, long long now_s, char *p, Py_ssize_t 
         pos += 4 + len(dl)
         put32(p + pos, <uint32_t>len(origin))
         memcpy(p + pos + 4, PyBytes_AS_STRING(origin), len(origin))
+        pos += 4 + len(origin)
+        if ext.group is not None:
+            put32(p + pos, <uint32_t>(ext.group_seq & 0xffffffffULL))
+            put32(p + pos + 4, <uint32_t>(ext.group_seq >> 32))
+            put32(p + pos + 8, <uint32_t>len(ext.group))
+            memcpy(p + pos + 12, PyBytes_AS_STRING(ext.group), len(ext.group))
 
 
 def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long long now_ms,
@@ -209,7 +219,7 @@ def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long lon
                    for i in range(count)])
     pos += count * NODE_ID_LEN
     cdef JobOptions ext = None
-    cdef Py_ssize_t dpos, dlen, opos, olen
+    cdef Py_ssize_t dpos, dlen, opos, olen, gpos
     cdef unsigned char oflags
     if pos < end:
         if pos + OPTIONS_FIXED > end:
@@ -223,6 +233,13 @@ def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long lon
         dlen = pos - dpos
         opos = string_at(b, &pos, end)
         olen = pos - opos
+        if oflags & OPT_GROUP:
+            if pos + 8 > end:
+                raise CodecError("truncated job group")
+            ext.group_seq = get32(b + pos) | (<uint64_t>get32(b + pos + 4) << 32)
+            pos += 8
+            gpos = string_at(b, &pos, end)
+            ext.group = PyBytes_FromStringAndSize(c + gpos, pos - gpos)
         if pos != end:
             raise CodecError("job length does not match its content")
         if oflags & OPT_DEADLETTER:

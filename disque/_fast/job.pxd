@@ -12,13 +12,19 @@ cdef enum:
     JOB_FLAG_BCAST_WILLQUEUE = 2
     JOB_FLAG_DELIVERED = 4
     JOB_FLAG_NACK_PENDING = 8   # a NACK ... DELAY already counted: the coming requeue is it
+    JOB_FLAG_GROUPED = 16       # a member of its group's order (disque/_fast/groups.pyx)
+    JOB_FLAG_HELD = 32          # due in its queue, held behind its group's head
+    # the flags a group keeps in RAM only: never serialized (the loader rejoins the group)
+    JOB_GROUP_FLAGS = 48
 
 cdef class JobOptions:
-    # retry back-off and dead-lettering (docs/job-features.md); None on a plain job
+    # retry back-off, dead-lettering (docs/job-features.md) and the job's group; None on a plain job
     cdef public unsigned int backoff          # max retry seconds; 0 = no back-off
     cdef public unsigned int max_deliveries   # 0 = never dead-lettered
     cdef public bytes deadletter              # dead-letter queue (None without MAXDELIVERIES)
     cdef public bytes origin                  # queue it was dead-lettered from; None = not yet
+    cdef public bytes group                   # job group's key (docs/job-groups.md); None = none
+    cdef public unsigned long long group_seq  # its place in the group, given once at ADDJOB
 
 cdef class Job:
     cdef public bytes id

@@ -13,20 +13,25 @@ FLAG_BCAST_QUEUED = JOB_FLAG_BCAST_QUEUED
 FLAG_BCAST_WILLQUEUE = JOB_FLAG_BCAST_WILLQUEUE
 FLAG_DELIVERED = JOB_FLAG_DELIVERED
 FLAG_NACK_PENDING = JOB_FLAG_NACK_PENDING
+FLAG_GROUPED = JOB_FLAG_GROUPED
+FLAG_HELD = JOB_FLAG_HELD
 
 
 @cython.no_gc   # only ints and bytes
 cdef class JobOptions:
     def __init__(self, unsigned int backoff=0, unsigned int max_deliveries=0,
-                 deadletter=None, origin=None):
+                 deadletter=None, origin=None, group=None, unsigned long long group_seq=0):
         self.backoff = backoff
         self.max_deliveries = max_deliveries
         self.deadletter = deadletter
         self.origin = origin
+        self.group = group
+        self.group_seq = group_seq
 
     def __repr__(self):
         return (f"<JobOptions backoff={self.backoff} max_deliveries={self.max_deliveries} "
-                f"deadletter={self.deadletter!r} origin={self.origin!r}>")
+                f"deadletter={self.deadletter!r} origin={self.origin!r} "
+                f"group={self.group!r} group_seq={self.group_seq}>")
 
 
 @cython.no_gc   # a job only references bytes/tuples/sets of bytes: it can never be part of a cycle

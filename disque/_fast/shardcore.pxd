@@ -1,4 +1,5 @@
 from disque._fast.addjob cimport AddjobOptions
+from disque._fast.groups cimport JobGroups
 from disque._fast.job cimport Job
 from disque._fast.jobid cimport IdMaker, queue_slot, queue_worker
 from disque._fast.scanlog cimport ScanLog
@@ -50,6 +51,7 @@ cdef class ShardCore:
     cdef public int memory_level        # of used_memory (SPEC 9)
     cdef public int held_level          # the same counting spilled jobs (docs/memory.md)
     cdef public ScanLog job_log, queue_log
+    cdef public JobGroups groups         # the order of job groups (docs/job-groups.md)
     cdef public long long data_bytes     # bytes held by jobs and queues (SPEC 9, docs/memory.md)
     cdef public long long n_added, n_delivered, n_acked, n_nacked, n_requeued, n_expired
     cdef public long long n_commands    # commands run here, on every path (account, account_share)
@@ -83,6 +85,9 @@ cdef class ShardCore:
     cpdef bint enqueue(self, Job job, bint nack=*)
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
+    cpdef group_done(self, Job job)
+    cdef void release_head(self, bytes jid) except *
+    cpdef bint load_grouped(self, Job job) except -1
     cpdef spill_out(self, Job job, object marker)
     cdef long long leave_ram(self, Job job, object marker) except -1
     cpdef long long spill_out_tail(self, Queue q, list tail, object marker)

@@ -13,7 +13,9 @@ from collections import deque
 from disque._fast.addjob cimport AddjobOptions, copies_wanted, parse_addjob
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
-                               JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, retry_interval_ms, dead_letter_due)
+                               JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, JOB_FLAG_GROUPED,
+                               JOB_FLAG_HELD, retry_interval_ms, dead_letter_due)
+from disque._fast.groups cimport JobGroups
 from disque._fast.scanlog cimport ScanLog
 
 from disque._fast.resp cimport status
@@ -129,6 +131,7 @@ cdef class ShardCore:
         self.cold_jobs = 0
         self.job_log = ScanLog()
         self.queue_log = ScanLog()
+        self.groups = JobGroups()
         self.data_bytes = 0
         self.rng = int.from_bytes(os.urandom(8), "little") | 1
         self.index = 0
@@ -202,7 +205,9 @@ cdef class ShardCore:
     cpdef schedule(self, Job job):
         """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""
         cdef long long awake = expire_ms(job), t
-        if (job.state == JOB_ACTIVE or job.state == JOB_QUEUED) and job.qtime:
+        # a job held behind its group's head waits for the head, not for its own timer
+        if (job.state == JOB_ACTIVE or job.state == JOB_QUEUED) and job.qtime and not (
+                job.flags & JOB_FLAG_HELD):
             t = job.qtime - 500 if job.flags & JOB_FLAG_BCAST_WILLQUEUE else job.qtime
             if t < awake:
                 awake = t
@@ -219,6 +224,10 @@ cdef class ShardCore:
         if job.state == JOB_QUEUED or job.qtime == 0:
             return False
         if job.retry == 0 and job.flags & JOB_FLAG_DELIVERED:
+            return False
+        if job.flags & JOB_FLAG_GROUPED and not self.groups.is_head(job):
+            job.flags |= JOB_FLAG_HELD     # its turn comes when the head leaves (group_done)
+            self.schedule(job)
             return False
         cdef bint again = job.flags & JOB_FLAG_BCAST_QUEUED or nack
         cdef bint moved = False
@@ -270,6 +279,8 @@ cdef class ShardCore:
         cdef JobOptions ext = job.ext
         if ext is None or ext.origin is not None or ext.deadletter is None:
             return
+        if job.flags & JOB_FLAG_GROUPED:
+            self.group_done(job)            # a dead letter is finished for its group
         ext.origin = job.queue
         cdef Queue q = self.queues.get(ext.deadletter)
         job.queue = q.name if q is not None else ext.deadletter
@@ -290,6 +301,49 @@ cdef class ShardCore:
         if self.jobs.pop(job.id, None) is job:
             self.job_log.kill((<unsigned long long>job.scan_hi << 32) | job.scan_lo)
             self.data_bytes -= self.job_cost(job)
+        if job.flags & JOB_FLAG_GROUPED:
+            self.group_done(job)
+
+    cpdef group_done(self, Job job):
+        """`job` is finished for its group (acked, deleted, expired, dead-lettered): out of
+        the group's order, and the next job of the group is released."""
+        cdef bytes next_id = self.groups.leave(job)
+        if next_id is not None:
+            self.release_head(next_id)
+
+    cdef void release_head(self, bytes jid) except *:
+        """The job `jid` is its group's head now: queued at once if it waited for that (held,
+        or never queued and past its DELAY), else its own timer queues it (a delivered head
+        loaded from the AOF comes back after RETRY, as any delivered job)."""
+        cdef Job job = self.jobs.get(jid)
+        if job is None or job.state != JOB_ACTIVE:
+            return
+        cdef bint held = job.flags & JOB_FLAG_HELD
+        job.flags &= ~JOB_FLAG_HELD
+        if held or (not job.flags & JOB_FLAG_DELIVERED and job.qtime and
+                    <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms):
+            if self.enqueue(job, False):
+                return
+        self.schedule(job)
+
+    cpdef bint load_grouped(self, Job job) except -1:
+        """A job of a group read back from the AOF takes its place in the group's order (by
+        its sequence number, whatever order the file gave). A queued job it comes before
+        leaves the queue and waits behind it. True when the job is its group's head and
+        waits for its first queueing: the loader then queues it at once."""
+        cdef bytes old = self.groups.head_id(job)
+        cdef Job previous
+        if not self.groups.rejoin(job):
+            return False
+        if old is not None:
+            previous = self.jobs.get(old)
+            if previous is not None and previous.state == JOB_QUEUED:
+                self.dequeue(previous)
+                previous.flags &= ~JOB_FLAG_BCAST_QUEUED    # its coming queueing is no redelivery
+                previous.flags |= JOB_FLAG_HELD
+                self.schedule(previous)
+        return (job.state == JOB_ACTIVE and not job.flags & JOB_FLAG_DELIVERED
+                and <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms)
 
     cpdef spill_out(self, Job job, object marker):
         """`job` leaves RAM for the spill log (disque/workers/spill.py): as delete_job, but
@@ -469,6 +523,8 @@ cdef class ShardCore:
         if o.replicate > 1 or extrepl:
             return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's
         self.register_job(job)
+        if o.group_at:
+            self.groups.join_new(job, self.now_ms)    # before the AOF record: it holds the place
         if o.delay:
             self.schedule(job)
         else:
@@ -510,8 +566,9 @@ cdef class ShardCore:
         job.nodes_delivered = self.self_nodes
         job.qtime = now + o.delay * 1000 if o.delay else now + o.retry * 1000
         mark_active(job)
-        if o.backoff or o.maxdeliveries:
+        if o.backoff or o.maxdeliveries or o.group_at:
             job.ext = JobOptions(o.backoff, o.maxdeliveries,
                                  (argv[o.deadletter_at] if o.deadletter_at else qname + b":dead")
-                                 if o.maxdeliveries else None)
+                                 if o.maxdeliveries else None, None,
+                                 argv[o.group_at] if o.group_at else None)
         return job

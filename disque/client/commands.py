@@ -78,12 +78,14 @@ class JobCommands:
     # -- producing -------------------------------------------------------------
     def add_job(self, queue, body, timeout=None, *, replicate=None, delay=None, retry=None,
                 ttl=None, maxlen=None, asynchronous=False, backoff=None,
-                max_deliveries=None, deadletter=None):
+                max_deliveries=None, deadletter=None, group=None):
         """ADDJOB: queue a job and return its ID.
 
         `timeout` bounds the wait for the copies (seconds; None waits as long as it takes).
         `replicate`, `delay`, `retry`, `ttl`, `maxlen` and `asynchronous` are the original's
-        options; `backoff`, `max_deliveries` and `deadletter` ours (docs/job-features.md)."""
+        options; `backoff`, `max_deliveries` and `deadletter` ours (docs/job-features.md);
+        `group` puts the job in a group of its queue: one job of a group is delivered at a
+        time, in the order they were added (docs/job-groups.md)."""
         args = ["ADDJOB", queue, body, 0 if timeout is None else milliseconds("timeout", timeout)]
         if replicate is not None:
             args += ("REPLICATE", count("replicate", replicate))
@@ -101,6 +103,8 @@ class JobCommands:
             args += ("MAXDELIVERIES", count("max_deliveries", max_deliveries))
         if deadletter is not None:
             args += ("DEADLETTER", deadletter)
+        if group is not None:
+            args += ("GROUP", group)
         if asynchronous:
             args.append("ASYNC")
         return self._call(args, _to_text)

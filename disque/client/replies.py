@@ -98,8 +98,9 @@ def _seconds(ms):
 
 @dataclass(frozen=True)
 class JobInfo:
-    """SHOW's 15 fields (SPEC 3.9), and the five of a job with BACKOFF or MAXDELIVERIES
-    (docs/job-features.md); those are None for a plain job."""
+    """SHOW's 15 fields (SPEC 3.9), the five of a job with BACKOFF or MAXDELIVERIES
+    (docs/job-features.md) and the two of a job of a group (docs/job-groups.md); those are
+    None for a plain job."""
     id: str
     queue: str | None
     state: str
@@ -120,6 +121,8 @@ class JobInfo:
     max_deliveries: int | None = None
     deadletter: str | None = None
     dead_lettered_from: str | None = None
+    group: str | None = None
+    group_seq: int | None = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -138,10 +141,10 @@ class JobInfo:
             "next_awake_within": _seconds(f.pop("next-awake-within")),
             "body": f.pop("body"),
         }
-        for name in ("retry-interval", "backoff", "max-deliveries"):
+        for name in ("retry-interval", "backoff", "max-deliveries", "group-seq"):
             if name in f:
                 known[name.replace("-", "_")] = f.pop(name)
-        for name in ("deadletter", "dead-lettered-from"):
+        for name in ("deadletter", "dead-lettered-from", "group"):
             if name in f:
                 known[name.replace("-", "_")] = text(f.pop(name))
         return cls(**known, extra=f)
@@ -160,6 +163,9 @@ class QueueStat:
     jobs_in: int
     jobs_out: int
     pause: str
+    groups: int = 0             # a queue's job groups (docs/job-groups.md)
+    groups_blocked: int = 0
+    held: int = 0
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -171,7 +177,9 @@ class QueueStat:
                    idle=f.pop("idle"), blocked=f.pop("blocked"),
                    import_from=tuple(text(n) for n in f.pop("import-from") or ()),
                    import_rate=f.pop("import-rate"), jobs_in=f.pop("jobs-in"),
-                   jobs_out=f.pop("jobs-out"), pause=text(f.pop("pause")), extra=f)
+                   jobs_out=f.pop("jobs-out"), pause=text(f.pop("pause")),
+                   groups=f.pop("groups", 0), groups_blocked=f.pop("groups-blocked", 0),
+                   held=f.pop("held", 0), extra=f)
 
 
 def scan_reply(reply, decode=text):

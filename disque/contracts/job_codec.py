@@ -5,8 +5,11 @@ Little-endian layout:
     u16 repl | u32 etime | u64 ctime | u32 delay | u32 retry | u16 nacks |
     u16 additional-deliveries | u32 + queue | u32 + body | u32 k + k * 40 node ids
     [options: u8 version (1) | u8 flags (1: dead-letter queue, 2: dead-lettered from) |
-     u32 backoff | u32 max-deliveries | u32 + dead-letter queue | u32 + origin queue]
-The options block follows only jobs with BACKOFF / MAXDELIVERIES (docs/job-features.md):
+     u32 backoff | u32 max-deliveries | u32 + dead-letter queue | u32 + origin queue
+     [flag 4: u64 group sequence | u32 + group key]]
+The options block follows only jobs with BACKOFF / MAXDELIVERIES (docs/job-features.md)
+or GROUP (docs/job-groups.md); the flags GROUPED and HELD are never written (they describe
+the group's order in one worker's RAM, which a loader rebuilds):
 a plain job has the same bytes as before, and a record without the block (an older file,
 an older node) reads as a job without options.
 Storage form (AOF) keeps etime absolute, the state and DELIVERED; message form (bus) sends
@@ -21,7 +24,8 @@ import struct
 
 from disque._fast.codec import CodecError, deserialize, serialize   # noqa: F401 (the API)
 
-from disque._fast.job import (FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobOptions,
+from disque._fast.job import (FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HELD,
+                              Job, JobOptions,
                               mark_active, restore_state, retry_interval_msec)
 
 FIXED = struct.Struct("<I40sBBHIQIIHH")      # through additional-deliveries: 72 bytes
@@ -31,17 +35,22 @@ OPTIONS = struct.Struct("<BBII")
 OPTIONS_VERSION = 1
 OPT_DEADLETTER = 1
 OPT_ORIGIN = 2
+OPT_GROUP = 4
+GROUP_SEQ = struct.Struct("<Q")
 
 
 def options_block(ext):
     if ext is None:
         return b""
     flags = (OPT_DEADLETTER if ext.deadletter is not None else 0) | \
-        (OPT_ORIGIN if ext.origin is not None else 0)
+        (OPT_ORIGIN if ext.origin is not None else 0) | \
+        (OPT_GROUP if ext.group is not None else 0)
     dl = ext.deadletter or b""
     origin = ext.origin or b""
+    group = [] if ext.group is None else [GROUP_SEQ.pack(ext.group_seq),
+                                          U32.pack(len(ext.group)), ext.group]
     return b"".join([OPTIONS.pack(OPTIONS_VERSION, flags, ext.backoff, ext.max_deliveries),
-                     U32.pack(len(dl)), dl, U32.pack(len(origin)), origin])
+                     U32.pack(len(dl)), dl, U32.pack(len(origin)), origin] + group)
 
 
 def serialize_reference(job, storage, now_s):
@@ -50,10 +59,10 @@ def serialize_reference(job, storage, now_s):
     body = job.body or b""
     if storage:
         etime = job.etime
-        flags = job.flags
+        flags = job.flags & ~(FLAG_GROUPED | FLAG_HELD)
     else:
         etime = job.etime - now_s + 1 if job.etime > now_s else 1
-        flags = job.flags & ~FLAG_DELIVERED
+        flags = job.flags & ~(FLAG_DELIVERED | FLAG_GROUPED | FLAG_HELD)
     nodes = job.nodes_delivered
     rest = (b"".join([U32.pack(len(queue)), queue, U32.pack(len(body)), body,
                       U32.pack(len(nodes))] + [n for n in nodes]) + options_block(job.ext))
@@ -114,10 +123,16 @@ def deserialize_reference(data, offset, storage, now_s, now_ms, jitter=0):
             raise CodecError("job options version %d" % version)
         pos += OPTIONS.size
         names, pos = read_strings(data, pos, end, 2)
+        group, seq = None, 0
+        if oflags & OPT_GROUP:
+            if pos + GROUP_SEQ.size > end:
+                raise CodecError("truncated job group")
+            seq = GROUP_SEQ.unpack_from(data, pos)[0]
+            (group,), pos = read_strings(data, pos + GROUP_SEQ.size, end, 1)
         if pos != end:
             raise CodecError("job length does not match its content")
         ext = JobOptions(backoff, maxdel, names[0] if oflags & OPT_DEADLETTER else None,
-                         names[1] if oflags & OPT_ORIGIN else None)
+                         names[1] if oflags & OPT_ORIGIN else None, group, seq)
     queue, body = fields
     job = Job(bytes(jid), queue, body)
     job.ext = ext

@@ -127,17 +127,19 @@ class DisqueBroker(Broker):
         self.logger.debug("Enqueueing message %r on queue %r.", message.message_id,
                           message.queue_name)
         self.emit_before("enqueue", message, delay)
-        self.add_message(message.queue_name, message.encode(), delay_seconds)
+        self.add_message(message.queue_name, message.encode(), delay_seconds,
+                         group=message.options.get("disque_group"))
         self.emit_after("enqueue", message, delay)
         return message
 
-    def add_message(self, queue_name, body, delay_seconds=0, ttl=None):
-        """ADDJOB with the broker's settings (TTL `ttl` plus the delay); returns the job ID."""
+    def add_message(self, queue_name, body, delay_seconds=0, ttl=None, group=None):
+        """ADDJOB with the broker's settings (TTL `ttl` plus the delay); returns the job ID.
+        `group`: the message option `disque_group` (docs/job-groups.md)."""
         with as_broker_errors():
             return self.client.add_job(
                 queue_name, body, self.replication_timeout, replicate=self._replication(),
                 delay=delay_seconds or None, retry=self.retry,
-                ttl=(self.ttl if ttl is None else ttl) + delay_seconds)
+                ttl=(self.ttl if ttl is None else ttl) + delay_seconds, group=group)
 
     def add_dead_letter(self, queue_name, body):
         """ADDJOB to `<queue>:dead`, kept dead_message_ttl seconds."""

@@ -59,6 +59,13 @@ class QoS(virtual.QoS):
         return []
 
 
+def message_group(properties):
+    """The job group a published message asks for, or None."""
+    if not properties:
+        return None
+    return properties.get("disque_group") or properties.get("MessageGroupId")
+
+
 class Channel(virtual.Channel):
     """One kombu channel on the transport's Disque client. Acks may come from other
     threads (Celery's pool result handler): `HeldJobs` is thread-safe."""
@@ -79,13 +86,16 @@ class Channel(virtual.Channel):
     # -- publishing ---------------------------------------------------------------
     def _put(self, queue, message, **kwargs):
         """ADDJOB of the serialized message. A Celery eta a second or more ahead becomes
-        the job's DELAY, so the server holds the job until then."""
+        the job's DELAY, so the server holds the job until then. A `disque_group` property
+        (`apply_async(..., disque_group=key)`; SQS FIFO's `MessageGroupId` is read too)
+        puts the job in that group of its queue (docs/job-groups.md)."""
         settings = self.settings
         delay = eta_delay(message.get("headers"))
         self.disque.add_job(queue, dumps(message), settings.add_timeout,
                             replicate=settings.replicate,
                             retry=settings.visibility_timeout,
-                            ttl=job_ttl(settings.ttl, delay), delay=delay)
+                            ttl=job_ttl(settings.ttl, delay), delay=delay,
+                            group=message_group(message.get("properties")))
 
     # -- consuming ----------------------------------------------------------------
     def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):

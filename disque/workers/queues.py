@@ -4,6 +4,7 @@ and the enqueue rule are ShardCore's (disque/_fast/shardcore.pyx), as queue.c's 
 beside job.c in the original."""
 from disque import replies
 from disque._fast import resp
+from disque._fast.job import FLAG_DELIVERED, QUEUED
 from disque._fast.jobreply import encode_job
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts.queue_rows import PAUSE_NAMES
@@ -63,8 +64,9 @@ class QueueCommands:
         if q is None:
             return resp.NULL_ARRAY
         now = self.shard.now_s
+        groups = self.group_fields(q.name)
         return b"".join([
-            b"*20\r\n$4\r\nname\r\n", resp.bulk(q.name),
+            b"*%d\r\n$4\r\nname\r\n" % (20 + 2 * len(groups)), resp.bulk(q.name),
             b"$3\r\nlen\r\n:%d\r\n" % q.length(),
             b"$3\r\nage\r\n:%d\r\n" % max(0, now - q.ctime),
             b"$4\r\nidle\r\n:%d\r\n" % max(0, now - q.atime),
@@ -75,7 +77,32 @@ class QueueCommands:
             b"$7\r\njobs-in\r\n:%d\r\n" % q.jobs_in,
             b"$8\r\njobs-out\r\n:%d\r\n" % q.jobs_out,
             b"$5\r\npause\r\n", resp.bulk(PAUSE_NAMES[q.paused]),
-        ])
+        ] + groups)
+
+    def group_stats(self, name):
+        """(groups with jobs, groups whose head is delivered and not finished, jobs held
+        behind their head) of queue `name` (docs/job-groups.md)."""
+        groups = self.shard.groups.by_queue.get(name)
+        if not groups:
+            return 0, 0, 0
+        jobs = self.shard.jobs
+        blocked = held = 0
+        for g in groups.values():
+            head = jobs.get(g.head)
+            if head is not None and head.state != QUEUED and head.flags & FLAG_DELIVERED:
+                blocked += 1
+            held += len(g) - 1
+        return len(groups), blocked, held
+
+    def group_fields(self, name):
+        """QSTAT's group fields, for a queue that has groups (a queue without any keeps
+        the original's reply)."""
+        count, blocked, held = self.group_stats(name)
+        if not count:
+            return []
+        return [b"$6\r\ngroups\r\n:%d\r\n" % count,
+                b"$14\r\ngroups-blocked\r\n:%d\r\n" % blocked,
+                b"$4\r\nheld\r\n:%d\r\n" % held]
 
     def cmd_pause(self, argv):
         """PAUSE <queue> <opt> ... (SPEC 3.12): options left to right, all or nothing."""
@@ -126,9 +153,11 @@ class QueueCommands:
             max_idle = QUEUE_MAX_IDLE_BY_LEVEL[min(shard.memory_level, 2)]
         limit = shard.now_s - max_idle
         now = shard.now_ms
+        grouped = shard.groups.by_queue     # a queue whose groups wait on a job stays
         stale = [q for q in shard.queues.values()
                  if not q.length() and not q.blocked and not q.paused and q.atime <= limit
-                 and (q.remote is None or all(exp < now for _, exp in q.remote.values()))]
+                 and (q.remote is None or all(exp < now for _, exp in q.remote.values()))
+                 and q.name not in grouped]
         for q in stale:
             if q.cold is not None:
                 shard.spill.index.drop_ring(q.cold)     # empty: its jobs all came back

@@ -13,7 +13,8 @@ from disque import replies
 from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.addjob import ReplWait
-from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, QUEUED,
+from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED,
+                              QUEUED,
                               STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
@@ -165,6 +166,8 @@ class Shard(ShardCore):
             self.persistence.aof_deljob(job)
         self.dequeue(job)
         mark_acked(job)
+        if job.flags & FLAG_GROUPED:
+            self.group_done(job)        # acked: finished for its group
         job.nodes_confirmed = None
         self.schedule_gc(job)
 
@@ -400,7 +403,7 @@ class Shard(ShardCore):
         dummy = job.body is None
         extra = self.features.show_options(job) if job.ext is not None else None
         parts = [
-            b"*%d\r\n$2\r\nid\r\n" % (40 if extra else 30), resp.bulk(job.id),
+            b"*%d\r\n$2\r\nid\r\n" % (30 if not extra else 40 if job.ext.group is None else 44), resp.bulk(job.id),
             b"$5\r\nqueue\r\n", resp.NULL_BULK if dummy else resp.bulk(job.queue),
             b"$5\r\nstate\r\n", resp.bulk(STATE_NAMES[job.state]),
             b"$4\r\nrepl\r\n:%d\r\n" % job.repl,
@@ -446,6 +449,7 @@ class Shard(ShardCore):
             self.timers.cancel(job)
         self.jobs.clear()
         self.queues.clear()
+        self.groups.clear()
         self.job_log.clear()
         self.queue_log.clear()
         self.data_bytes = 0
@@ -457,6 +461,8 @@ class Shard(ShardCore):
     def info(self):
         """Counters for INFO's node totals and per-worker lines."""
         queued = sum(q.length() for q in self.queues.values())
+        blocked_groups = sum(self.queue_commands.group_stats(name)[1]
+                             for name in self.groups.by_queue)
         return {
             # spilled jobs too: registered_jobs:0 tells an operator a LEAVING node holds
             # nothing and can go (SPEC 8.7), and a spilled copy may be a job's last one
@@ -476,6 +482,10 @@ class Shard(ShardCore):
             "data_bytes": self.data_bytes,
             "dead_lettered": {k.decode(errors="replace"): v
                               for k, v in self.dead_lettered.items()},
+            "groups": self.groups.count,
+            "group_jobs": self.groups.members,
+            "groups_blocked": blocked_groups,
+            "group_held": self.groups.members - self.groups.count,
             "bus_in": {bus_msg.NAMES[t]: n for t, n in self.replication.bus_in.items()},
             "bus_out": {bus_msg.NAMES[t]: n for t, n in self.replication.bus_sent.items()},
             "command_usec": {k.decode(): v // 1000 for k, v in self.command_ns.items()},

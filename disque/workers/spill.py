@@ -7,7 +7,8 @@ reach last), then copies held for other nodes (active, never delivered here) who
 timer is far away. What comes back: a queue's head is refilled from its spilled jobs ahead
 of the consumers; a job named by ID (ACKJOB, SHOW, a bus message...) is loaded back at once
 (`fault_in`); a sweep brings a job back before its expiry or its timer is due. A loaded job
-is the job it was: same ID, fields, counters and timers.
+is the job it was: same ID, fields, counters and timers. Jobs of a group (docs/job-groups.md)
+stay in RAM: a group names its jobs by ID and releases the next one from RAM.
 """
 import heapq
 import logging
@@ -16,7 +17,7 @@ import time
 
 from disque._fast import codec
 from disque._fast.coldindex import ColdIndex
-from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, Job
+from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, Job
 from disque._fast.shardcore import NO_LIMIT, expire_ms
 from disque.workers.queues import PAUSE_OUT
 from disque.workers.spill_log import SIZE_AT, SpillLog, walk_records
@@ -205,7 +206,8 @@ class Spill:
                 if extra <= 0:
                     break
                 out += [(j, q) for j in q.jobs.peek_tail(min(extra, BATCH - len(out)))
-                        if j.etime > horizon and j.body is not None]
+                        if j.etime > horizon and j.body is not None
+                        and not j.flags & FLAG_GROUPED]
                 if len(out) >= BATCH:
                     break
             if out:
@@ -227,7 +229,8 @@ class Spill:
             job = items[pos]
             pos += 1
             looked += 1
-            if (job is not None and job.state == ACTIVE and not job.flags & FLAG_DELIVERED
+            if (job is not None and job.state == ACTIVE
+                    and not job.flags & (FLAG_DELIVERED | FLAG_GROUPED)
                     and not job.in_queue and job.body is not None and job.queue is not None
                     and shard.jobs.get(job.id) is job and self.awake_ms(job) > horizon_ms):
                 out.append((job, None))

@@ -60,6 +60,13 @@ def create_app(broker, results_dir=None, record=None, **conf):
         note("done", n)
         return n
 
+    @app.task(name="t.keyed")
+    def keyed(key, n):
+        """A task of a job group (docs/job-groups.md): its start and end, keyed."""
+        note("start", n, key=key)
+        time.sleep(0.004 * (n % 3))
+        note("done", n, key=key)
+
     @app.task(name="t.noop")
     def noop():
         return None

@@ -1,0 +1,131 @@
+"""Job groups in one shard with a clock the test moves (docs/job-groups.md): the group order
+(JobGroups), the timers of held jobs, DELAY and TTL inside a group, and a load that reads a
+group's jobs out of order."""
+import pytest
+
+from disque._fast.groups import JobGroups
+from disque._fast.job import (FLAG_BCAST_QUEUED, FLAG_GROUPED, FLAG_HELD, QUEUED, Job,
+                              JobOptions, mark_active)
+from disque.contracts import job_codec as codec
+from support.shard_clock import Node
+
+pytestmark = pytest.mark.unit
+
+
+def member(jid, key=b"k", queue=b"q", seq=0):
+    job = Job(jid, queue, b"body")
+    job.ext = JobOptions(0, 0, None, None, key, seq)
+    return job
+
+
+# ---- the order ---------------------------------------------------------------------------
+
+def test_new_jobs_take_increasing_places_never_below_the_clock():
+    groups = JobGroups()
+    a, b, c = (member(b"a"), member(b"b"), member(b"c"))
+    assert groups.join_new(a, 1000) is True                # the first is the head
+    assert groups.join_new(b, 1000) is False
+    assert (a.ext.group_seq, b.ext.group_seq) == (1000000, 1000001)
+    assert groups.join_new(c, 5000) is False
+    assert c.ext.group_seq == 5000000                       # the clock lifts it
+    assert a.flags & FLAG_GROUPED and groups.is_head(a) and not groups.is_head(b)
+    assert (groups.count, groups.members) == (1, 3)
+
+
+def test_leaving_releases_the_next_head_only_when_the_head_leaves():
+    groups = JobGroups()
+    jobs = [member(b"%d" % i) for i in range(3)]
+    for j in jobs:
+        groups.join_new(j, 1)
+    assert groups.leave(jobs[1]) is None                    # a held job leaves: nothing moves
+    assert groups.leave(jobs[1]) is None                    # twice: no longer a member
+    assert groups.leave(jobs[0]) == b"2"                    # the head leaves: the next is head
+    assert not jobs[0].flags & FLAG_GROUPED
+    assert groups.leave(jobs[2]) is None                    # the last: the group is gone
+    assert (groups.count, groups.members, groups.by_queue) == (0, 0, {})
+
+
+def test_a_rejoin_out_of_order_puts_each_job_at_its_place():
+    groups = JobGroups()
+    late, early, middle = member(b"l", seq=30), member(b"e", seq=10), member(b"m", seq=20)
+    assert groups.rejoin(late) is True
+    assert groups.rejoin(early) is True                     # it comes first: the new head
+    assert groups.rejoin(middle) is False
+    assert groups.by_queue[b"q"][b"k"].ids == [b"e", b"m", b"l"]
+    fresh = member(b"f")
+    groups.join_new(fresh, 0)
+    assert fresh.ext.group_seq == 31                        # after the highest seen
+
+
+def test_groups_are_per_queue_and_key():
+    groups = JobGroups()
+    for jid, queue, key in ((b"1", b"q1", b"k"), (b"2", b"q2", b"k"), (b"3", b"q1", b"j")):
+        assert groups.join_new(member(jid, key, queue), 0) is True
+    assert groups.count == 3
+
+
+# ---- timers, with the moved clock ---------------------------------------------------------
+
+def test_a_held_job_waits_for_its_head_not_for_its_retry():
+    node = Node()
+    head = node.addjob("GROUP", "k", "RETRY", 5)
+    held = node.addjob("GROUP", "k", "RETRY", 5)
+    assert node.getjob()[0][1] == head
+    node.advance(6000)          # both RETRYs pass: the head is requeued, the held job is not
+    job = node.shard.jobs[held]
+    assert job.flags & FLAG_HELD and job.state == 1         # active, held
+    assert node.show(held)[b"next-awake-within"] > 80_000_000     # its expiry, not a spin
+    assert node.qlen() == 1 and node.getjob()[0][1] == head
+    assert node.cmd("ACKJOB", head) == 1
+    assert node.qlen() == 1 and node.getjob()[0][1] == held  # released at once
+
+
+def test_a_next_job_with_a_delay_keeps_its_delay():
+    node = Node()
+    head = node.addjob("GROUP", "k")
+    delayed = node.addjob("GROUP", "k", "DELAY", 10)
+    assert node.getjob()[0][1] == head
+    node.advance(2000)
+    assert node.cmd("ACKJOB", head) == 1
+    assert node.qlen() == 0                                 # the head now, but 8 s to wait
+    waited = node.first_time_queued(9000)
+    assert 7000 <= waited <= 8300
+    assert node.getjob()[0][1] == delayed
+
+
+def test_a_held_job_expires_and_leaves_its_group():
+    node = Node()
+    head = node.addjob("GROUP", "k", "TTL", 100)
+    short = node.addjob("GROUP", "k", "TTL", 5)
+    last = node.addjob("GROUP", "k", "TTL", 100)
+    node.advance(5300)
+    assert node.show(short) is None
+    assert node.getjob()[0][1] == head
+    assert node.cmd("ACKJOB", head) == 1
+    assert node.getjob()[0][1] == last
+    assert node.shard.groups.members == 1
+
+
+def test_a_load_that_reads_a_later_job_first_queues_the_earlier_one_only():
+    node = Node()
+    shard = node.shard
+    first = node.addjob("GROUP", "k", "RETRY", 60)
+    second = node.addjob("GROUP", "k", "RETRY", 60)
+    records = [codec.serialize(shard.jobs[j], True, shard.now_s) for j in (second, first)]
+    shard.flushall()
+    for data in records:                                   # the later job's record first
+        job, _ = codec.deserialize(data, 0, True, shard.now_s, shard.now_ms)
+        was_queued = job.state == QUEUED                    # as disque/_fast/aofload.pyx
+        mark_active(job)
+        shard.register_job(job)
+        if shard.load_grouped(job) or was_queued:
+            job.flags &= ~FLAG_BCAST_QUEUED                 # putting it back is no redelivery
+            if shard.enqueue(job):
+                continue
+        shard.schedule(job)
+    assert node.qlen() == 1 and node.getjob()[0][1] == first
+    later = shard.jobs[second]
+    assert later.state == 1 and later.flags & FLAG_HELD and later.additional_deliveries == 0
+    assert node.cmd("ACKJOB", first) == 1
+    assert node.getjob()[0][1] == second
+    assert node.show(second)[b"additional-deliveries"] == 0
