@@ -115,10 +115,11 @@ def _deadletter(fe, workers):
 
 def _groups(fe, workers):
     """Job groups (docs/job-groups.md), by name only like deadletter: groups with jobs,
-    the jobs in them, groups waiting on a delivered head, jobs held behind their head."""
+    the jobs in them, jobs held behind their head (counters: INFO stays O(1) with 100,000
+    groups; QSTAT counts a queue's groups waiting on a delivered head)."""
     total = lambda key: sum(w.get(key, 0) for w in workers)     # noqa: E731
     return [("groups", total("groups")), ("group_jobs", total("group_jobs")),
-            ("groups_blocked", total("groups_blocked")), ("group_held_jobs", total("group_held"))]
+            ("group_held_jobs", total("group_held"))]
 
 
 def _cluster(fe, workers):

@@ -414,3 +414,26 @@ setTimeout(() => document.getElementById("f").submit(), 300);
     assert r.execute_command("QLEN", "guarded") == 1
     assert r.execute_command("PAUSE", "guarded", "state") == b"none"
     assert r.execute_command("SHOW", job_id) is not None
+
+
+def test_a_queue_with_job_groups_shows_its_groups_and_held_jobs(tmp_path, console):
+    """docs/job-groups.md: a lone node (groups are served by a lone node in this version)."""
+    node = ConsoleNode(tmp_path / "lone")
+    try:
+        node.wait_ready()
+        c = node.client()
+        for key in ("a", "b"):
+            for i in range(3):
+                c.execute_command("ADDJOB", "grouped", "%s%d" % (key, i), 0, "GROUP", key)
+        c.execute_command("ADDJOB", "plain", "p", 0)
+        page = console(node)
+        page.open_queue("grouped")
+        page.wait("document.getElementById('q-groups') && "
+                  "document.getElementById('q-groups').textContent === '2'")
+        assert page.text("q-held") == "4" and page.text("q-len") == "2"
+        page.open_queue("plain")
+        page.wait("document.getElementById('q-len').textContent === '1'")
+        assert page.js("document.getElementById('q-groups') === null")
+        assert page.problems() == []
+    finally:
+        node.stop()

@@ -213,6 +213,20 @@ def test_consume_ack_dead_letter_requeue_close_join_flush(server3):
     assert next(successor) is None and len(broker.leases_of("work")) == 0
     [waiting] = list(client.scan_jobs(queue="work", reply="all"))
     assert waiting.delay == 3 and waiting.state == "active"
+    client.del_job(waiting.id)
+
+    # ...and one of a group keeps its job and its place (NACK DELAY), ahead of the next
+    first = Message(queue_name="work", actor_name="record", args=("g1",), kwargs={},
+                    options={"eta": int(time.time() * 1000) + 3500, "disque_group": "g"})
+    first_id = client.add_job("work", first.encode(), retry=60, group="g")
+    client.add_job("work", Message(queue_name="work", actor_name="record", args=("g2",),
+                                   kwargs={}, options={"disque_group": "g"}).encode(),
+                   retry=60, group="g")
+    assert next(successor) is None and len(broker.leases_of("work")) == 0
+    info = client.show(first_id)
+    assert info.nacks == 1 and info.state == "active" and 1000 <= info.next_requeue_within * 1000
+    assert client.qstat("work").held == 1 and client.qlen("work") == 0
+    client.del_job(*[j for j in client.scan_jobs(queue="work")])
 
     # flush drops queued, delayed and dead-lettered messages
     record.send(20)

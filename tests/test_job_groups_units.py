@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 
 def member(jid, key=b"k", queue=b"q", seq=0):
     job = Job(jid, queue, b"body")
-    job.ext = JobOptions(0, 0, None, None, key, seq)
+    job.ext = JobOptions(0, 0, None, None, bytes(bytearray(key)), seq)   # a key object each, as argv's
     return job
 
 
@@ -23,6 +23,8 @@ def member(jid, key=b"k", queue=b"q", seq=0):
 def test_new_jobs_take_increasing_places_never_below_the_clock():
     groups = JobGroups()
     a, b, c = (member(b"a"), member(b"b"), member(b"c"))
+    assert a.ext.group is not b.ext.group
+    key = a.ext.group
     assert groups.join_new(a, 1000) is True                # the first is the head
     assert groups.join_new(b, 1000) is False
     assert (a.ext.group_seq, b.ext.group_seq) == (1000000, 1000001)
@@ -30,6 +32,7 @@ def test_new_jobs_take_increasing_places_never_below_the_clock():
     assert c.ext.group_seq == 5000000                       # the clock lifts it
     assert a.flags & FLAG_GROUPED and groups.is_head(a) and not groups.is_head(b)
     assert (groups.count, groups.members) == (1, 3)
+    assert a.ext.group is key and b.ext.group is key and c.ext.group is key   # one key object
 
 
 def test_leaving_releases_the_next_head_only_when_the_head_leaves():
@@ -48,9 +51,10 @@ def test_leaving_releases_the_next_head_only_when_the_head_leaves():
 def test_a_rejoin_out_of_order_puts_each_job_at_its_place():
     groups = JobGroups()
     late, early, middle = member(b"l", seq=30), member(b"e", seq=10), member(b"m", seq=20)
-    assert groups.rejoin(late) is True
-    assert groups.rejoin(early) is True                     # it comes first: the new head
-    assert groups.rejoin(middle) is False
+    jobs = {j.id: j for j in (late, early, middle)}         # the shard's map holds them
+    assert groups.rejoin(late, jobs) is True
+    assert groups.rejoin(early, jobs) is True               # it comes first: the new head
+    assert groups.rejoin(middle, jobs) is False
     assert groups.by_queue[b"q"][b"k"].ids == [b"e", b"m", b"l"]
     fresh = member(b"f")
     groups.join_new(fresh, 0)

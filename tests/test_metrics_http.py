@@ -51,6 +51,7 @@ def test_exact_counters_after_a_scripted_workload(metrics_node):
     assert total(fams, "disque_jobs_queued") == 8              # 1 + 1 nacked, 4, 2
     assert total(fams, "disque_jobs_active") == 1
     assert total(fams, "disque_queues") == 3
+    assert total(fams, "disque_job_groups") == 0 and total(fams, "disque_jobs_held") == 0
     assert total(fams, "disque_commands", command="addjob") == 12
     assert total(fams, "disque_commands", command="getjob") >= 1
     # the service-time histogram is a real one: cumulative buckets up to +Inf = _count
@@ -88,6 +89,22 @@ def test_exact_counters_after_a_scripted_workload(metrics_node):
     assert sum(r.get("j", {}).get("add", 0) for r in recs) == 12
     assert {str(r["w"]): r.get("j", {}).get("dlv", 0) for r in recs} == \
         by_worker(fams, "disque_jobs_delivered")
+
+
+def test_job_groups_and_held_jobs_are_gauges(metrics_node):
+    """docs/job-groups.md: groups with jobs, jobs held behind their head; a held job is not
+    counted active (it was never delivered)."""
+    srv, mport = metrics_node(workers=2)
+    r = srv.client()
+    for key in ("a", "b"):
+        for _ in range(3):
+            r.execute_command("ADDJOB", "mg", b"x", 0, "GROUP", key)
+    assert len(r.execute_command("GETJOB", "COUNT", 5, "FROM", "mg")) == 2     # the heads
+    fams = scrape(mport)
+    assert total(fams, "disque_job_groups") == 2
+    assert total(fams, "disque_jobs_held") == 4
+    assert total(fams, "disque_jobs_active") == 2
+    assert total(fams, "disque_jobs_queued") == 0
 
 
 def test_api_endpoints_and_dashboard_page(metrics_node):

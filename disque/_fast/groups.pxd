@@ -2,8 +2,8 @@ from disque._fast.job cimport Job
 
 cdef class JobGroup:
     # one group of one queue: its jobs' IDs in sequence order; ids[0] is the head
-    cdef public list seqs               # sequence numbers, ascending (bisect)
-    cdef public list ids                # the job IDs at the same places
+    cdef public bytes queue, key
+    cdef public list ids                # the job IDs by sequence number (in their options)
     cdef public unsigned long long last_seq   # the highest sequence number given or seen
 
 
@@ -16,7 +16,7 @@ cdef class JobGroups:
     cpdef JobGroup group_of(self, Job job)
     cdef JobGroup make(self, Job job)
     cpdef bint join_new(self, Job job, long long now_ms) except -1
-    cpdef bint rejoin(self, Job job) except -1
+    cpdef bint rejoin(self, Job job, dict jobs) except -1
     cpdef bint is_head(self, Job job) except -1
     cpdef bytes head_id(self, Job job)
     cpdef bytes leave(self, Job job)

@@ -6,10 +6,10 @@ a group, and releases the next head when a job `leave`s (acked, deleted, expired
 dead-lettered).
 
 A group holds job IDs, not jobs: the jobs stay in the shard's map, and a group's order is
-all it adds (two list slots and a sequence number in the job's options per job).
+all it adds (a list slot per job, and in the job's options its sequence number and its
+group, so that a job finds its group without a lookup; the jobs of a group share one key
+object).
 """
-from bisect import bisect_left
-
 from disque._fast.job cimport Job, JobOptions, JOB_FLAG_GROUPED, JOB_GROUP_FLAGS
 
 # a job's place in a new group's order is never below the node clock in microseconds: a
@@ -18,8 +18,9 @@ DEF SEQ_PER_MS = 1000
 
 
 cdef class JobGroup:
-    def __init__(self):
-        self.seqs = []
+    def __init__(self, bytes queue, bytes key):
+        self.queue = queue
+        self.key = key
         self.ids = []
         self.last_seq = 0
 
@@ -39,6 +40,9 @@ cdef class JobGroups:
 
     cpdef JobGroup group_of(self, Job job):
         """The group `job` names in its queue (None when it has none yet)."""
+        cdef JobOptions ext = job.ext
+        if ext.member_of is not None:
+            return ext.member_of
         cdef dict groups = self.by_queue.get(job.queue)
         if groups is None:
             return None
@@ -51,7 +55,7 @@ cdef class JobGroups:
         cdef bytes key = (<JobOptions>job.ext).group
         cdef JobGroup g = groups.get(key)
         if g is None:
-            g = groups[key] = JobGroup()
+            g = groups[key] = JobGroup(job.queue, key)
             self.count += 1
         return g
 
@@ -63,35 +67,49 @@ cdef class JobGroups:
         cdef unsigned long long floor = <unsigned long long>now_ms * SEQ_PER_MS
         if seq < floor:
             seq = floor
-        (<JobOptions>job.ext).group_seq = seq
+        cdef JobOptions ext = job.ext
+        ext.group_seq = seq
+        ext.group = g.key
+        ext.member_of = g
         g.last_seq = seq
-        g.seqs.append(seq)
         g.ids.append(job.id)
         job.flags |= JOB_FLAG_GROUPED
         self.members += 1
         return len(g.ids) == 1
 
-    cpdef bint rejoin(self, Job job) except -1:
-        """A loaded job (AOF) goes back to its place, the one its sequence number gives;
-        True when that is the head."""
+    cpdef bint rejoin(self, Job job, dict jobs) except -1:
+        """A loaded job (AOF) goes back to its place, the one its sequence number gives
+        among the members' (`jobs`: the shard's map, which holds them); True when that is
+        the head."""
         if job.flags & JOB_FLAG_GROUPED:
             return False
         cdef JobGroup g = self.make(job)
-        cdef unsigned long long seq = (<JobOptions>job.ext).group_seq
-        cdef Py_ssize_t at = bisect_left(g.seqs, seq)
-        g.seqs.insert(at, seq)
-        g.ids.insert(at, job.id)
+        cdef JobOptions ext = job.ext
+        cdef unsigned long long seq = ext.group_seq
+        cdef list ids = g.ids
+        cdef Py_ssize_t lo = 0, hi = len(ids), mid
+        cdef Job other
+        while lo < hi:                      # bisect by the members' sequence numbers
+            mid = (lo + hi) // 2
+            other = jobs.get(ids[mid])
+            if other is not None and (<JobOptions>other.ext).group_seq < seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        ids.insert(lo, job.id)
         if seq > g.last_seq:
             g.last_seq = seq
+        ext.group = g.key
+        ext.member_of = g
         job.flags |= JOB_FLAG_GROUPED
         self.members += 1
-        return at == 0
+        return lo == 0
 
     cpdef bint is_head(self, Job job) except -1:
         """Whether `job` may be queued: the head of its group, or no longer in it."""
         if not job.flags & JOB_FLAG_GROUPED:
             return True
-        cdef JobGroup g = self.group_of(job)
+        cdef JobGroup g = (<JobOptions>job.ext).member_of
         return g is None or (<bytes>g.ids[0]) == job.id
 
     cpdef bytes head_id(self, Job job):
@@ -105,26 +123,26 @@ cdef class JobGroups:
         if not job.flags & JOB_FLAG_GROUPED:
             return None
         job.flags &= ~JOB_GROUP_FLAGS
-        cdef dict groups = self.by_queue.get(job.queue)
-        cdef bytes key = (<JobOptions>job.ext).group
-        cdef JobGroup g = None if groups is None else groups.get(key)
+        cdef JobOptions ext = job.ext
+        cdef JobGroup g = ext.member_of
+        ext.member_of = None
         if g is None:
             return None
-        cdef Py_ssize_t at = bisect_left(g.seqs, (<JobOptions>job.ext).group_seq)
-        if at >= len(g.ids) or (<bytes>g.ids[at]) != job.id:
-            if job.id not in g.ids:
-                return None
-            at = g.ids.index(job.id)
-        del g.seqs[at]
-        del g.ids[at]
+        cdef list ids = g.ids
+        cdef Py_ssize_t at = 0
+        if (<bytes>ids[0]) != job.id:       # not the head (deleted, expired): rare
+            at = ids.index(job.id)
+        del ids[at]
         self.members -= 1
-        if not g.ids:
-            del groups[key]
+        cdef dict groups
+        if not ids:
+            groups = self.by_queue[g.queue]
+            del groups[g.key]
             self.count -= 1
             if not groups:
-                del self.by_queue[job.queue]
+                del self.by_queue[g.queue]
             return None
-        return g.ids[0] if at == 0 else None
+        return ids[0] if at == 0 else None
 
     cpdef clear(self):
         self.by_queue.clear()

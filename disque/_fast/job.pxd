@@ -25,6 +25,7 @@ cdef class JobOptions:
     cdef public bytes origin                  # queue it was dead-lettered from; None = not yet
     cdef public bytes group                   # job group's key (docs/job-groups.md); None = none
     cdef public unsigned long long group_seq  # its place in the group, given once at ADDJOB
+    cdef public object member_of              # the JobGroup whose order holds it; None = none
 
 cdef class Job:
     cdef public bytes id

@@ -17,7 +17,7 @@ FLAG_GROUPED = JOB_FLAG_GROUPED
 FLAG_HELD = JOB_FLAG_HELD
 
 
-@cython.no_gc   # only ints and bytes
+@cython.no_gc   # ints, bytes and a JobGroup (lists of ints and bytes): never in a cycle
 cdef class JobOptions:
     def __init__(self, unsigned int backoff=0, unsigned int max_deliveries=0,
                  deadletter=None, origin=None, group=None, unsigned long long group_seq=0):
@@ -27,6 +27,7 @@ cdef class JobOptions:
         self.origin = origin
         self.group = group
         self.group_seq = group_seq
+        self.member_of = None
 
     def __repr__(self):
         return (f"<JobOptions backoff={self.backoff} max_deliveries={self.max_deliveries} "

@@ -333,7 +333,7 @@ cdef class ShardCore:
         waits for its first queueing: the loader then queues it at once."""
         cdef bytes old = self.groups.head_id(job)
         cdef Job previous
-        if not self.groups.rejoin(job):
+        if not self.groups.rejoin(job, self.jobs):
             return False
         if old is not None:
             previous = self.jobs.get(old)
@@ -523,9 +523,12 @@ cdef class ShardCore:
         if o.replicate > 1 or extrepl:
             return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's
         self.register_job(job)
-        if o.group_at:
-            self.groups.join_new(job, self.now_ms)    # before the AOF record: it holds the place
-        if o.delay:
+        # a job of a group takes its place before the AOF record, which holds it; one that
+        # is not its group's head waits for the head (held), or for its DELAY first
+        if o.group_at and not self.groups.join_new(job, self.now_ms) and not o.delay:
+            job.flags |= JOB_FLAG_HELD
+            self.schedule(job)
+        elif o.delay:
             self.schedule(job)
         else:
             self.enqueue(job, False)
@@ -566,9 +569,14 @@ cdef class ShardCore:
         job.nodes_delivered = self.self_nodes
         job.qtime = now + o.delay * 1000 if o.delay else now + o.retry * 1000
         mark_active(job)
+        cdef JobOptions ext
         if o.backoff or o.maxdeliveries or o.group_at:
-            job.ext = JobOptions(o.backoff, o.maxdeliveries,
-                                 (argv[o.deadletter_at] if o.deadletter_at else qname + b":dead")
-                                 if o.maxdeliveries else None, None,
-                                 argv[o.group_at] if o.group_at else None)
+            ext = JobOptions.__new__(JobOptions)    # (no Python call of __init__)
+            ext.backoff = o.backoff
+            ext.max_deliveries = o.maxdeliveries
+            if o.maxdeliveries:
+                ext.deadletter = argv[o.deadletter_at] if o.deadletter_at else qname + b":dead"
+            if o.group_at:
+                ext.group = argv[o.group_at]
+            job.ext = ext
         return job

@@ -1,9 +1,9 @@
 """The queue row a worker reports for the dashboard and the console (built by
 disque/workers/queue_report.py), and how the rows of several workers, or of several nodes,
-add up to one: {queue, len, spilled, jobs_in, jobs_out, paused, blocked, oldest_ms,
-dead_letter}."""
+add up to one: {queue, len, groups, held, spilled, jobs_in, jobs_out, paused, blocked,
+oldest_ms, dead_letter} (groups and held: its job groups, docs/job-groups.md)."""
 
-SUMMED = ("len", "spilled", "jobs_in", "jobs_out", "blocked")
+SUMMED = ("len", "groups", "held", "spilled", "jobs_in", "jobs_out", "blocked")
 # a queue's PAUSE state by its bits (in = 1, out = 2), as QSTAT, PAUSE and the rows name it
 PAUSE_NAMES = (b"none", b"in", b"out", b"all")
 PAUSE_BITS = {name: bits for bits, name in enumerate(PAUSE_NAMES)}

@@ -131,6 +131,11 @@ class DisqueConsumer(Consumer):
         """Give a message due in more than HOLD_LIMIT_MS back to the server's timer."""
         job = proxy.job
         try:
+            if proxy.options.get("disque_group") is not None:
+                # a message of a group keeps its place: NACK DELAY, no new job at the end
+                with as_broker_errors():
+                    self.client.nack_job(job, delay=int(ahead_ms // 1000))
+                return
             self.broker.add_message(self.queue_name, proxy.encode(),
                                     delay_seconds=int(ahead_ms // 1000))
             with as_broker_errors():

@@ -117,6 +117,8 @@ export const queueView = {
       kpi("oldest job", q ? age(q.oldest_ms) : "–"), kpi("consumers blocked", q ? num(q.blocked) : "–"),
       h("div", {class: "kpi"}, h("div", {class: "v"}, pausedTag(paused)), h("div", {class: "l", text: "paused"})),
       kpi("nodes holding it", q ? num(q.nodes) : "–"),
+      q && q.groups ? kpi("job groups", num(q.groups), "q-groups") : null,
+      q && q.groups ? kpi("held behind a group's head", num(q.held), "q-held") : null,
       this.isDead ? null : h("div", {class: "kpi"}, h("div", {class: "v"},
         dead ? h("a", {href: queueHref(this.name_ + ":dead"), text: num(dead)}) : "0"),
         h("div", {class: "l", text: "dead letters"})));

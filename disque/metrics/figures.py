@@ -25,4 +25,5 @@ def counter_value(w, key):
 
 
 def active(w):
-    return w.get("active", max(0, w.get("jobs", 0) - w.get("queued", 0)))
+    """Jobs neither queued nor held behind their group's head."""
+    return w.get("active", max(0, w.get("jobs", 0) - w.get("queued", 0) - w.get("group_held", 0)))

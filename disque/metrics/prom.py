@@ -29,6 +29,8 @@ JOB_GAUGES = (
     ("active", "disque_jobs_active", "Jobs delivered and not yet acked, or waiting for replication."),
     ("queues", "disque_queues", "Queues the worker holds."),
     ("blocked", "disque_blocked_clients", "Consumers blocked in GETJOB and producers waiting for copies."),
+    ("groups", "disque_job_groups", "Job groups with jobs (docs/job-groups.md)."),
+    ("group_held", "disque_jobs_held", "Jobs of a group held behind their group's head."),
 )
 WL = ("node", "worker")
 HISTOGRAM_LE = [floatToGoString(b / 1e6) for b in LATENCY_BOUNDS_US] + ["+Inf"]

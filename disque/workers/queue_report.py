@@ -17,10 +17,14 @@ def ctime_ms(job):
     return job.ctime // 1000000     # ms * 1e6 + a tie counter; queues are ordered by it
 
 
-def queue_row(q, now_ms):
+def queue_row(q, now_ms, groups):
+    """A queue's row; `groups`: the shard's JobGroups (docs/job-groups.md)."""
     first = q.jobs.first() if len(q.jobs) else None
     ext = first.ext if first is not None else None
+    mine = groups.by_queue.get(q.name)
     return {"queue": q.name.decode(errors="replace"), "len": q.length(),
+            "groups": len(mine) if mine else 0,
+            "held": sum(len(g) - 1 for g in mine.values()) if mine else 0,
             "spilled": len(q.cold) if q.cold is not None else 0,
             "jobs_in": q.jobs_in, "jobs_out": q.jobs_out,
             "paused": PAUSE_NAMES[q.paused].decode(),
@@ -36,7 +40,7 @@ def queue_report(shard, limit, match=None):
     queues = shard.queues.values()
     if match:
         queues = [q for q in queues if match in q.name]
-    return [queue_row(q, now_ms)
+    return [queue_row(q, now_ms, shard.groups)
             for q in heapq.nlargest(limit, queues, key=lambda q: q.length())]
 
 
@@ -50,7 +54,7 @@ def queue_rows(shard, names):
     """The rows of these queues (those this worker has)."""
     now_ms = shard.now_ms
     queues = shard.queues
-    return [queue_row(queues[n], now_ms) for n in names if n in queues]
+    return [queue_row(queues[n], now_ms, shard.groups) for n in names if n in queues]
 
 
 def job_summary(job, now_ms, body_max):

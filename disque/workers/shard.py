@@ -461,8 +461,6 @@ class Shard(ShardCore):
     def info(self):
         """Counters for INFO's node totals and per-worker lines."""
         queued = sum(q.length() for q in self.queues.values())
-        blocked_groups = sum(self.queue_commands.group_stats(name)[1]
-                             for name in self.groups.by_queue)
         return {
             # spilled jobs too: registered_jobs:0 tells an operator a LEAVING node holds
             # nothing and can go (SPEC 8.7), and a spilled copy may be a job's last one
@@ -484,7 +482,6 @@ class Shard(ShardCore):
                               for k, v in self.dead_lettered.items()},
             "groups": self.groups.count,
             "group_jobs": self.groups.members,
-            "groups_blocked": blocked_groups,
             "group_held": self.groups.members - self.groups.count,
             "bus_in": {bus_msg.NAMES[t]: n for t, n in self.replication.bus_in.items()},
             "bus_out": {bus_msg.NAMES[t]: n for t, n in self.replication.bus_sent.items()},
