@@ -14,10 +14,10 @@ For each worker count, a fresh node per measurement, plain and grouped in turn:
 
     python bench/bench_groups.py
     python bench/bench_groups.py --workers 2 --jobs 200000 --rounds 3
+    python bench/bench_groups.py --parts add --rounds 5      # the ADDJOB rows only
 """
 import argparse
 import multiprocessing
-import os
 import shutil
 import socket
 import statistics
@@ -140,7 +140,9 @@ def main():
     ap.add_argument("--adds", type=int, default=200_000, help="ADDJOBs per redis-benchmark run")
     ap.add_argument("--one-job-groups", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--parts", default="add,drain,ram", help="which of add, drain, ram to run")
     a = ap.parse_args()
+    parts = set(a.parts.split(","))
     if not shutil.which("redis-benchmark"):
         sys.exit("bench_groups: redis-benchmark is not installed (apt-get install redis-tools)")
     workdir = tempfile.mkdtemp(prefix="bench-groups-")
@@ -152,32 +154,42 @@ def main():
                 for grouped in (False, True):
                     kind = "grouped" if grouped else "plain"
                     label = "w%d-%s-r%d" % (w, kind, r + 1)
-                    res["c50"][grouped].append(run_addjob(label, w, a.adds, grouped, 50, 1, workdir))
-                    res["p16"][grouped].append(run_addjob(label, w, a.adds * 2, grouped, 1, 16,
-                                                          workdir))
-                    res["drain"][grouped].append(run_drain(label, w, a.jobs, grouped, workdir))
-                    res["one"][grouped].append({"rss": run_per_group(label, w, a.one_job_groups,
-                                                                     grouped, workdir)})
-                    print("  %s: ADDJOB c50 %.0f/s (%.1f us), P16 %.0f/s (%.1f us), drain "
-                          "%.0f/s (%.1f us), %.0f B per job" % (
-                              label, res["c50"][grouped][-1]["rps"],
-                              res["c50"][grouped][-1]["cpu_us"], res["p16"][grouped][-1]["rps"],
-                              res["p16"][grouped][-1]["cpu_us"], res["drain"][grouped][-1]["rate"],
-                              res["drain"][grouped][-1]["cpu_us"],
-                              res["drain"][grouped][-1]["rss_per_job"]), flush=True)
+                    if "add" in parts:
+                        res["c50"][grouped].append(run_addjob(label, w, a.adds, grouped, 50, 1,
+                                                              workdir))
+                        res["p16"][grouped].append(run_addjob(label, w, a.adds * 2, grouped, 1,
+                                                              16, workdir))
+                        print("  %s: ADDJOB 50 connections %.0f/s (%.1f us), P16 %.0f/s "
+                              "(%.1f us)" % (label, res["c50"][grouped][-1]["rps"],
+                                             res["c50"][grouped][-1]["cpu_us"],
+                                             res["p16"][grouped][-1]["rps"],
+                                             res["p16"][grouped][-1]["cpu_us"]), flush=True)
+                    if "drain" in parts:
+                        res["drain"][grouped].append(run_drain(label, w, a.jobs, grouped, workdir))
+                        print("  %s: drain %.0f/s (%.1f us), %.0f B per job" % (
+                            label, res["drain"][grouped][-1]["rate"],
+                            res["drain"][grouped][-1]["cpu_us"],
+                            res["drain"][grouped][-1]["rss_per_job"]), flush=True)
+                    if "ram" in parts:
+                        res["one"][grouped].append({"rss": run_per_group(
+                            label, w, a.one_job_groups, grouped, workdir)})
             for key, what, rate in (("c50", "ADDJOB, 50 connections", "rps"),
                                     ("p16", "ADDJOB, 1 connection, pipeline 16", "rps"),
                                     ("drain", "drain of %d jobs, 8 consumers" % a.jobs, "rate")):
+                if not res[key][False]:
+                    continue
                 plain, grouped = (median_row(res[key][g], rate) for g in (False, True))
                 cpu_p, cpu_g = (median_row(res[key][g], "cpu_us") for g in (False, True))
                 lines.append("| w%d | %s | %.0f/s (%.1f us) | %.0f/s (%.1f us) | %.2fx |" % (
                     w, what, plain, cpu_p, grouped, cpu_g, grouped / plain))
-            per_job = [median_row(res["drain"][g], "rss_per_job") for g in (False, True)]
-            one = [median_row(res["one"][g], "rss") for g in (False, True)]
-            lines.append("| w%d | RSS per job (%d jobs, %d groups) | %.0f B | %.0f B | +%.0f B |"
-                         % (w, a.jobs, GROUPS, per_job[0], per_job[1], per_job[1] - per_job[0]))
-            lines.append("| w%d | RSS per group of one job (%d groups) | %.0f B | %.0f B | "
-                         "+%.0f B |" % (w, a.one_job_groups, one[0], one[1], one[1] - one[0]))
+            if res["drain"][False]:
+                per_job = [median_row(res["drain"][g], "rss_per_job") for g in (False, True)]
+                lines.append("| w%d | RSS per job (%d jobs, %d groups) | %.0f B | %.0f B | %+.0f B |"
+                             % (w, a.jobs, GROUPS, per_job[0], per_job[1], per_job[1] - per_job[0]))
+            if res["one"][False]:
+                one = [median_row(res["one"][g], "rss") for g in (False, True)]
+                lines.append("| w%d | RSS per group of one job (%d groups) | %.0f B | %.0f B | "
+                             "%+.0f B |" % (w, a.one_job_groups, one[0], one[1], one[1] - one[0]))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("\n| workers | load | plain (node CPU per job) | grouped (node CPU per job) | "

@@ -341,3 +341,20 @@ def test_a_node_in_a_cluster_refuses_groups_with_a_clear_error(start_cluster):
         assert r.call("ADDJOB", "gc", "b", 0, "GROUP", "k", "REPLICATE", 1).startswith(
             b"-ERR GROUP is served by a lone node")
         assert r.execute("QLEN", "gc") == 0
+
+
+def test_a_dead_letter_stays_out_of_its_group_after_a_restart(start_server):
+    srv = start_server(workers=1, extra_args=["--appendonly", "yes", "--appendfsync", "always",
+                                              "--aof-enqueue-jobs-once", "yes"])
+    r = srv.raw()
+    dead = [addjob(r, "gdl", b"d%d" % i, 0, "GROUP", "k", "RETRY", 30, "MAXDELIVERIES", 1)
+            for i in range(2)]
+    for jid in dead:
+        assert take(r, "gdl") == [(jid, b"d%d" % dead.index(jid))]
+        assert r.execute("NACK", jid) == 1          # to gdl:dead, the next is released
+    assert r.execute("QLEN", "gdl:dead") == 2 and groups_info(r)["group_jobs"] == 0
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv)
+    r = srv.raw()
+    assert groups_info(r)["group_jobs"] == 0
+    assert sorted(take(r, "gdl:dead")) == sorted([(dead[0], b"d0"), (dead[1], b"d1")])

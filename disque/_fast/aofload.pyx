@@ -122,9 +122,10 @@ def restore_slice(ShardCore shard, list survivors, Py_ssize_t start, Py_ssize_t 
         job.queue = names.setdefault(job.queue, job.queue)
         shard.register_job(job)
         counts.loaded += 1
-        if job.ext is not None and (<JobOptions>job.ext).group is not None:
+        if (job.ext is not None and (<JobOptions>job.ext).group is not None
+                and (<JobOptions>job.ext).origin is None):
             # its group's order first (by sequence number): the gate in enqueue keeps
-            # every job but the head out of the queue
+            # every job but the head out of the queue (a dead letter left its group)
             if shard.load_grouped(job) and enqueue_once:
                 was_queued = True
         if enqueue_once:

@@ -43,6 +43,7 @@ OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
 BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
 NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
+JOB_OPTIONS_COST = 96   # the options of a job with BACKOFF, MAXDELIVERIES or GROUP, and its slot in its group
 QUEUE_COST = 650        # Queue, its skiplist (header and last nodes inside), dict and scan-log entries, beyond its name
 
 
@@ -195,12 +196,13 @@ cdef class ShardCore:
 
     cpdef long long job_cost(self, Job job):
         """Bytes the job holds (SPEC 9 accounting, docs/memory.md). Uses only fields fixed
-        at creation (body, queue name, REPLICATE), so registering and deleting a job count
-        the same amount however its node list changed meanwhile."""
+        at creation (body, queue name, REPLICATE, whether it has options), so registering
+        and deleting a job count the same amount however its node list changed meanwhile."""
         if job.body is None or job.queue is None:      # a dummy ACK: the record alone
             return JOB_RECORD_COST
         return (JOB_RECORD_COST + BYTES_OBJECT_COST + len(<bytes>job.body)
-                + len(<bytes>job.queue) + NODE_REF_COST * job.repl)
+                + len(<bytes>job.queue) + NODE_REF_COST * job.repl
+                + (JOB_OPTIONS_COST if job.ext is not None else 0))
 
     cpdef schedule(self, Job job):
         """Recompute when the scheduler must look at `job` again (SPEC 7.1)."""
