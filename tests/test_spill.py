@@ -287,3 +287,36 @@ def test_bad_spill_configuration_fails_fast_with_one_line(start_server, args, re
     srv = start_server(extra_args=args, wait=False)
     assert srv.proc.wait(20) != 0
     assert reason in srv.log_text()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_held_jobs_of_a_group_spill_and_come_back_in_order(start_server, workers):
+    """docs/job-groups.md: four groups of 1,250 jobs of 16 KB (80 MB) on maxmemory 32mb. The
+    jobs held behind each head spill; each group is then delivered whole, in order, one at
+    a time, every body intact."""
+    srv = start_server(workers=workers, extra_args=["--maxmemory", "32mb"])
+    c = spill_helpers.client(srv)
+    big = 16 * 1024
+    keys = [b"k%d" % g for g in range(4)]
+
+    def body(g, i):
+        return (b"%02d%06d" % (g, i)) * (big // 8)
+
+    pipe = c.pipeline(transaction=False)
+    for i in range(1250):
+        for g, key in enumerate(keys):
+            pipe.execute_command("ADDJOB", "gspill", body(g, i), 0, "GROUP", key)
+        if i % 50 == 49:
+            assert all(isinstance(x, bytes) for x in pipe.execute())
+    assert spill_helpers.memory(c)["spilled_jobs"] > 2000
+    nxt = [0] * 4
+    while nxt != [1250] * 4:
+        jobs = c.execute_command("GETJOB", "TIMEOUT", 5000, "COUNT", 10, "FROM", "gspill")
+        assert jobs, "stuck at %r" % nxt
+        assert len({b[:2] for _q, _jid, b in jobs}) == len(jobs)    # one per group at most
+        for _q, jid, b in jobs:
+            g, i = int(b[:2]), int(b[2:8])
+            assert i == nxt[g] and b == body(g, i), (g, i, nxt[g])
+            nxt[g] += 1
+        c.execute_command("ACKJOB", *[j[1] for j in jobs])
+    assert spill_helpers.memory(c)["spill_errors"] == 0

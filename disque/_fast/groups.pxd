@@ -18,6 +18,7 @@ cdef class JobGroups:
     cpdef bint join_new(self, Job job, long long now_ms) except -1
     cpdef bint rejoin(self, Job job, dict jobs) except -1
     cpdef bint is_head(self, Job job) except -1
+    cpdef bint relink(self, Job job) except -1
     cpdef bytes head_id(self, Job job)
     cpdef bytes leave(self, Job job)
     cpdef clear(self)

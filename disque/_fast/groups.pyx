@@ -105,6 +105,22 @@ cdef class JobGroups:
         self.members += 1
         return lo == 0
 
+    cpdef bint relink(self, Job job) except -1:
+        """A job of a group read back from the spill log (a new record: its options do not
+        know their group): linked to the group whose order still holds its ID. False, and
+        no longer a member, when that group forgot it."""
+        if not job.flags & JOB_FLAG_GROUPED:
+            return False
+        cdef JobOptions ext = job.ext
+        cdef dict groups = self.by_queue.get(job.queue)
+        cdef JobGroup g = None if groups is None else groups.get(ext.group)
+        if g is None or job.id not in g.ids:
+            job.flags &= ~JOB_GROUP_FLAGS
+            return False
+        ext.group = g.key
+        ext.member_of = g
+        return True
+
     cpdef bint is_head(self, Job job) except -1:
         """Whether `job` may be queued: the head of its group, or no longer in it."""
         if not job.flags & JOB_FLAG_GROUPED:

@@ -72,6 +72,7 @@ cdef class ShardCore:
     cdef public object aof_loadjob       # (job) a job to log as LOADJOB, if the AOF is on
     cdef public object aof_deljob        # (job) a job to log as DELJOB, if the AOF is on
     cdef public object queue_created     # (queue) a new queue (GETJOB FROM-PREFIX waiters)
+    cdef public object load_cold         # (job id) a spilled job back in RAM, or None
 
     cpdef long long rand_err(self)
     cpdef Queue get_queue(self, bytes name, bint create=*)

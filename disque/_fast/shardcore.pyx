@@ -318,6 +318,8 @@ cdef class ShardCore:
         or never queued and past its DELAY), else its own timer queues it (a delivered head
         loaded from the AOF comes back after RETRY, as any delivered job)."""
         cdef Job job = self.jobs.get(jid)
+        if job is None and self.cold_jobs:
+            job = self.load_cold(jid)       # a held job spilled to disk
         if job is None or job.state != JOB_ACTIVE:
             return
         cdef bint held = job.flags & JOB_FLAG_HELD

@@ -62,6 +62,7 @@ SHARD_HOOKS = {
     "aof_deljob": "persistence.aof_deljob",
     "queue_created": "features.offer_new_queue",
     "evict_for_oom": "memory.free_memory",
+    "load_cold": "spill.fault_in",
 }
 
 

@@ -7,8 +7,9 @@ reach last), then copies held for other nodes (active, never delivered here) who
 timer is far away. What comes back: a queue's head is refilled from its spilled jobs ahead
 of the consumers; a job named by ID (ACKJOB, SHOW, a bus message...) is loaded back at once
 (`fault_in`); a sweep brings a job back before its expiry or its timer is due. A loaded job
-is the job it was: same ID, fields, counters and timers. Jobs of a group (docs/job-groups.md)
-stay in RAM: a group names its jobs by ID and releases the next one from RAM.
+is the job it was: same ID, fields, counters and timers. A job of a group (docs/job-groups.md)
+spills while it is held behind its group's head, as a copy does; the group keeps its ID, and
+the job comes back when it is released (ShardCore.release_head, the `load_cold` hook).
 """
 import heapq
 import logging
@@ -17,7 +18,7 @@ import time
 
 from disque._fast import codec
 from disque._fast.coldindex import ColdIndex
-from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, Job
+from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HELD, Job
 from disque._fast.shardcore import NO_LIMIT, expire_ms
 from disque.workers.queues import PAUSE_OUT
 from disque.workers.spill_log import SIZE_AT, SpillLog, walk_records
@@ -229,8 +230,9 @@ class Spill:
             job = items[pos]
             pos += 1
             looked += 1
-            if (job is not None and job.state == ACTIVE
-                    and not job.flags & (FLAG_DELIVERED | FLAG_GROUPED)
+            # a job of a group spills while it is held behind its head (never the head)
+            if (job is not None and job.state == ACTIVE and not job.flags & FLAG_DELIVERED
+                    and (not job.flags & FLAG_GROUPED or job.flags & FLAG_HELD)
                     and not job.in_queue and job.body is not None and job.queue is not None
                     and shard.jobs.get(job.id) is job and self.awake_ms(job) > horizon_ms):
                 out.append((job, None))
@@ -239,9 +241,10 @@ class Spill:
 
     @staticmethod
     def awake_ms(job):
-        """When a job that is not queued must be in RAM again: its expiry or its timer."""
+        """When a job that is not queued must be in RAM again: its expiry or its timer (a
+        job held behind its group's head has no timer but its expiry)."""
         t = expire_ms(job)
-        if job.qtime and job.qtime - 1000 < t:
+        if job.qtime and job.qtime - 1000 < t and not job.flags & FLAG_HELD:
             t = job.qtime - 1000        # before the WILLQUEUE announcement, 500 ms earlier
         return t
 
@@ -369,6 +372,8 @@ class Spill:
             if q is not None:
                 job.queue = q.name
             shard.register_back(job, seq)
+        if job.flags & FLAG_GROUPED:
+            shard.groups.relink(job)
         shard.schedule(job)
 
     def fault_in(self, jid):
