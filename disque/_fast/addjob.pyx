@@ -19,7 +19,7 @@ DEF LLONG_MAX = 9223372036854775807
 DEF DEFAULT_TTL = 86400         # seconds (SPEC 3.1)
 DEF MAX_DEFAULT_RETRY = 300
 DEF MAX_GROUP_KEY = 256         # bytes of a GROUP key (docs/job-groups.md)
-MAX_GROUP_KEY_LEN = MAX_GROUP_KEY
+cdef bytes GROUP_KEY_SIZE = b"-ERR GROUP needs a key of 1 to %d bytes\r\n" % MAX_GROUP_KEY
 
 
 cdef inline long long option_value(object arg, long long lo, long long hi):
@@ -95,7 +95,7 @@ cdef object parse_addjob(list argv, AddjobOptions *o, int cluster_size):
             if o.group_at:
                 return b"-ERR GROUP given twice\r\n"
             if not 0 < len(argv[i + 1]) <= MAX_GROUP_KEY:
-                return b"-ERR GROUP needs a key of 1 to 256 bytes\r\n"
+                return GROUP_KEY_SIZE
             o.group_at = i + 1
             i += 1
         else:

@@ -46,7 +46,7 @@ cdef class JobGroups:
         cdef dict groups = self.by_queue.get(job.queue)
         if groups is None:
             return None
-        return groups.get((<JobOptions>job.ext).group)
+        return groups.get(ext.group)
 
     cdef JobGroup make(self, Job job):
         cdef dict groups = self.by_queue.get(job.queue)
@@ -112,8 +112,7 @@ cdef class JobGroups:
         if not job.flags & JOB_FLAG_GROUPED:
             return False
         cdef JobOptions ext = job.ext
-        cdef dict groups = self.by_queue.get(job.queue)
-        cdef JobGroup g = None if groups is None else groups.get(ext.group)
+        cdef JobGroup g = self.group_of(job)
         if g is None or job.id not in g.ids:
             job.flags &= ~JOB_GROUP_FLAGS
             return False
@@ -159,6 +158,17 @@ cdef class JobGroups:
                 del self.by_queue[g.queue]
             return None
         return ids[0] if at == 0 else None
+
+    def of_queue(self, bytes queue):
+        """(groups, jobs held behind their head) of one queue: QSTAT's and the console's."""
+        cdef dict groups = self.by_queue.get(queue)
+        if not groups:
+            return 0, 0
+        cdef JobGroup g
+        cdef Py_ssize_t held = 0
+        for g in groups.values():
+            held += len(g.ids) - 1
+        return len(groups), held
 
     cpdef clear(self):
         self.by_queue.clear()

@@ -324,11 +324,15 @@ cdef class ShardCore:
             return
         cdef bint held = job.flags & JOB_FLAG_HELD
         job.flags &= ~JOB_FLAG_HELD
-        if held or (not job.flags & JOB_FLAG_DELIVERED and job.qtime and
-                    <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms):
-            if self.enqueue(job, False):
-                return
+        if (held or self.first_queueing_due(job)) and self.enqueue(job, False):
+            return
         self.schedule(job)
+
+    cdef bint first_queueing_due(self, Job job) noexcept:
+        """An active job never delivered whose DELAY has passed: it waits for its first
+        queueing (a head just released, or read back from the AOF)."""
+        return (job.state == JOB_ACTIVE and not job.flags & JOB_FLAG_DELIVERED
+                and <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms)
 
     cpdef bint load_grouped(self, Job job) except -1:
         """A job of a group read back from the AOF takes its place in the group's order (by
@@ -346,8 +350,7 @@ cdef class ShardCore:
                 previous.flags &= ~JOB_FLAG_BCAST_QUEUED    # its coming queueing is no redelivery
                 previous.flags |= JOB_FLAG_HELD
                 self.schedule(previous)
-        return (job.state == JOB_ACTIVE and not job.flags & JOB_FLAG_DELIVERED
-                and <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms)
+        return self.first_queueing_due(job)
 
     cpdef spill_out(self, Job job, object marker):
         """`job` leaves RAM for the spill log (disque/workers/spill.py): as delete_job, but
@@ -527,12 +530,11 @@ cdef class ShardCore:
         if o.replicate > 1 or extrepl:
             return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's
         self.register_job(job)
-        # a job of a group takes its place before the AOF record, which holds it; one that
-        # is not its group's head waits for the head (held), or for its DELAY first
-        if o.group_at and not self.groups.join_new(job, self.now_ms) and not o.delay:
-            job.flags |= JOB_FLAG_HELD
-            self.schedule(job)
-        elif o.delay:
+        if o.group_at:
+            # its place before the AOF record, which holds it; enqueue's gate holds a job
+            # that is not its group's head
+            self.groups.join_new(job, self.now_ms)
+        if o.delay:
             self.schedule(job)
         else:
             self.enqueue(job, False)

@@ -91,13 +91,13 @@ class JobFeatures:
     # ---- SHOW ------------------------------------------------------------------------------
 
     def show_options(self, job):
-        """SHOW's extra fields for a job with options (5 name/value pairs), and for a job
-        of a group 2 more (docs/job-groups.md)."""
+        """SHOW's extra fields for a job with options: (how many RESP elements, their
+        parts). 5 name/value pairs, and for a job of a group 2 more (docs/job-groups.md)."""
         ext = job.ext
         group = [] if ext.group is None else [
             b"$5\r\ngroup\r\n", resp.bulk(ext.group),
             b"$9\r\ngroup-seq\r\n:%d\r\n" % ext.group_seq]
-        return group + [
+        return (10 if ext.group is None else 14), group + [
             b"$14\r\nretry-interval\r\n:%d\r\n" % retry_interval(job),
             b"$7\r\nbackoff\r\n:%d\r\n" % ext.backoff,
             b"$14\r\nmax-deliveries\r\n:%d\r\n" % ext.max_deliveries,

@@ -21,10 +21,9 @@ def queue_row(q, now_ms, groups):
     """A queue's row; `groups`: the shard's JobGroups (docs/job-groups.md)."""
     first = q.jobs.first() if len(q.jobs) else None
     ext = first.ext if first is not None else None
-    mine = groups.by_queue.get(q.name)
+    ngroups, held = groups.of_queue(q.name)
     return {"queue": q.name.decode(errors="replace"), "len": q.length(),
-            "groups": len(mine) if mine else 0,
-            "held": sum(len(g) - 1 for g in mine.values()) if mine else 0,
+            "groups": ngroups, "held": held,
             "spilled": len(q.cold) if q.cold is not None else 0,
             "jobs_in": q.jobs_in, "jobs_out": q.jobs_out,
             "paused": PAUSE_NAMES[q.paused].decode(),

@@ -82,17 +82,16 @@ class QueueCommands:
     def group_stats(self, name):
         """(groups with jobs, groups whose head is delivered and not finished, jobs held
         behind their head) of queue `name` (docs/job-groups.md)."""
-        groups = self.shard.groups.by_queue.get(name)
-        if not groups:
+        count, held = self.shard.groups.of_queue(name)
+        if not count:
             return 0, 0, 0
         jobs = self.shard.jobs
-        blocked = held = 0
-        for g in groups.values():
+        blocked = 0
+        for g in self.shard.groups.by_queue[name].values():
             head = jobs.get(g.head)
             if head is not None and head.state != QUEUED and head.flags & FLAG_DELIVERED:
                 blocked += 1
-            held += len(g) - 1
-        return len(groups), blocked, held
+        return count, blocked, held
 
     def group_fields(self, name):
         """QSTAT's group fields, for a queue that has groups (a queue without any keeps

@@ -14,8 +14,7 @@ from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED,
-                              QUEUED,
-                              STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
+                              QUEUED, STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
 from disque._fast.jobid import id_ttl_minutes
@@ -402,9 +401,10 @@ class Shard(ShardCore):
     def show_reply(self, job):
         now = self.now_ms
         dummy = job.body is None
-        extra = self.features.show_options(job) if job.ext is not None else None
+        extra_count, extra = (self.features.show_options(job) if job.ext is not None
+                              else (0, None))
         parts = [
-            b"*%d\r\n$2\r\nid\r\n" % (30 if not extra else 40 if job.ext.group is None else 44), resp.bulk(job.id),
+            b"*%d\r\n$2\r\nid\r\n" % (30 + extra_count), resp.bulk(job.id),
             b"$5\r\nqueue\r\n", resp.NULL_BULK if dummy else resp.bulk(job.queue),
             b"$5\r\nstate\r\n", resp.bulk(STATE_NAMES[job.state]),
             b"$4\r\nrepl\r\n:%d\r\n" % job.repl,
