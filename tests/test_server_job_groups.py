@@ -330,19 +330,6 @@ def test_many_groups_and_consumers_see_no_order_or_exclusivity_violation(start_s
     assert delivered == added
 
 
-def test_a_node_in_a_cluster_refuses_groups_with_a_clear_error(start_cluster):
-    """Groups across nodes (a home per group, docs/job-groups.md) are not built yet: a node
-    of a cluster says so, and takes nothing."""
-    c = start_cluster(2, workers=1)
-    with c[0].raw() as r:
-        assert r.call("ADDJOB", "gc", "b", 0, "GROUP", "k") == (
-            b"-ERR GROUP is served by a lone node in this version: this node is in a "
-            b"cluster of 2 nodes (docs/job-groups.md)\r\n")
-        assert r.call("ADDJOB", "gc", "b", 0, "GROUP", "k", "REPLICATE", 1).startswith(
-            b"-ERR GROUP is served by a lone node")
-        assert r.execute("QLEN", "gc") == 0
-
-
 def test_a_dead_letter_stays_out_of_its_group_after_a_restart(start_server):
     srv = start_server(workers=1, extra_args=["--appendonly", "yes", "--appendfsync", "always",
                                               "--aof-enqueue-jobs-once", "yes"])

@@ -24,6 +24,12 @@ cdef class ReplWait:
     cdef public long long timeout       # as parsed (ms; 0: none)
     cdef public bint is_async
     cdef public bint extrepl            # external replication: no copy kept here
+    # a job of a group in a cluster (docs/job-groups.md): its copy holders, the first
+    # REPLICATE nodes of its group's ranking (None: picked at random), and its group's
+    # home when that is another node, which gives the job its place (GROUPSEQ) and queues it
+    cdef public tuple targets
+    cdef public bytes home
+    cdef public bint seq_pending        # the home's GOTJOB with the job's place has not come
     cdef public long long reqid         # the rest is set once the producer waits
     cdef public long long deadline, last_add, started
 

@@ -119,13 +119,9 @@ cdef object parse_addjob(list argv, AddjobOptions *o, int cluster_size):
             o.retry = MAX_DEFAULT_RETRY
         if o.retry == 0:
             o.retry = 1
-    if o.group_at:
-        if o.is_async:
-            return (b"-ERR GROUP cannot be used with ASYNC: a job's place in its group is "
-                    b"given before the reply\r\n")
-        if cluster_size > 1:
-            return (b"-ERR GROUP is served by a lone node in this version: this node is in a "
-                    b"cluster of %d nodes (docs/job-groups.md)\r\n" % cluster_size)
+    if o.group_at and o.is_async:
+        return (b"-ERR GROUP cannot be used with ASYNC: a job's place in its group is "
+                b"given before the reply\r\n")
     if o.backoff or o.maxdeliveries or o.deadletter_at:
         if o.deadletter_at and not o.maxdeliveries:
             return b"-ERR DEADLETTER needs MAXDELIVERIES\r\n"
@@ -163,4 +159,7 @@ cdef ReplWait copies_wanted(Job job, AddjobOptions *o, bint extrepl):
     wait.timeout = o.timeout
     wait.is_async = o.is_async
     wait.extrepl = extrepl
+    wait.targets = None
+    wait.home = None
+    wait.seq_pending = False
     return wait

@@ -27,14 +27,17 @@ cdef long NEEDJOBS = _bus.NEEDJOBS
 cdef long YOURJOBS = _bus.YOURJOBS
 cdef long PAUSE = _bus.PAUSE
 cdef long INTEREST = _bus.INTEREST
+cdef long GROUPSEQ = _bus.GROUPSEQ
 cdef long NOREPLY = _bus.NOREPLY
 cdef long ACCEPTED = _bus.ACCEPTED
-# JOB_TYPES is REPLJOB ... PAUSE and INTEREST: is_job_type relies on that shape
-assert _bus.JOB_TYPES == frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST}
+# JOB_TYPES is REPLJOB ... PAUSE, INTEREST and GROUPSEQ: is_job_type relies on that shape
+assert _bus.JOB_TYPES == frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST, GROUPSEQ}
 
 # the largest aux a job message may carry: counters (32 bits), a NACK delay in ms or a
 # DELAY in seconds (32 bits); anything bigger would overflow the worker's C fields
 cdef object MAX_AUX = 1 << 48
+# ... except a GOTJOB's: a group job's sequence number from its home (docs/job-groups.md)
+cdef object MAX_SEQ = 1 << 64
 
 # what this node does with a copy (REPLJOB), decided by the front-end per frame
 REFUSE_COPIES = 0      # leaving or above 75% of maxmemory: no copy, no GOTJOB (SPEC 8.7, 9)
@@ -43,20 +46,20 @@ ACCEPT_COPIES = 2      # the GOTJOB leaves from here, the copy goes on to the wo
 
 
 cdef inline bint is_job_type(object t):
-    """bus_messages.JOB_TYPES: REPLJOB ... PAUSE and INTEREST (compared as Python ints:
-    a peer may send any 64-bit value)."""
-    return type(t) is int and (REPLJOB <= t <= PAUSE or t == INTEREST)
+    """bus_messages.JOB_TYPES: REPLJOB ... PAUSE, INTEREST and GROUPSEQ (compared as Python
+    ints: a peer may send any 64-bit value)."""
+    return type(t) is int and (REPLJOB <= t <= PAUSE or t == INTEREST or t == GROUPSEQ)
 
 
-cdef inline bint valid_pair(object payload):
+cdef inline bint valid_pair(object payload, object max_aux):
     """[job ID or queue name, aux]: what every job message but REPLJOB and YOURJOBS carries,
-    with an aux the worker can take (0 <= aux < MAX_AUX)."""
+    with an aux the worker can take (0 <= aux < max_aux)."""
     if type(payload) is not list or len(<list>payload) != 2:
         return False
     if type((<list>payload)[0]) is not bytes:
         return False
     aux = (<list>payload)[1]
-    return type(aux) is int and 0 <= aux < MAX_AUX
+    return type(aux) is int and 0 <= aux < max_aux
 
 
 cdef int owner(long mtype, object payload, int nworkers) except -2:
@@ -64,8 +67,9 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
     slot its job ID carries (worker 0 for an ID without one; the worker drops what it does
     not know). -1: malformed, dropped here."""
     cdef object jid
-    if mtype == REPLJOB:
-        # a copy is answered from here: nothing that is not one gets a GOTJOB
+    if mtype == REPLJOB or mtype == GROUPSEQ:
+        # a copy is answered from here: nothing that is not one gets a GOTJOB (a group
+        # job's home answers GROUPSEQ itself, with the job's place)
         if type(payload) is not bytes:
             return -1
         jid = (<bytes>payload)[4:44]
@@ -76,7 +80,7 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
         if type(payload) is not list or not payload or type((<list>payload)[0]) is not bytes:
             return -1
         jid = (<bytes>(<list>payload)[0])[4:44]
-    elif not valid_pair(payload):
+    elif not valid_pair(payload, MAX_SEQ if mtype == GOTJOB else MAX_AUX):
         return -1
     elif mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:
         return queue_worker(<bytes>(<list>payload)[0], nworkers)

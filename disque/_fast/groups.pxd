@@ -5,6 +5,8 @@ cdef class JobGroup:
     cdef public bytes queue, key
     cdef public list ids                # the job IDs by sequence number (in their options)
     cdef public unsigned long long last_seq   # the highest sequence number given or seen
+    cdef public bytes home              # the group's home node as of `home_epoch`
+    cdef public unsigned long long home_epoch
 
 
 cdef class JobGroups:
@@ -12,6 +14,11 @@ cdef class JobGroups:
     cdef public dict by_queue
     cdef public long long count         # groups with jobs, over every queue
     cdef public long long members       # jobs in a group, over every group
+    # the nodes a group's home is chosen among (this one included), sorted; a lone node
+    # has only itself, and is every group's home
+    cdef public tuple nodes
+    cdef public bytes me
+    cdef public unsigned long long epoch    # one more each time `nodes` changes
 
     cpdef JobGroup group_of(self, Job job)
     cdef JobGroup make(self, Job job)
@@ -21,4 +28,8 @@ cdef class JobGroups:
     cpdef bint relink(self, Job job) except -1
     cpdef bytes head_id(self, Job job)
     cpdef bytes leave(self, Job job)
+    cpdef bint set_nodes(self, tuple nodes, bytes me) except -1
+    cpdef list ranking(self, bytes queue, bytes key)
+    cpdef bytes home_of(self, bytes queue, bytes key)
+    cpdef bint is_home(self, Job job) except -1
     cpdef clear(self)

@@ -9,12 +9,28 @@ A group holds job IDs, not jobs: the jobs stay in the shard's map, and a group's
 all it adds (a list slot per job, and in the job's options its sequence number and its
 group, so that a job finds its group without a lookup; the jobs of a group share one key
 object).
+
+In a cluster each group has a **home**, the one node that gives its jobs their sequence
+numbers and queues its head: the first of the group's nodes ranked by rendezvous hashing
+(highest random weight) over the membership every node sees, `nodes`. Every node works it
+out on its own; when a node leaves the membership only its groups move, each to the next
+node of its ranking (the heir), which holds a copy of every job of the group.
 """
+from hashlib import blake2b
+
 from disque._fast.job cimport Job, JobOptions, JOB_FLAG_GROUPED, JOB_GROUP_FLAGS
 
 # a job's place in a new group's order is never below the node clock in microseconds: a
 # group that empties and fills again keeps increasing numbers
 DEF SEQ_PER_MS = 1000
+# the rendezvous weights: 8 bytes of BLAKE2b over (queue, key, node), the same on every
+# node whatever its Python hash seed
+cdef bytes RANK_PERSON = b"disque-group"
+
+
+cdef bytes weight(bytes queue, bytes key, bytes node):
+    return blake2b(b"%b\0%b\0%b" % (queue, key, node), digest_size=8,
+                   person=RANK_PERSON).digest()
 
 
 cdef class JobGroup:
@@ -23,6 +39,8 @@ cdef class JobGroup:
         self.key = key
         self.ids = []
         self.last_seq = 0
+        self.home = None
+        self.home_epoch = 0
 
     def __len__(self):
         return len(self.ids)
@@ -37,6 +55,52 @@ cdef class JobGroups:
         self.by_queue = {}
         self.count = 0
         self.members = 0
+        self.nodes = ()
+        self.me = b""
+        self.epoch = 1
+
+    cpdef bint set_nodes(self, tuple nodes, bytes me) except -1:
+        """The membership homes are chosen among, and this node's id: `nodes` holds `me`
+        unless this node leaves the cluster. True when it changed."""
+        nodes = tuple(sorted(set(nodes)))
+        if nodes == self.nodes and me == self.me:
+            return False
+        self.nodes = nodes
+        self.me = me
+        self.epoch += 1
+        return True
+
+    cpdef list ranking(self, bytes queue, bytes key):
+        """The nodes by their rendezvous weight for the group, its home first, its heir
+        second."""
+        if len(self.nodes) <= 1:
+            return list(self.nodes) or [self.me]
+        cdef list weighed = [(weight(queue, key, n), n) for n in self.nodes]
+        weighed.sort(reverse=True)
+        return [n for _, n in weighed]
+
+    cpdef bytes home_of(self, bytes queue, bytes key):
+        if len(self.nodes) <= 1:
+            return self.nodes[0] if self.nodes else self.me
+        cdef bytes best = None, best_w = None, w
+        for n in self.nodes:
+            w = weight(queue, key, n)
+            if best_w is None or w > best_w:
+                best, best_w = n, w
+        return best
+
+    cpdef bint is_home(self, Job job) except -1:
+        """Whether this node is the home of `job`'s group, the node that queues its head."""
+        if len(self.nodes) <= 1:
+            return not self.nodes or self.nodes[0] == self.me
+        cdef JobOptions ext = job.ext
+        cdef JobGroup g = ext.member_of
+        if g is None:
+            return self.home_of(job.queue, ext.group) == self.me
+        if g.home_epoch != self.epoch:
+            g.home = self.home_of(g.queue, g.key)
+            g.home_epoch = self.epoch
+        return g.home == self.me
 
     cpdef JobGroup group_of(self, Job job):
         """The group `job` names in its queue (None when it has none yet)."""

@@ -14,8 +14,9 @@ cdef enum:
     JOB_FLAG_NACK_PENDING = 8   # a NACK ... DELAY already counted: the coming requeue is it
     JOB_FLAG_GROUPED = 16       # a member of its group's order (disque/_fast/groups.pyx)
     JOB_FLAG_HELD = 32          # due in its queue, held behind its group's head
+    JOB_FLAG_HANDED = 64        # a group's head handed over by federation: queued where it came
     # the flags a group keeps in RAM only: never serialized (the loader rejoins the group)
-    JOB_GROUP_FLAGS = 48
+    JOB_GROUP_FLAGS = 112
 
 cdef class JobOptions:
     # retry back-off, dead-lettering (docs/job-features.md) and the job's group; None on a plain job

@@ -12,8 +12,8 @@ of the first node's worker (perf: half its CPU in the interpreter).
 import random
 
 from disque._fast.addjob cimport ReplWait
-from disque._fast.job cimport (Job, JOB_WAIT_REPL, JOB_FLAG_BCAST_QUEUED, mark_active,
-                               mark_wait_repl)
+from disque._fast.job cimport (Job, JobOptions, JOB_WAIT_REPL, JOB_FLAG_BCAST_QUEUED,
+                               mark_active, mark_wait_repl)
 from disque._fast.shardcore cimport ShardCore
 
 from disque._fast.codec import CodecError, deserialize, serialize
@@ -32,9 +32,14 @@ cdef long PAUSE = _bus.PAUSE
 cdef long NEEDJOBS = _bus.NEEDJOBS
 cdef long YOURJOBS = _bus.YOURJOBS
 cdef long INTEREST = _bus.INTEREST
+cdef long GROUPSEQ = _bus.GROUPSEQ
 cdef long NOREPLY = _bus.NOREPLY
 cdef long ACCEPTED = _bus.ACCEPTED
 DEF LLONG_MAX = 9223372036854775807
+cdef bytes NOT_ENOUGH_NODES = (b"-NOREPL Not enough reachable nodes for the requested "
+                               b"replication level\r\n")
+cdef bytes HOME_UNREACHABLE = (b"-NOREPL The home node of this job's group is not reachable "
+                               b"now: try again once the cluster settles (docs/job-groups.md)\r\n")
 cdef object sample = random.sample
 cdef object choice = random.choice
 
@@ -72,7 +77,7 @@ cdef class ReplicationCore:
             sender, t, mflags, payload = m
             mtype = t
             hook = None
-            if mtype != GOTJOB and mtype != REPLJOB:
+            if mtype != GOTJOB and mtype != REPLJOB and mtype != GROUPSEQ:
                 hook = self.message_hook(mtype)
                 if hook is None:
                     continue
@@ -82,8 +87,10 @@ cdef class ReplicationCore:
                     hook(sender, mflags, payload)
                 elif mtype == GOTJOB:
                     self.on_gotjob(sender, mflags, payload)
-                else:
+                elif mtype == REPLJOB:
                     self.on_repljob(sender, mflags, payload)
+                else:
+                    self.on_groupseq(sender, payload)
             except (TypeError, ValueError, IndexError, KeyError, OverflowError, CodecError):
                 # a malformed message from a peer is dropped, like upstream
                 pass
@@ -123,13 +130,19 @@ cdef class ReplicationCore:
         when the client waits for GOTJOBs (its reply then goes to `reqid`)."""
         cdef ShardCore shard = self.shard
         cdef Job job = wait.job
-        cdef bint extrepl = wait.extrepl
-        cdef int needed = job.repl if extrepl else job.repl - 1
         cdef tuple roomy = self.roomy
         cdef tuple targets
+        if wait.home is not None:
+            refusal = self.group_holders(wait)
+            if refusal is not None:
+                return refusal
+        cdef bint extrepl = wait.extrepl
+        cdef int needed = job.repl if extrepl else job.repl - 1
         # nodes with room first (docs/memory.md, "Spilling and the memory levels"); while
         # every node has room, roomy is reachable
-        if needed < len(roomy):
+        if wait.targets is not None:
+            targets = wait.targets
+        elif needed < len(roomy):
             targets = tuple(sample(roomy, needed))
         elif needed == len(roomy) or not self.crowded:
             targets = roomy
@@ -158,7 +171,11 @@ cdef class ReplicationCore:
             job.nodes_confirmed = {shard.node_id}
         shard.register_job(job)
         shard.schedule(job)
-        self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s))
+        if wait.seq_pending:
+            # the home gives the job its place first; the other copies carry it
+            self.send_bus((wait.home,), GROUPSEQ, serialize(job, False, shard.now_s))
+        else:
+            self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s))
         cdef long long now = shard.now_ms
         wait.reqid = reqid
         if not wait.timeout:
@@ -171,6 +188,29 @@ cdef class ReplicationCore:
         wait.started = now
         self.repl_waits[job.id] = wait
         self.repl_by_reqid[reqid] = wait
+        return None
+
+    cdef object group_holders(self, ReplWait wait):
+        """A job of a group in a cluster (docs/job-groups.md): its copies go to the first
+        REPLICATE reachable nodes of its group's ranking, the home first, and this node
+        keeps one only when it is among them. On the home the job takes its place now;
+        elsewhere the home gives it (GROUPSEQ). The error reply when that cannot be."""
+        cdef ShardCore shard = self.shard
+        cdef Job job = wait.job
+        cdef bytes me = shard.node_id, home = wait.home
+        cdef tuple reachable = self.reachable
+        if home != me and home not in reachable:
+            return HOME_UNREACHABLE
+        cdef list holders = [n for n in shard.groups.ranking(job.queue, (<JobOptions>job.ext).group)
+                             if n == me or n in reachable][:job.repl]
+        if len(holders) < job.repl:
+            return NOT_ENOUGH_NODES
+        wait.extrepl = me not in holders
+        wait.targets = tuple([n for n in holders if n != me])
+        if home == me:
+            shard.groups.join_new(job, shard.now_ms)
+        else:
+            wait.seq_pending = True
         return None
 
     cpdef activate(self, Job job):
@@ -187,13 +227,17 @@ cdef class ReplicationCore:
         """Every copy confirmed: answer the producer."""
         cdef Job job = wait.job
         self.end_wait(wait)
+        cdef bytes home = wait.home
         if wait.extrepl:
-            target = choice(sorted(job.nodes_confirmed))
+            # a job of a group is queued by its group's home
+            target = home if home is not None else choice(sorted(job.nodes_confirmed))
             self.send_bus((target,), ENQUEUE, [job.id, job.delay])
             self.shard.delete_job(job)
         else:
             job.nodes_confirmed = None
             self.activate(job)
+            if home is not None and home != self.shard.node_id:
+                self.send_bus((home,), ENQUEUE, [job.id, job.delay])
         reply = b"+" + job.id + b"\r\n"
         # Shard.answer, without its Python frame: a served producer (negative wait id)
         # or the front-end's request
@@ -213,10 +257,27 @@ cdef class ReplicationCore:
         cdef Job job = (<ReplWait>wait).job
         if job.state != JOB_WAIT_REPL:
             return
+        if (<ReplWait>wait).seq_pending:
+            if sender != (<ReplWait>wait).home or payload[1] <= 0:
+                return
+            self.placed(<ReplWait>wait, payload[1])
         self.add_node(job, sender)
         job.nodes_confirmed.add(sender)
-        if len(job.nodes_confirmed) >= job.repl:
+        if len(job.nodes_confirmed) >= job.repl and not (<ReplWait>wait).seq_pending:
             self.replicated(<ReplWait>wait)
+
+    cdef placed(self, ReplWait wait, unsigned long long seq):
+        """The home gave a job of its group its place (the aux of its GOTJOB): the job
+        joins the group here if it is kept here, and its other copies leave, carrying it."""
+        cdef ShardCore shard = self.shard
+        cdef Job job = wait.job
+        (<JobOptions>job.ext).group_seq = seq
+        wait.seq_pending = False
+        if not wait.extrepl:
+            shard.groups.rejoin(job, shard.jobs)
+        rest = tuple([n for n in wait.targets if n != wait.home])
+        if rest:
+            self.send_bus(rest, REPLJOB, serialize(job, False, shard.now_s))
 
     # ---- copies of other nodes' jobs -------------------------------------------------------
 
@@ -239,18 +300,50 @@ cdef class ReplicationCore:
             if (<Job>known).body is not None:
                 self.merge_nodes(known, copy.nodes_delivered)
         else:
-            q = shard.queues.get(copy.queue)
-            if q is not None:
-                copy.queue = q.name     # share the queue name object
-            copy.nodes_delivered = self.known_nodes(copy.nodes_delivered)
-            copy.flags |= JOB_FLAG_BCAST_QUEUED
-            mark_active(copy)
-            shard.register_job(copy)
-            shard.schedule(copy)
-            if shard.aof_on:
-                shard.aof_loadjob(copy)
+            self.keep_copy(copy, sender)
         if not flags & NOREPLY:
             self.send_bus((sender,), GOTJOB, [copy.id, 0])
+
+    cdef keep_copy(self, Job copy, sender):
+        """A copy of a job new here: registered with its known nodes, in its group if it
+        has one, its requeue timer set, logged."""
+        cdef ShardCore shard = self.shard
+        q = shard.queues.get(copy.queue)
+        if q is not None:
+            copy.queue = q.name     # share the queue name object
+        copy.nodes_delivered = self.known_nodes(copy.nodes_delivered)
+        copy.flags |= JOB_FLAG_BCAST_QUEUED
+        mark_active(copy)
+        shard.register_job(copy)
+        if copy.ext is not None:
+            shard.join_copy(copy)
+        shard.schedule(copy)
+        if shard.aof_on:
+            shard.aof_loadjob(copy)
+
+    cpdef on_groupseq(self, sender, data):
+        """A job of a group this node is the home of, from a producer elsewhere: kept as a
+        copy, given the group's next place, answered GOTJOB with it (once its LOADJOB
+        record is written, as any copy's). Taken whatever the memory level: a group's jobs
+        live on its home (spilled if they must). Asked again (a lost GOTJOB), the same
+        place is given again."""
+        cdef ShardCore shard = self.shard
+        if shard.leaving or shard.aof_refusing:
+            return
+        job, _ = deserialize(data, 0, False, shard.now_s, shard.now_ms, shard.rand_err())
+        cdef Job copy = job
+        if copy.ext is None or (<JobOptions>copy.ext).group is None:
+            return
+        known = shard.find_job(copy.id)
+        if known is not None:
+            copy = known
+            if copy.body is None or copy.ext is None or not (<JobOptions>copy.ext).group_seq:
+                return
+            self.merge_nodes(copy, job.nodes_delivered)
+        else:
+            (<JobOptions>copy.ext).group_seq = 0
+            self.keep_copy(copy, sender)
+        self.send_bus((sender,), GOTJOB, [copy.id, (<JobOptions>copy.ext).group_seq])
 
     cpdef tuple known_nodes(self, tuple nodes):
         cdef frozenset known = self.known

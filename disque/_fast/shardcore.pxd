@@ -89,6 +89,7 @@ cdef class ShardCore:
     cpdef group_done(self, Job job)
     cdef void release_head(self, bytes jid) except *
     cdef bint first_queueing_due(self, Job job) noexcept
+    cpdef join_copy(self, Job job)
     cpdef bint load_grouped(self, Job job) except -1
     cpdef spill_out(self, Job job, object marker)
     cdef long long leave_ram(self, Job job, object marker) except -1

@@ -10,11 +10,11 @@ import os
 from disque._fast.sysio cimport mono_ns
 from collections import deque
 
-from disque._fast.addjob cimport AddjobOptions, copies_wanted, parse_addjob
+from disque._fast.addjob cimport AddjobOptions, ReplWait, copies_wanted, parse_addjob
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, JOB_FLAG_GROUPED,
-                               JOB_FLAG_HELD, retry_interval_ms, dead_letter_due)
+                               JOB_FLAG_HELD, JOB_FLAG_HANDED, retry_interval_ms, dead_letter_due)
 from disque._fast.groups cimport JobGroups
 from disque._fast.scanlog cimport ScanLog
 
@@ -227,10 +227,18 @@ cdef class ShardCore:
             return False
         if job.retry == 0 and job.flags & JOB_FLAG_DELIVERED:
             return False
-        if job.flags & JOB_FLAG_GROUPED and not self.groups.is_head(job):
-            job.flags |= JOB_FLAG_HELD     # its turn comes when the head leaves (group_done)
-            self.schedule(job)
-            return False
+        if job.flags & JOB_FLAG_GROUPED and not job.flags & JOB_FLAG_HANDED:
+            if not self.groups.is_head(job):
+                job.flags |= JOB_FLAG_HELD     # its turn comes when the head leaves (group_done)
+                self.schedule(job)
+                return False
+            if not self.groups.is_home(job):
+                # the group's home queues its head; this copy keeps a requeue timer, which
+                # queues it once this node is the home (a failed home's heir)
+                if job.retry:
+                    job.qtime = self.now_ms + retry_interval_ms(job) + self.rand_err()
+                self.schedule(job)
+                return False
         cdef bint again = job.flags & JOB_FLAG_BCAST_QUEUED or nack
         cdef bint moved = False
         cdef int mflags = 0
@@ -333,6 +341,18 @@ cdef class ShardCore:
         queueing (a head just released, or read back from the AOF)."""
         return (job.state == JOB_ACTIVE and not job.flags & JOB_FLAG_DELIVERED
                 and <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms)
+
+    cpdef join_copy(self, Job job):
+        """A copy of another node's job, just registered here (REPLJOB, GROUPSEQ, YOURJOBS):
+        into its group's order when it has a group. One without a place yet (GROUPSEQ: this
+        node is the group's home) gets the group's next."""
+        cdef JobOptions ext = job.ext
+        if ext is None or ext.group is None or job.flags & JOB_FLAG_GROUPED:
+            return
+        if ext.group_seq == 0:
+            self.groups.join_new(job, self.now_ms)
+        else:
+            self.load_grouped(job)
 
     cpdef bint load_grouped(self, Job job) except -1:
         """A job of a group read back from the AOF takes its place in the group's order (by
@@ -515,9 +535,12 @@ cdef class ShardCore:
         # (held_level): it replicates externally when enough nodes below their level can
         # take the copies, else it keeps the job and spills it (docs/memory.md, "Spilling
         # and the memory levels").
-        cdef bint extrepl = self.leaving or (self.cluster_size > 1 and (
+        # a job of a group in a cluster goes where its group's ranking says
+        # (Replication.replicate_new), whatever this node's memory level
+        cdef bint grouped = o.group_at and self.cluster_size > 1
+        cdef bint extrepl = not grouped and (self.leaving or (self.cluster_size > 1 and (
             self.memory_level >= 1
-            or (self.held_level >= 1 and self.roomy_nodes >= o.replicate)))
+            or (self.held_level >= 1 and self.roomy_nodes >= o.replicate))))
         cdef bytes qname = argv[1]
         cdef Queue q = self.queues.get(qname)
         refusal = self.addjob_refusal(&o, extrepl, q)
@@ -527,7 +550,16 @@ cdef class ShardCore:
             qname = q.name                   # one bytes object per queue name, shared by its jobs
         cdef Job job = self.new_job(qname, argv, &o)
         self.n_added += 1
-        if o.replicate > 1 or extrepl:
+        cdef ReplWait wait
+        cdef bytes home
+        if grouped:
+            home = self.groups.home_of(qname, (<JobOptions>job.ext).group)
+            if home != self.node_id or o.replicate > 1:
+                # copies on the group's first nodes, and its place given by its home
+                wait = copies_wanted(job, &o, False)
+                wait.home = home
+                return wait
+        elif o.replicate > 1 or extrepl:
             return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's
         self.register_job(job)
         if o.group_at:

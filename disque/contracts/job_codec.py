@@ -24,7 +24,7 @@ import struct
 
 from disque._fast.codec import CodecError, deserialize, serialize   # noqa: F401 (the API)
 
-from disque._fast.job import (FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HELD,
+from disque._fast.job import (FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, GROUP_FLAGS,
                               Job, JobOptions,
                               mark_active, restore_state, retry_interval_msec)
 
@@ -59,10 +59,10 @@ def serialize_reference(job, storage, now_s):
     body = job.body or b""
     if storage:
         etime = job.etime
-        flags = job.flags & ~(FLAG_GROUPED | FLAG_HELD)
+        flags = job.flags & ~GROUP_FLAGS
     else:
         etime = job.etime - now_s + 1 if job.etime > now_s else 1
-        flags = job.flags & ~(FLAG_DELIVERED | FLAG_GROUPED | FLAG_HELD)
+        flags = job.flags & ~(FLAG_DELIVERED | GROUP_FLAGS)
     nodes = job.nodes_delivered
     rest = (b"".join([U32.pack(len(queue)), queue, U32.pack(len(body)), body,
                       U32.pack(len(nodes))] + [n for n in nodes]) + options_block(job.ext))

@@ -145,6 +145,10 @@ class ClusterRelay:
             "roomy": sorted(n.id.encode() for n in reachable if not n.has(bus_msg.MEMORY_HIGH)),
             "known": sorted(n.id.encode() for n in c.nodes.values()
                             if not n.has(bus_msg.HANDSHAKE)),
+            # the nodes a job group's home is chosen among (docs/job-groups.md): not
+            # failed, leaving or stopping; a node that may only be slow (PFAIL) stays
+            "members": sorted(n.id.encode() for n in c.nodes.values()
+                              if not n.flags & bus_msg.GROUP_OUTSIDERS),
             "leaving": bool(me.flags & bus_msg.LEAVING),
             # direct job links (docs/design.md): where each other node's workers take them,
             # and whether DEBUG BUS cuts this node off (the workers then use the bus only)

@@ -21,7 +21,7 @@ import math
 
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import deserialize, serialize
-from disque._fast.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED
+from disque._fast.job import ACKED, FLAG_BCAST_QUEUED, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HANDED
 from disque.workers.queues import PAUSE_OUT
 
 RESPONDER_VALID_MS = 5000
@@ -228,8 +228,10 @@ class Federation:
         self.shard.replication.send_bus((node,), bus_msg.YOURJOBS,
                                         [serialize(j, False, now_s) for j in jobs])
         for job in jobs:
-            if job.retry == 0:
-                self.shard.forget_job(job)    # at-most-once: only one copy may exist
+            # at-most-once: only one copy may exist. A group's head stays here, never to
+            # be queued again, as its group's head until its ACK comes (docs/job-groups.md)
+            if job.retry == 0 and not job.flags & FLAG_GROUPED:
+                self.shard.forget_job(job)
 
     def on_yourjobs(self, sender, mflags, payload):
         now = self.shard.now_ms
@@ -252,7 +254,13 @@ class Federation:
                     nodes += (sender,)
                 job.nodes_delivered = nodes
                 self.shard.register_job(job)
+                if job.ext is not None:
+                    self.shard.join_copy(job)
             job.flags &= ~(FLAG_BCAST_QUEUED | FLAG_DELIVERED)
+            if job.flags & FLAG_GROUPED:
+                # a group's head, queued by its sender (its home, or a node it handed it
+                # to): queued here too, whatever this node's place in the group
+                job.flags |= FLAG_HANDED
             if job.retry == 0:
                 job.qtime = now         # an at-most-once job may be queued here once
             if self.shard.enqueue(job):

@@ -93,6 +93,31 @@ class Replication(ReplicationCore):
         self.shard.roomy_nodes = len(self.roomy)
         self.known = frozenset(state["known"]) | {myid}
         self.shard.leaving = state["leaving"]
+        if self.shard.groups.set_nodes(tuple(state.get("members", (myid,))), myid):
+            self.rehome_groups()
+
+    def rehome_groups(self):
+        """The membership changed, so some job groups have another home (docs/job-groups.md,
+        "Where a group lives"): each job of theirs held here goes, as a copy with its place,
+        to a new home that does not hold it yet, so that the home holds its whole group and
+        queues its head. Rendezvous hashing moves only the groups of the nodes that came or
+        went."""
+        shard = self.shard
+        groups = shard.groups
+        me = shard.node_id
+        for queue, by_key in list(groups.by_queue.items()):
+            for key, group in list(by_key.items()):
+                home = groups.home_of(queue, key)
+                if home == me:
+                    continue
+                for jid in list(group.ids):
+                    job = shard.find_job(jid)
+                    if job is None or job.body is None or job.state == ACKED:
+                        continue
+                    if home not in job.nodes_delivered:
+                        self.add_node(job, home)
+                        self.send_bus((home,), bus_msg.REPLJOB,
+                                      serialize(job, False, shard.now_s), bus_msg.NOREPLY)
 
     # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
 
@@ -126,6 +151,11 @@ class Replication(ReplicationCore):
             elif now - wait.last_add >= max(REPL_ADD_NODE_MS,
                                             len(job.body or b"") // RESEND_BYTES_PER_MS):
                 wait.last_add = now
+                if wait.seq_pending:
+                    # a job of a group waits for its place from its home: asked again
+                    self.send_bus((wait.home,), bus_msg.GROUPSEQ,
+                                  serialize(job, False, self.shard.now_s))
+                    continue
                 have = set(job.nodes_delivered)
                 extra = ([n for n in self.roomy if n not in have]
                          or [n for n in self.crowded if n not in have])
