@@ -9,6 +9,9 @@ CRASH_MARKERS = ("Traceback", "shutting the node down", "BUG REPORT")
 # the timing probes (workload --probes): a timer may fire this much before its time, the
 # requeue jitter (-250 ms) plus the 10 ms timer tick and some slack
 EARLY_TOLERANCE_S = 0.3
+# job groups: a group's next job may wait this much beyond the faults' window and two
+# RETRYs (a requeue's jitter, federation's INTEREST refresh, the 100 ms crons)
+GROUP_SLACK_S = 3.0
 
 
 def check(name, aof, record, ctx):
@@ -52,8 +55,51 @@ def check(name, aof, record, ctx):
         "baseline_rate": record["baseline_rate"], "fault_rate": record["fault_rate"],
         "recover_seconds": record["recover_seconds"],
         "adds_per_second": record["adds_per_second"],
-        **timing, **ctx.extra,
+        **timing, **group_checks(record, ctx.args.duration + ctx.node_timeout_s), **ctx.extra,
     }
+
+
+def group_checks(record, fault_window_s):
+    """Job groups (workload --groups, docs/job-groups.md), per group: acknowledged jobs
+    first delivered out of the order of their adds, deliveries of a job while another of
+    its group was in flight, and the longest a job waited for its turn: from the later of
+    its add's reply and its predecessor's first delivery, to its own first delivery. A
+    group is stuck when that wait passes the documented bound, the faults' window (their
+    duration plus the node timeout) plus two RETRYs and GROUP_SLACK_S for the timers."""
+    if not record.get("groups"):
+        return {}
+    bound = fault_window_s + 2 * record["retry"] + GROUP_SLACK_S
+    deliveries = record["group_deliveries"]
+    out_of_order = stuck = 0
+    max_wait = 0.0
+    for group, acked in record["group_acked"].items():
+        first = {}
+        for jid, t in deliveries.get(group, ()):
+            first.setdefault(jid, t)
+        place = {jid: k for k, (jid, _t) in enumerate(acked)}
+        highest = -1
+        for jid in first:                       # first deliveries, in delivery order
+            k = place.get(jid)
+            if k is None:
+                continue                        # an add that got an error: no known place
+            out_of_order += k < highest
+            highest = max(highest, k)
+        group_wait = 0.0
+        for k, (jid, t_ack) in enumerate(acked):
+            if jid not in first:
+                continue                        # lost: counted with the others
+            ready = t_ack
+            if k and acked[k - 1][0] in first:
+                ready = max(ready, first[acked[k - 1][0]])
+            group_wait = max(group_wait, first[jid] - ready)
+        stuck += group_wait > bound
+        max_wait = max(max_wait, group_wait)
+    two = len(record["group_two_in_flight"])
+    return {"groups": len(record["group_acked"]),
+            "group_jobs": sum(len(a) for a in record["group_acked"].values()),
+            "group_out_of_order": out_of_order, "group_two_in_flight": two,
+            "group_violations": out_of_order + two, "group_stuck": stuck,
+            "group_max_wait_s": round(max_wait, 2), "group_bound_s": round(bound, 1)}
 
 
 def probe_checks(record):
@@ -105,6 +151,24 @@ def table(results):
                      str(r["unexpected"]), errs, str(r["crashed"]),
                      "yes" if r["all_answer"] else "NO", recovery_text(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def group_table(results):
+    """Job groups' checks per scenario (workload --groups); empty without groups."""
+    rows = [("scenario", "groups", "group jobs", "out of order", "two in flight",
+             "stuck > bound", "longest wait s", "bound s")]
+    for r in results:
+        if r.get("groups"):
+            rows.append((r["scenario"], str(r["groups"]), str(r["group_jobs"]),
+                         str(r["group_out_of_order"]), str(r["group_two_in_flight"]),
+                         str(r["group_stuck"]), "%.1f" % r["group_max_wait_s"],
+                         "%.0f" % r["group_bound_s"]))
+    if len(rows) == 1:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ import time
 
 from faults import netns, soak
 from faults.catalog import SCENARIOS
-from faults.checker import table
+from faults.checker import group_table, table
 from faults.runs import run_scenario
 
 SHORT_SECONDS = 12.0
@@ -38,6 +38,9 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the nodes' directories")
     ap.add_argument("--warmup", type=float, default=4.0,
                     help="fault-free seconds before the faults (the rate to recover to)")
+    ap.add_argument("--groups", type=int, default=0,
+                    help="half of the adds go to this many job groups, checked per group "
+                    "(docs/faults.md, \"Job groups\"); 0: none")
     ap.add_argument("--disque-binary", help="run the original C disque-server instead of ours "
                     "(scenarios that need worker processes are skipped)")
     soak.add_arguments(ap)
@@ -86,11 +89,16 @@ def main(argv=None):
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print(table(results))
+    groups = group_table(results)
+    if groups:
+        print("\njob groups (docs/faults.md, \"Job groups\"):\n" + groups)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     bad = [r for r in results if r.get("error") or r.get("lost") or r.get("crashed")
-           or not r.get("all_answer") or r.get("violations")]
+           or not r.get("all_answer") or r.get("violations")
+           # job groups may break under faults (docs/job-groups.md), never without one
+           or (r.get("scenario") == "calm" and r.get("group_violations"))]
     return 1 if bad else 0
 
 

@@ -107,6 +107,7 @@ def run_scenario(name, args, root, log):
              "--addrs", ",".join(netns.node_addr(n.i) for n in ctx.nodes),
              "--addrs-file", ctx.addrs_path, "--out", out, "--warmup", str(args.warmup),
              "--max-seconds", str(args.duration + args.warmup + 150),
+             *(["--groups", str(args.groups)] if args.groups else []),
              *map(str, scenario.workload_args(ctx))],
             cwd=fault_nodes.REPO, env=fault_nodes.env())
         time.sleep(args.warmup)         # fault-free: the workload's rate to recover to

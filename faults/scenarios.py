@@ -111,7 +111,13 @@ def kill_worker(ctx, until):
 
 
 # partitions, pauses and kills: docs/faults.md, "Scenarios"
+def calm(ctx, until):
+    """No fault: the workload alone, for as long as a scenario's faults last."""
+    _sleep_until(until, until)
+
+
 SCENARIOS = {
+    "calm": Scenario(calm, summary="no fault: what every check must show without one"),
     "halves": Scenario(partitions(halves)),
     "isolate-one": Scenario(partitions(isolate_one)),
     "majority-minority": Scenario(partitions(majority_minority)),

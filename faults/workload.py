@@ -9,6 +9,13 @@ reach RECOVERED of that rate (or --recover-max passed). Then producing stops, co
 goes on until nothing came for --quiet seconds (or --drain-max passed), and the record is
 written as JSON.
 
+With --groups N, half of the adds are jobs of N job groups (docs/job-groups.md) on their
+own queue, GROUPS_QUEUE: each group belongs to one producer, which adds its jobs one after
+another (each answered before the next is sent) through random nodes. Consumers record,
+per group, the order of first deliveries and any delivery of another job of the group
+while one is in flight (from the GETJOB reply to the ACKJOB, a part of the server's window
+for it, so a violation seen here is one); faults/checker.py reads both.
+
 For the soak (faults/soak.py): --rate caps the adds per second, --backlog makes consumers
 take jobs only while more than that many acknowledged adds wait undelivered (the backlog
 rises to it, then stays there: consumption follows production), and --status gets the
@@ -25,6 +32,7 @@ from collections import Counter
 import redis
 
 QUEUE = "faults"
+GROUPS_QUEUE = "faults-groups"
 BUCKET = 0.25           # seconds per count of acknowledged adds
 RECOVERED = 0.8         # a second with this share of the fault-free rate: recovered
 RECOVER_MAX = 30.0      # seconds after the heal at most
@@ -58,6 +66,13 @@ class Record:
         self.order_inverted = 0     # ... delivered in the opposite order of their adds
         self.first_deliveries = 0   # distinct jobs delivered (the backlog's other side)
         self.draining = False       # producers stopped: consumers take everything
+        # job groups (--groups): per group, [job id, monotonic ack time] of its acknowledged
+        # adds in order, [job id, monotonic time] of its deliveries, and the job delivered
+        # and not acked yet; deliveries of a second job while one is in flight
+        self.group_acked = {}
+        self.group_deliveries = {}
+        self.group_in_flight = {}
+        self.group_two_in_flight = []
 
     def count_add(self):
         """Under the lock."""
@@ -94,11 +109,15 @@ def producer(args, rec, stop, index=0):
     conns = {}
     seq = 0
     next_t = 0.0
+    own_groups = list(range(index, args.groups, args.producers))
     while not stop.is_set():
         next_t = pace(args, next_t)
         node = rng.choice(args.addrs)
         repl = rng.choice((2, 3))
         seq += 1
+        if own_groups and rng.random() < 0.5:
+            add_group_job(args, rec, conns, node, repl, rng.choice(own_groups), seq)
+            continue
         kind = rng.choice(PROBE_KINDS) if rng.random() < args.probes else b"p"
         opts = {b"p": ("RETRY", args.retry, "TTL", 3600),
                 b"d": ("DELAY", args.probe_delay, "RETRY", args.retry, "TTL", 3600),
@@ -128,6 +147,50 @@ def producer(args, rec, stop, index=0):
             time.sleep(0.05)
 
 
+def add_group_job(args, rec, conns, node, repl, group, seq):
+    body = b"G%d:%d" % (group, seq)
+    try:
+        c = conns.get(node) or conns.setdefault(node, connect(node, args.port, 6))
+        jid = c.execute_command("ADDJOB", GROUPS_QUEUE, body, args.addjob_timeout_ms,
+                                "REPLICATE", repl, "RETRY", args.retry, "TTL", 3600,
+                                "GROUP", "g%d" % group).decode()
+        with rec.lock:
+            rec.attempts += 1
+            rec.id_reuse += jid in rec.acked
+            rec.acked[jid] = repl
+            rec.group_acked.setdefault(group, []).append([jid, time.monotonic()])
+            rec.count_add()
+    except Exception as e:          # noqa: BLE001 - every failure is recorded by type
+        conns.pop(node, None)
+        with rec.lock:
+            rec.attempts += 1
+            rec.errors[error_type(e)] += 1
+        time.sleep(0.05)
+
+
+def group_delivered(rec, jobs, now):
+    """Under the lock: the jobs of groups in one GETJOB reply, marked in flight."""
+    for _queue, jid, body in jobs:
+        if not body.startswith(b"G"):
+            continue
+        group = int(body[1:].split(b":")[0])
+        jid = jid.decode()
+        other = rec.group_in_flight.get(group)
+        if other is not None and other != jid:
+            rec.group_two_in_flight.append([group, other, jid, now])
+        rec.group_in_flight[group] = jid
+        rec.group_deliveries.setdefault(group, []).append([jid, now])
+
+
+def group_acking(rec, jobs):
+    """Under the lock, before the ACKJOB leaves: its groups are no longer in flight."""
+    for _queue, jid, body in jobs:
+        if body.startswith(b"G"):
+            group = int(body[1:].split(b":")[0])
+            if rec.group_in_flight.get(group) == jid.decode():
+                del rec.group_in_flight[group]
+
+
 def consumer(args, rec, stop):
     rng = random.Random()
     conns = {}
@@ -138,7 +201,7 @@ def consumer(args, rec, stop):
         node = rng.choice(args.consumer_addrs or args.addrs)
         try:
             c = conns.get(node) or conns.setdefault(node, connect(node, args.port, 4))
-            jobs = c.execute_command("GETJOB", "TIMEOUT", 300, "COUNT", 20, "FROM", QUEUE)
+            jobs = c.execute_command("GETJOB", "TIMEOUT", 300, "COUNT", 20, "FROM", *args.queues)
             if not jobs:
                 continue
             ids = [j[1] for j in jobs]
@@ -151,8 +214,11 @@ def consumer(args, rec, stop):
                 rec.last_delivery = now
                 check_order(rec, jobs)
                 keep = retry_probes_to_keep(rec, jobs, now)
+                group_delivered(rec, jobs, now)
             ids = [jid for jid in ids if jid not in keep]
             if ids:
+                with rec.lock:
+                    group_acking(rec, jobs)
                 c.execute_command("ACKJOB", *ids)
         except Exception as e:          # noqa: BLE001
             conns.pop(node, None)
@@ -166,6 +232,8 @@ def check_order(rec, jobs):
     jobs one producer added to one node one after the other must come in that order."""
     last = {}                           # (producer, node) -> sequence of the latest seen
     for _queue, _jid, body in jobs:
+        if body.startswith(b"G"):
+            continue                    # a job group's (group_delivered)
         try:
             who, node, seq = body[1:].split(b":")
             seq = int(seq)
@@ -267,10 +335,13 @@ def main():
     ap.add_argument("--backlog", type=int, default=0,
                     help="consumers take jobs only above this backlog (0: always)")
     ap.add_argument("--status", help="the counters, written every second")
+    ap.add_argument("--groups", type=int, default=0,
+                    help="job groups: half of the adds go to this many groups (0: none)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.addrs = args.addrs.split(",")
     args.consumer_addrs = None          # None: the producers' nodes
+    args.queues = [QUEUE, GROUPS_QUEUE] if args.groups else [QUEUE]
     rec = Record()
     stop_p, stop_c = threading.Event(), threading.Event()
     draining = threading.Event()
@@ -315,7 +386,10 @@ def main():
                "probes": rec.probes, "probe_options": {"d": args.probe_delay,
                                                        "r": args.probe_retry, "t": args.probe_ttl},
                # the wall-clock time of adds_per_second's first bucket
-               "started_unix": started_unix - (started - rec.started)}
+               "started_unix": started_unix - (started - rec.started),
+               "retry": args.retry, "groups": args.groups,
+               "group_acked": rec.group_acked, "group_deliveries": rec.group_deliveries,
+               "group_two_in_flight": rec.group_two_in_flight}
     with open(args.out, "w") as f:
         json.dump(out, f)
 
