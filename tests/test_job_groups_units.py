@@ -133,3 +133,62 @@ def test_a_load_that_reads_a_later_job_first_queues_the_earlier_one_only():
     assert node.cmd("ACKJOB", first) == 1
     assert node.getjob()[0][1] == second
     assert node.show(second)[b"additional-deliveries"] == 0
+
+
+# ---- the home of a group in a cluster ------------------------------------------------------
+
+NODES = tuple(bytes([ord("a") + i]) * 40 for i in range(5))
+
+
+def test_a_lone_node_is_every_groups_home():
+    groups = JobGroups()
+    job = member(b"j")
+    assert groups.is_home(job)                      # no membership pushed yet
+    assert groups.set_nodes((NODES[0],), NODES[0]) is True
+    assert groups.set_nodes((NODES[0],), NODES[0]) is False     # unchanged
+    assert groups.is_home(job) and groups.home_of(b"q", b"k") == NODES[0]
+    groups.set_nodes((NODES[1],), NODES[0])         # this node leaves: the other is home
+    assert not groups.is_home(job)
+
+
+def test_every_node_ranks_the_same_home_and_heir():
+    """Each node computes the ranking on its own, from the same members in any order."""
+    rankings = set()
+    for me in NODES:
+        groups = JobGroups()
+        groups.set_nodes(tuple(reversed(NODES)) if me == NODES[2] else NODES, me)
+        rankings.add(tuple(groups.ranking(b"q", b"k")))
+        assert groups.home_of(b"q", b"k") == groups.ranking(b"q", b"k")[0]
+    assert len(rankings) == 1 and sorted(next(iter(rankings))) == sorted(NODES)
+
+
+def test_only_the_groups_of_a_node_that_goes_move_and_they_go_to_their_heir():
+    groups = JobGroups()
+    groups.set_nodes(NODES, NODES[0])
+    keys = [b"k%d" % i for i in range(2000)]
+    before = {k: groups.ranking(b"q", k) for k in keys}
+    homes = {n: sum(before[k][0] == n for k in keys) for n in NODES}
+    assert all(300 < c < 500 for c in homes.values()), homes      # spread evenly
+    gone = NODES[3]
+    groups.set_nodes(tuple(n for n in NODES if n != gone), NODES[0])
+    for k in keys:
+        home = groups.home_of(b"q", k)
+        if before[k][0] == gone:
+            assert home == before[k][1]             # the heir takes it
+        else:
+            assert home == before[k][0]             # nothing else moves
+
+
+def test_a_members_home_is_kept_until_the_membership_changes():
+    groups = JobGroups()
+    groups.set_nodes(NODES, NODES[0])
+    job = member(b"j")
+    groups.join_new(job, 1)
+    g = groups.group_of(job)
+    mine = groups.is_home(job)
+    assert groups.home_here(g) == mine and g.home == groups.home_of(b"q", b"k")
+    other = groups.home_of(b"q", b"k") if not mine else NODES[1]
+    groups.set_nodes(NODES, other)                  # seen from the home
+    assert groups.home_here(g) == (g.home == other)
+    # QSTAT's figures count the groups this node is the home of
+    assert groups.of_queue(b"q") == ((1, 0) if groups.home_here(g) else (0, 0))

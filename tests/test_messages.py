@@ -344,3 +344,21 @@ def test_an_oversized_frame_on_a_job_link_closes_that_link_and_loses_no_job(star
     for node in c.nodes:
         with RawConn(node.port) as r:
             wait_until(lambda: all(show(r, jid) is None for jid in ids), timeout=15)
+
+
+@pytest.mark.unit
+def test_a_group_jobs_copy_for_its_home_reaches_its_worker_and_is_answered_there():
+    """GROUPSEQ is routed like a copy but never answered by the front-end: its home's worker
+    answers, GOTJOB carrying the job's place, a number beyond the other messages' aux."""
+    jid = IdMaker(b"a" * 40).make(queue_slot(b"q"), 60, 5)
+    copy = b"\0" * 4 + jid + b"rest"
+    place = 1796004457407000 << 8
+    inbox, gotjobs = {}, []
+    route_job_messages([bus_msg.JobMessage.encode(bus_msg.GROUPSEQ, 0, copy),
+                        bus_msg.JobMessage.encode(bus_msg.GOTJOB, 0, [jid, place]),
+                        bus_msg.JobMessage.encode(bus_msg.WORKING, 0, [jid, place])],
+                       b"s" * 40, 1, inbox, ACCEPT_COPIES, gotjobs)
+    assert gotjobs == []
+    assert [bus_msg.Inbound.decode(e) for e in inbox[0]] == [
+        bus_msg.Inbound(b"s" * 40, bus_msg.GROUPSEQ, 0, copy),
+        bus_msg.Inbound(b"s" * 40, bus_msg.GOTJOB, 0, [jid, place])]    # WORKING's aux: too big

@@ -32,4 +32,5 @@ cdef class JobGroups:
     cpdef list ranking(self, bytes queue, bytes key)
     cpdef bytes home_of(self, bytes queue, bytes key)
     cpdef bint is_home(self, Job job) except -1
+    cpdef bint home_here(self, JobGroup g) except -1
     cpdef clear(self)

@@ -97,6 +97,13 @@ cdef class JobGroups:
         cdef JobGroup g = ext.member_of
         if g is None:
             return self.home_of(job.queue, ext.group) == self.me
+        return self.home_here(g)
+
+    cpdef bint home_here(self, JobGroup g) except -1:
+        """Whether this node is the home of group `g` (its home is kept until the
+        membership changes)."""
+        if len(self.nodes) <= 1:
+            return not self.nodes or self.nodes[0] == self.me
         if g.home_epoch != self.epoch:
             g.home = self.home_of(g.queue, g.key)
             g.home_epoch = self.epoch
@@ -224,15 +231,19 @@ cdef class JobGroups:
         return ids[0] if at == 0 else None
 
     def of_queue(self, bytes queue):
-        """(groups, jobs held behind their head) of one queue: QSTAT's and the console's."""
+        """(groups, jobs held behind their head) of one queue, over the groups this node is
+        the home of (in a cluster the other holders of their jobs do not count them, so
+        the nodes' figures add up): QSTAT's and the console's."""
         cdef dict groups = self.by_queue.get(queue)
         if not groups:
             return 0, 0
         cdef JobGroup g
-        cdef Py_ssize_t held = 0
+        cdef Py_ssize_t held = 0, count = 0
         for g in groups.values():
-            held += len(g.ids) - 1
-        return len(groups), held
+            if self.home_here(g):
+                count += 1
+                held += len(g.ids) - 1
+        return count, held
 
     cpdef clear(self):
         self.by_queue.clear()

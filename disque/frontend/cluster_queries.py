@@ -200,8 +200,16 @@ def combine_qstat(stats, answered, asked):
     paused = 0
     for s in stats:
         paused |= PAUSE_BITS.get(s["pause"], 0)
+    # job groups: each node counts the groups it is the home of (docs/job-groups.md), so
+    # the sums count each group once; a queue without groups keeps the 24 elements
+    grouped = [s for s in stats if "groups" in s]
+    groups = [
+        b"$6\r\ngroups\r\n:%d\r\n" % sum(s["groups"] for s in grouped),
+        b"$14\r\ngroups-blocked\r\n:%d\r\n" % sum(s["groups-blocked"] for s in grouped),
+        b"$4\r\nheld\r\n:%d\r\n" % sum(s["held"] for s in grouped),
+    ] if grouped else []
     return b"".join([
-        b"*24\r\n$4\r\nname\r\n", resp.bulk(stats[0]["name"]),
+        b"*%d\r\n$4\r\nname\r\n" % (24 + 2 * len(groups)), resp.bulk(stats[0]["name"]),
         b"$3\r\nlen\r\n:%d\r\n" % sum(s["len"] for s in stats),
         b"$3\r\nage\r\n:%d\r\n" % max(s["age"] for s in stats),
         b"$4\r\nidle\r\n:%d\r\n" % min(s["idle"] for s in stats),
@@ -214,7 +222,7 @@ def combine_qstat(stats, answered, asked):
         b"$5\r\npause\r\n", resp.bulk(PAUSE_NAMES[paused]),
         b"$14\r\nnodes-answered\r\n:%d\r\n" % answered,
         b"$11\r\nnodes-asked\r\n:%d\r\n" % asked,
-    ])
+    ] + groups)
 
 
 def merge_peek(per_node, count):

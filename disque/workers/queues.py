@@ -81,15 +81,19 @@ class QueueCommands:
 
     def group_stats(self, name):
         """(groups with jobs, groups whose head is delivered and not finished, jobs held
-        behind their head) of queue `name` (docs/job-groups.md)."""
-        count, held = self.shard.groups.of_queue(name)
+        behind their head) of queue `name`, over the groups this node is the home of
+        (docs/job-groups.md): in a cluster the other nodes that hold their jobs do not
+        count them, so QSTAT ... CLUSTER counts each group once."""
+        groups = self.shard.groups
+        count, held = groups.of_queue(name)
         if not count:
             return 0, 0, 0
         jobs = self.shard.jobs
         blocked = 0
-        for g in self.shard.groups.by_queue[name].values():
+        for g in groups.by_queue[name].values():
             head = jobs.get(g.head)
-            if head is not None and head.state != QUEUED and head.flags & FLAG_DELIVERED:
+            if (head is not None and head.state != QUEUED and head.flags & FLAG_DELIVERED
+                    and groups.home_here(g)):
                 blocked += 1
         return count, blocked, held
 

@@ -115,9 +115,22 @@ class Replication(ReplicationCore):
                     if job is None or job.body is None or job.state == ACKED:
                         continue
                     if home not in job.nodes_delivered:
-                        self.add_node(job, home)
-                        self.send_bus((home,), bus_msg.REPLJOB,
-                                      serialize(job, False, shard.now_s), bus_msg.NOREPLY)
+                        self.send_to_home(job, home)
+
+    def remind_home(self, job):
+        """The requeue timer of a group's head fired here, and another node is its home:
+        the home is sent the job again (it keeps one copy of it). A copy sent while the
+        membership changed can be lost on the way; this, one RETRY apart, makes sure the
+        home gets its group's head."""
+        groups = self.shard.groups
+        home = groups.home_of(job.queue, job.ext.group)
+        if home != self.shard.node_id:
+            self.send_to_home(job, home)
+
+    def send_to_home(self, job, home):
+        self.add_node(job, home)
+        self.send_bus((home,), bus_msg.REPLJOB, serialize(job, False, self.shard.now_s),
+                      bus_msg.NOREPLY)
 
     # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
 

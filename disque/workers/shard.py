@@ -14,6 +14,7 @@ from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED,
+                              FLAG_HELD,
                               QUEUED, STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
                               retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
@@ -215,6 +216,8 @@ class Shard(ShardCore):
                         if job.flags & FLAG_DELIVERED:
                             self.n_requeued += 1
                         continue
+                    elif job.flags & FLAG_GROUPED and not job.flags & FLAG_HELD:
+                        self.replication.remind_home(job)   # a group's head, its home elsewhere
                 elif state == QUEUED and job.retry and job.qtime <= now:
                     job.flags |= FLAG_BCAST_WILLQUEUE
                     job.qtime = now + retry_interval_msec(job) + self.rand_err()

@@ -1,0 +1,142 @@
+"""Job groups between the shards of three nodes, in-process, with every bus message passed
+by hand (docs/job-groups.md, "Adding a job to a group"): a node that is not the group's
+home asks the home for the job's place (GROUPSEQ) before any other copy leaves, answers the
+producer once the copies and the place are there, and asks the home to queue the job; a
+home that is not reachable is refused at once; only the home queues a head."""
+import pytest
+
+from disque.contracts import bus_messages as bus_msg
+from disque.workers.shard import Shard
+
+pytestmark = pytest.mark.unit
+
+A, B, C = (bytes([c]) * 40 for c in b"abc")
+NOW_MS = 1_800_000_000_000
+
+
+def shard_of(me, reachable=None):
+    shard = Shard(0, 1, me, {})
+    shard.now_ms, shard.now_s = NOW_MS, NOW_MS // 1000
+    members = (A, B, C)
+    others = tuple(n for n in members if n != me)
+    shard.replication.set_cluster({
+        "myid": me, "size": 3, "known": list(members), "leaving": False, "members": list(members),
+        "reachable": list(others if reachable is None else reachable)})
+    return shard
+
+
+def key_homed_at(shard, home, heir=None):
+    """A group key whose ranking starts with `home` (then `heir`, when given)."""
+    for i in range(10000):
+        key = b"k%d" % i
+        ranking = shard.groups.ranking(b"q", key)
+        if ranking[0] == home and (heir is None or ranking[1] == heir):
+            return key
+    raise AssertionError("no key found")
+
+
+def qlen(shard):
+    q = shard.queues.get(b"q")
+    return 0 if q is None else len(q.jobs)
+
+
+def sent(shard):
+    out, shard.bus_out = shard.bus_out, []
+    return [(tuple(d) if d is not None else None, t, f, p) for d, t, f, p in out]
+
+
+def deliver(shard, sender, messages):
+    shard.replication.on_bus([[sender, t, f, p] for _d, t, f, p in messages])
+
+
+def addjob(shard, *args):
+    return shard.execute(1, [a if isinstance(a, bytes) else str(a).encode()
+                             for a in ("ADDJOB", "q", "body", 0) + args])
+
+
+def test_a_producer_away_from_the_home_gets_the_place_first_then_copies_then_its_reply():
+    a, b, c = shard_of(A), shard_of(B), shard_of(C)
+    key = key_homed_at(a, B, C)                 # home B, heir C; A holds no copy
+    assert addjob(a, "GROUP", key, "REPLICATE", 2) is None       # the producer waits
+    first = sent(a)
+    assert [(d, t) for d, t, _f, _p in first] == [((B,), bus_msg.GROUPSEQ)]
+    deliver(b, A, first)                        # the home keeps it and gives it its place
+    answer = sent(b)
+    assert [(d, t) for d, t, _f, _p in answer] == [((A,), bus_msg.GOTJOB)]
+    jid, place = answer[0][3]
+    assert place >= NOW_MS * 1000
+    assert b.find_job(jid).ext.group_seq == place
+    deliver(a, B, answer)
+    copies = sent(a)
+    assert [(d, t) for d, t, _f, _p in copies] == [((C,), bus_msg.REPLJOB)]
+    deliver(c, A, copies)
+    assert c.find_job(jid).ext.group_seq == place         # the heir has the place
+    deliver(a, C, sent(c))                      # GOTJOB: every copy is there
+    done = sent(a)
+    assert [(d, t, p) for d, t, _f, p in done] == [((B,), bus_msg.ENQUEUE, [jid, 0])]
+    assert a.out[-1] == [1, b"+" + jid + b"\r\n"]          # the producer's reply
+    assert a.find_job(jid) is None              # not one of the group's holders
+    deliver(b, A, done)
+    assert qlen(b) == 1           # queued on its home only
+    deliver(c, A, done)
+    assert qlen(c) == 0
+
+
+def test_a_place_asked_for_twice_is_the_same_place():
+    a, b = shard_of(A), shard_of(B)
+    key = key_homed_at(a, B)
+    addjob(a, "GROUP", key, "REPLICATE", 2)
+    ask = sent(a)
+    deliver(b, A, ask)
+    deliver(b, A, ask)                          # the first GOTJOB was lost: asked again
+    places = [p[1] for _d, t, _f, p in sent(b) if t == bus_msg.GOTJOB]
+    assert len(places) == 2 and places[0] == places[1]
+    assert b.groups.members == 1
+
+
+def test_an_unreachable_home_is_refused_at_once_and_keeps_nothing():
+    a = shard_of(A, reachable=(C,))             # B suspected (PFAIL): still a member
+    key = key_homed_at(a, B)
+    assert addjob(a, "GROUP", key, "REPLICATE", 2) == (
+        b"-NOREPL The home node of this job's group is not reachable now: try again once "
+        b"the cluster settles (docs/job-groups.md)\r\n")
+    assert sent(a) == [] and a.jobs == {} and a.groups.members == 0
+
+
+def test_on_its_home_a_job_takes_its_place_at_once_and_its_copies_carry_it():
+    a, c = shard_of(A), shard_of(C)
+    key = key_homed_at(a, A, C)
+    assert addjob(a, "GROUP", key, "REPLICATE", 2) is None
+    copies = sent(a)
+    assert [(d, t) for d, t, _f, _p in copies] == [((C,), bus_msg.REPLJOB)]
+    deliver(c, A, copies)
+    jid = next(iter(c.jobs))
+    assert c.find_job(jid).ext.group_seq == a.find_job(jid).ext.group_seq > 0
+    deliver(a, C, sent(c))
+    assert qlen(a) == 1
+    assert [t for _d, t, _f, _p in sent(a)] == []             # no ENQUEUE: it is the home
+
+
+def test_a_copy_away_from_the_home_is_never_queued_by_its_timer():
+    """The heir's copy of the head keeps its requeue timer and moves it on, one RETRY at a
+    time, sending the home the job each time, while the home is a member; once the home leaves the membership the heir is the
+    home and its timer queues the head."""
+    a, c = shard_of(A), shard_of(C)
+    key = key_homed_at(a, A, C)
+    addjob(a, "GROUP", key, "REPLICATE", 2, "RETRY", 1)
+    deliver(c, A, sent(a))
+    for step in range(30):
+        c.now_ms += 100
+        c.now_s = c.now_ms // 1000
+        c.run_timers()
+    assert qlen(c) == 0
+    # each time its timer fired, the home was sent the job again (a lost copy is mended)
+    reminders = [(d, t) for d, t, _f, _p in sent(c) if t == bus_msg.REPLJOB]
+    assert reminders and set(reminders) == {((A,), bus_msg.REPLJOB)}
+    c.replication.set_cluster({"myid": C, "size": 3, "known": [A, B, C], "leaving": False,
+                               "members": [B, C], "reachable": [B]})
+    for step in range(30):
+        c.now_ms += 100
+        c.now_s = c.now_ms // 1000
+        c.run_timers()
+    assert qlen(c) == 1
