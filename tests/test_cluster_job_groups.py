@@ -188,3 +188,62 @@ def test_a_thousand_groups_through_three_nodes_to_eight_consumers(cluster3):
     assert violations == []
     bad = [g for g in range(ngroups) if delivered[g] != added[g]]
     assert bad == [], [(g, added[g], delivered[g]) for g in bad[:3]]
+
+
+def qstat(r, *args):
+    reply = r.execute("QSTAT", *args)
+    return dict(zip(reply[0::2], reply[1::2]))
+
+
+def test_qstat_counts_each_group_at_its_home_and_qstat_cluster_sums_them(cluster3):
+    """Every node holds every job (REPLICATE 3): QSTAT on a node counts the groups it is the
+    home of, so QSTAT ... CLUSTER counts 12 groups, 36 jobs held behind 12 heads."""
+    c = cluster3
+    for i in range(4):
+        for g in range(12):
+            with c[(g + i) % 3].raw() as r:
+                addjob(r, "gs", b"%d:%d" % (g, i), 0, "GROUP", "g%d" % g)
+    per_node = []
+    for node in c:
+        with node.raw() as r:
+            stat = qstat(r, "gs")
+            per_node.append(stat.get(b"groups", 0))
+            if b"groups" in stat:
+                assert stat[b"held"] == 3 * stat[b"groups"] and stat[b"len"] == stat[b"groups"]
+    assert sum(per_node) == 12
+    with c[0].raw() as r:
+        total = qstat(r, "gs", "CLUSTER")
+        assert (total[b"groups"], total[b"groups-blocked"], total[b"held"], total[b"len"]) == (
+            12, 0, 36, 12)
+        got = r.execute("GETJOB", "COUNT", 100, "TIMEOUT", 5000, "FROM", "gs")
+        assert got                                      # some heads, from here or handed over
+        wait_until(lambda: qstat(r, "gs", "CLUSTER")[b"groups-blocked"] == len(got),
+                   timeout=10, message="the delivered heads block their groups")
+
+
+def test_the_homes_restart_with_the_aof_keeps_every_groups_order(start_cluster):
+    """AOF on every node: every node stops and starts again, one after another; each group
+    comes out in the order it was added, one at a time, whatever its home did meanwhile."""
+    c = start_cluster(3, workers=2, extra_args=["--appendonly", "yes"])
+    ids = {g: [] for g in range(6)}
+    for i in range(4):
+        for g in range(6):
+            with c[(g + i) % 3].raw() as r:
+                ids[g].append(addjob(r, "gr", b"%d:%d" % (g, i), 0, "GROUP", "g%d" % g,
+                                     "RETRY", 2))
+    for i in range(3):
+        c[i].stop()
+        c.restart(i)
+        c.wait_mesh(timeout=30)
+    seen = {g: [] for g in range(6)}
+    with c[1].raw(timeout=30) as r:
+        while sum(len(v) for v in seen.values()) < 24:
+            got = r.execute("GETJOB", "TIMEOUT", 10000, "COUNT", 10, "FROM", "gr")
+            assert got is not NULL_ARRAY, seen
+            groups = [int(body.split(b":")[0]) for _, _, body in got]
+            assert len(set(groups)) == len(groups), got     # one job of a group at a time
+            for (_, jid, body), g in zip(got, groups):
+                if not seen[g] or seen[g][-1] != jid:
+                    seen[g].append(jid)
+            r.execute("ACKJOB", *[jid for _, jid, _ in got])
+    assert seen == ids

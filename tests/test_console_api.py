@@ -253,3 +253,35 @@ def test_each_node_keeps_its_own_session_cookie(console_cluster):
     status, _, body = act(ma, {"action": "delete", "ids": [jid]}, both, sa["token"])
     assert status == 200, body
     assert a.client(password=PW).execute_command("QLEN", "two") == 0
+
+
+def test_a_queues_groups_are_listed_once_each_by_their_home(console_cluster):
+    """docs/job-groups.md: every group of the queue over both nodes, each counted by its home
+    (both nodes hold every job: REPLICATE 2), with the job it waits on and that job's state."""
+    (a, ma), (b, mb) = console_cluster
+    ra, rb = a.client(password=PW), b.client(password=PW)
+    heads = {}
+    for key, n in (("big", 3), ("small", 1), ("mid", 2)):
+        for i in range(n):
+            jid = (ra if i % 2 else rb).execute_command("ADDJOB", "grp", "%s%d" % (key, i), 0,
+                                                        "GROUP", key, "REPLICATE", 2)
+            heads.setdefault(key, jid.decode())
+    ids = {ra.execute_command("CLUSTER", "MYID").decode(), rb.execute_command("CLUSTER", "MYID").decode()}
+    for port in (ma, mb):
+        view = get(port, "/api/console/groups?name=grp")
+        assert view["count"] == 3 and view["nodes_answered"] == 2
+        assert [(g["key"], g["jobs"], g["head"], g["head_state"]) for g in view["groups"]] == [
+            ("big", 3, heads["big"], "queued"), ("mid", 2, heads["mid"], "queued"),
+            ("small", 1, heads["small"], "queued")]
+        assert {g["node"] for g in view["groups"]} <= ids
+    assert [g["key"] for g in get(ma, "/api/console/groups?name=grp&limit=1")["groups"]] == ["big"]
+    home = next(g["node"] for g in get(ma, "/api/console/groups?name=grp")["groups"]
+                if g["key"] == "big")
+    r_home = ra if ra.execute_command("CLUSTER", "MYID").decode() == home else rb
+    got = r_home.execute_command("GETJOB", "NOHANG", "COUNT", 10, "FROM", "grp")
+    assert sorted(j[1].decode() for j in got) == sorted(
+        g["head"] for g in get(ma, "/api/console/groups?name=grp")["groups"] if g["node"] == home)
+    states = {g["key"]: g["head_state"] for g in get(mb, "/api/console/groups?name=grp")["groups"]}
+    assert states["big"] == "delivered"
+    assert get(ma, "/api/console/groups?name=none")["groups"] == []
+    assert request(ma, "GET", "/api/console/groups")[0] == 400

@@ -417,20 +417,35 @@ setTimeout(() => document.getElementById("f").submit(), 300);
 
 
 def test_a_queue_with_job_groups_shows_its_groups_and_held_jobs(tmp_path, console):
-    """docs/job-groups.md: a lone node (groups are served by a lone node in this version)."""
+    """docs/job-groups.md: the queue's figures and its groups' table (each group, the job it
+    waits on and that job's state)."""
     node = ConsoleNode(tmp_path / "lone")
     try:
         node.wait_ready()
         c = node.client()
+        heads = {}
         for key in ("a", "b"):
             for i in range(3):
-                c.execute_command("ADDJOB", "grouped", "%s%d" % (key, i), 0, "GROUP", key)
+                jid = c.execute_command("ADDJOB", "grouped", "%s%d" % (key, i), 0, "GROUP", key)
+                heads.setdefault(key, jid.decode())
         c.execute_command("ADDJOB", "plain", "p", 0)
         page = console(node)
         page.open_queue("grouped")
         page.wait("document.getElementById('q-groups') && "
                   "document.getElementById('q-groups').textContent === '2'")
         assert page.text("q-held") == "4" and page.text("q-len") == "2"
+        # the groups' table: each group with the job it waits on, queued, then delivered
+        page.wait("document.querySelectorAll('#groups-table tbody tr').length === 2")
+        rows = page.js("[...document.querySelectorAll('#groups-table tbody tr')].map("
+                       "(tr) => [...tr.children].map((td) => td.textContent))")
+        assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+            ("a", "3", heads["a"], "queued"), ("b", "3", heads["b"], "queued")]
+        c.execute_command("GETJOB", "FROM", "grouped")
+        page.open_queue("plain")
+        page.open_queue("grouped")
+        page.wait("document.querySelectorAll('#groups-table tbody tr').length === 2 && "
+                  "[...document.querySelectorAll('#groups-table tbody tr')].some("
+                  "(tr) => tr.children[3].textContent === 'delivered')")
         page.open_queue("plain")
         page.wait("document.getElementById('q-len').textContent === '1'")
         assert page.js("document.getElementById('q-groups') === null")

@@ -72,6 +72,7 @@ class NodeQueries:
             "queues": (self.queues, (int, bytes)), "queue_rows": (self.queue_rows, (BYTES_LIST,)),
             "jobs": (self.jobs, (bytes, int, int, bool, int)), "show": (self.show, (bytes,)),
             "search": (self.search, (bytes, bytes, int, int)), "act": (self.act, (str, list, str)),
+            "groups": (self.groups, (bytes, int)),
         }
 
     def answer(self, kind, args, done):
@@ -183,6 +184,14 @@ class NodeQueries:
                     "complete": all(p["complete"] for p in parts), "jobs": jobs[:limit]}
         self.ask_workers(self.queue_workers(queue), "search", [queue, needle, limit, body_max],
                          done, build)
+
+    def groups(self, done, queue, limit):
+        """The job groups of the queue this node is the home of, the largest first."""
+        def build(parts):
+            rows = sorted((g for p in parts for g in p["groups"]),
+                          key=lambda g: (-g["jobs"], g["key"]))
+            return {"count": sum(p["count"] for p in parts), "groups": rows[:max(0, limit)]}
+        self.ask_workers(self.queue_workers(queue), "groups", [queue, limit], done, build)
 
     def all_workers(self):
         return list(range(self.fe.nworkers))

@@ -59,6 +59,15 @@ export const queueView = {
       h("h2", null, "Queue", h("span", {class: "mono", id: "q-name", text: name}), this.deadTag,
         h("a", {href: "#/queues", class: "dim", text: "all queues"})),
       this.figs, pauseBar, this.deadBar));
+    // job groups (docs/job-groups.md): shown while the queue has some
+    this.groupRows = h("tbody");
+    this.groupSection = h("section", {id: "q-groups-section", hidden: true},
+      h("h2", null, "Job groups", h("span", {class: "dim", id: "groups-count"})),
+      h("div", {class: "scroll"}, h("table", {id: "groups-table"},
+        h("thead", null, h("tr", null, ["group", "jobs", "waits on", "its state", "home node"].map((t) =>
+          h("th", {text: t, class: "l"})))),
+        this.groupRows)));
+    root.appendChild(this.groupSection);
     root.appendChild(h("section", null,
       h("h2", null, "Jobs", h("span", {class: "dim", id: "jobs-count"})),
       h("div", {class: "toolbar"}, this.prevBtn, this.nextBtn, this.pageInfo,
@@ -101,6 +110,21 @@ export const queueView = {
     for (const id of [...this.selected]) if (!ids.has(id)) this.selected.delete(id);
     this.renderFigures(now);
     this.renderJobs();
+    const groups = this.info && this.info.groups
+      ? await api("/api/console/groups?name=" + encodeURIComponent(name) + "&limit=50").catch(() => null) : null;
+    if (live()) this.renderGroups(groups);
+  },
+  renderGroups(data) {
+    this.groupSection.hidden = !data || !data.groups.length;
+    if (!data) return;
+    setText($("groups-count"), "(" + num(data.count) + (data.count > data.groups.length
+      ? ", the " + num(data.groups.length) + " largest shown)" : ")"));
+    this.groupRows.replaceChildren(...data.groups.map((g) => h("tr", {"data-group": g.key},
+      h("td", {class: "mono", text: g.key}),
+      h("td", {class: "l", text: num(g.jobs)}),
+      h("td", {class: "id"}, h("a", {href: jobHref(g.head), class: "mono", text: g.head})),
+      h("td", {class: "l", text: g.head_state}),
+      h("td", {class: "l", text: nodeName(g.node), title: g.node}))));
   },
   renderFigures(now) {
     const q = this.info;

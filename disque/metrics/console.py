@@ -41,6 +41,7 @@ SHOW_BODY = 65536           # body bytes of one job shown whole
 PAGE_MAX = 500
 QUEUES_MAX = 1000
 SEARCH_MAX = 200
+GROUPS_SHOWN = 200          # job groups of a queue listed at most
 IDS_MAX = 100000
 JOB_ACTIONS = ("enqueue", "nack", "delete", "retry")
 QUEUE_ACTIONS = ("retry_all", "delete_all")
@@ -88,7 +89,8 @@ class Console:
                 self.assets[path] = (ctype, f.read())
         self.gets = {"/api/console/session": self.session, "/api/console/cluster": self.cluster,
                      "/api/console/queues": self.queues, "/api/console/queue": self.queue,
-                     "/api/console/job": self.job, "/api/console/search": self.search}
+                     "/api/console/job": self.job, "/api/console/search": self.search,
+                     "/api/console/groups": self.groups}
 
     @property
     def queries(self):
@@ -210,6 +212,24 @@ class Console:
             reply(dict(self.asked(answers, asked), queue=name, len=total, start=start,
                        jobs=jobs[start:start + count]))
         self.queries.ask_all("jobs", [name, 0, start + count, newest, LIST_BODY], done)
+
+    def groups(self, req, reply):
+        """A queue's job groups over the nodes, each counted by its home (docs/job-groups.md):
+        key, jobs, the job it waits on and that job's state, the largest groups first."""
+        name = req.query.get("name", "").encode()
+        if not name:
+            raise BadInput("name= is required")
+        limit = int_arg(req.query, "limit", 50, 1, GROUPS_SHOWN)
+
+        def done(answers, asked):
+            rows, count = [], 0
+            for node_id, (ok, res) in answers.items():
+                if ok:
+                    count += res["count"]
+                    rows.extend(dict(g, node=node_id) for g in res["groups"])
+            rows.sort(key=lambda g: (-g["jobs"], g["key"]))
+            reply(dict(self.asked(answers, asked), queue=name, count=count, groups=rows[:limit]))
+        self.queries.ask_all("groups", [name, limit], done)
 
     def job(self, req, reply):
         # an ID pasted into a URL by hand has its + read as a space; IDs hold no spaces

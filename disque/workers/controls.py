@@ -5,7 +5,7 @@ import os
 import time
 
 from disque import memstat
-from disque.workers.queue_report import (job_page, queue_names, queue_report, queue_rows,
+from disque.workers.queue_report import (group_report, job_page, queue_names, queue_report, queue_rows,
                                          queued_ids, search)
 
 
@@ -78,6 +78,7 @@ CONTROLS = {
     "queue_names": lambda worker, arg: queue_names(worker.shard, *arg),     # the console
     "queue_rows": lambda worker, arg: queue_rows(worker.shard, arg),
     "jobs": lambda worker, arg: job_page(worker.shard, *arg),
+    "groups": lambda worker, arg: group_report(worker.shard, *arg),
     "search": lambda worker, arg: search(worker.shard, *arg),
     "queued_ids": lambda worker, arg: queued_ids(worker.shard, *arg),
     "scan": lambda worker, arg: worker.shard.scan(*arg),      # QSCAN / JSCAN: Shard.scan

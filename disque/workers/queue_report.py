@@ -4,13 +4,14 @@ queue's jobs, a bounded search of bodies. Asked for by worker controls only (the
 front-end's `queries` part), never on the command path; every answer is bounded."""
 import heapq
 
-from disque._fast.job import STATE_NAMES
+from disque._fast.job import ACTIVE, FLAG_DELIVERED, QUEUED, STATE_NAMES
 from disque.contracts.queue_rows import PAUSE_NAMES
 
 PAGE_MAX = 500              # jobs in one page
 PEEK_DEPTH_MAX = 10000      # how deep into a queue a page may start (from either end)
 SEARCH_SCAN_MAX = 100000    # jobs a search reads per worker at most
 BODY_MAX = 1 << 20          # body bytes one job summary carries at most
+GROUPS_MAX = 200            # job groups in one answer
 
 
 def ctime_ms(job):
@@ -41,6 +42,32 @@ def queue_report(shard, limit, match=None):
         queues = [q for q in queues if match in q.name]
     return [queue_row(q, now_ms, shard.groups)
             for q in heapq.nlargest(limit, queues, key=lambda q: q.length())]
+
+
+def group_report(shard, queue, limit):
+    """The job groups of a queue this node is the home of (docs/job-groups.md), the largest
+    first: each group's key, its jobs, and the job it waits on (its head) with that job's
+    state: queued, delivered (and not finished), or waiting (its DELAY or its requeue)."""
+    groups = shard.groups
+    mine = [g for g in (groups.by_queue.get(queue) or {}).values() if groups.home_here(g)]
+    rows = []
+    for g in heapq.nsmallest(max(0, min(limit, GROUPS_MAX)), mine,
+                             key=lambda g: (-len(g.ids), g.key)):
+        head = shard.jobs.get(g.head)
+        rows.append({"key": g.key, "jobs": len(g.ids), "head": g.head,
+                     "head_state": head_state(head),
+                     "head_deliveries": 0 if head is None else head.additional_deliveries})
+    return {"count": len(mine), "groups": rows}
+
+
+def head_state(job):
+    if job is None:
+        return "spilled"
+    if job.state == QUEUED:
+        return "queued"
+    if job.state == ACTIVE:
+        return "delivered" if job.flags & FLAG_DELIVERED else "waiting"
+    return STATE_NAMES[job.state].decode()
 
 
 def queue_names(shard, match, cap):
