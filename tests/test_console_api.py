@@ -266,7 +266,7 @@ def test_a_queues_groups_are_listed_once_each_by_their_home(console_cluster):
             jid = (ra if i % 2 else rb).execute_command("ADDJOB", "grp", "%s%d" % (key, i), 0,
                                                         "GROUP", key, "REPLICATE", 2)
             heads.setdefault(key, jid.decode())
-    ids = {ra.execute_command("CLUSTER", "MYID").decode(), rb.execute_command("CLUSTER", "MYID").decode()}
+    ids = {r.execute_command("CLUSTER", "MYID").decode() for r in (ra, rb)}
     for port in (ma, mb):
         view = get(port, "/api/console/groups?name=grp")
         assert view["count"] == 3 and view["nodes_answered"] == 2

@@ -5,8 +5,8 @@ import os
 import time
 
 from disque import memstat
-from disque.workers.queue_report import (group_report, job_page, queue_names, queue_report, queue_rows,
-                                         queued_ids, search)
+from disque.workers.queue_report import (group_report, job_page, queue_names, queue_report,
+                                         queue_rows, queued_ids, search)
 
 
 def control_info(worker, _arg):

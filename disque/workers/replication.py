@@ -19,7 +19,8 @@ import random
 
 from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
-                              QUEUED, WAIT_REPL, mark_active, retry_interval_msec)
+                              FLAG_HANDED, QUEUED, WAIT_REPL, mark_active,
+                              retry_interval_msec)
 from disque._fast.replcore import ReplicationCore
 from disque.commands import resolve
 from disque.contracts import bus_messages as bus_msg
@@ -101,7 +102,7 @@ class Replication(ReplicationCore):
         "Where a group lives"): each job of theirs held here goes, as a copy with its place,
         to a new home that does not hold it yet, so that the home holds its whole group and
         queues its head. Rendezvous hashing moves only the groups of the nodes that came or
-        went."""
+        went. A head queued here and no longer at its home leaves the queue."""
         shard = self.shard
         groups = shard.groups
         me = shard.node_id
@@ -110,6 +111,12 @@ class Replication(ReplicationCore):
                 home = groups.home_of(queue, key)
                 if home == me:
                     continue
+                head = shard.jobs.get(group.head)
+                if head is not None and head.state == QUEUED and not head.flags & FLAG_HANDED:
+                    # no longer its home: the new home queues it (its requeue timer runs
+                    # here, as on any copy), so the group is not queued on two nodes
+                    shard.dequeue(head)
+                    shard.schedule(head)
                 for jid in list(group.ids):
                     job = shard.find_job(jid)
                     if job is None or job.body is None or job.state == ACKED:
