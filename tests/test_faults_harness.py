@@ -19,3 +19,18 @@ def test_short_fault_run_loses_and_crashes_nothing(tmp_path):
 @pytest.mark.long
 def test_long_fault_run_loses_and_crashes_nothing(tmp_path):
     run_faults(tmp_path, "--long")
+
+
+@needs_namespaces()
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_job_groups_keep_order_and_one_at_a_time_without_faults(tmp_path):
+    """About 30 s: the group workload (docs/faults.md, "Job groups") on 3 nodes with no
+    fault: no group delivered out of order, never two jobs of a group in flight, none
+    waiting past its bound."""
+    results = run_faults(tmp_path, "--scenarios", "calm", "--duration", "5", "--nodes", "3",
+                         "--groups", "20")
+    calm = results[0]
+    assert calm["group_jobs"] > 100, calm
+    assert (calm["group_out_of_order"], calm["group_two_in_flight"], calm["group_stuck"]) == (
+        0, 0, 0), calm

@@ -138,8 +138,9 @@ cdef class ReplicationCore:
                 return refusal
         cdef bint extrepl = wait.extrepl
         cdef int needed = job.repl if extrepl else job.repl - 1
-        # nodes with room first (docs/memory.md, "Spilling and the memory levels"); while
-        # every node has room, roomy is reachable
+        # a group's job: its holders are its group's (group_holders); any other, nodes with
+        # room first (docs/memory.md, "Spilling and the memory levels"); while every node
+        # has room, roomy is reachable
         if wait.targets is not None:
             targets = wait.targets
         elif needed < len(roomy):

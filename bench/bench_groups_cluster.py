@@ -1,0 +1,142 @@
+"""Job groups against plain jobs on a 3-node cluster, in the same run (issue 48,
+docs/job-groups.md, "Adding a job to a group"): what a group's home costs a producer.
+
+A fresh cluster of 3 nodes (`--workers` each) per round. redis-benchmark sends to one node
+`ADDJOB q <16 bytes> 0 REPLICATE r` against the same with `GROUP g:__rand_int__` over
+10,000 keys: a third of the groups have that node as their home (their place is given
+there, as for a plain job); the others' home is another node, which the job reaches first
+(GROUPSEQ) before its other copies leave, one more round trip. Unpipelined connections
+(producers that wait for each reply); the cluster's CPU per job. Then a drain: `--jobs`
+jobs added through the 3 nodes in turn (over 1,000 groups for the grouped run), taken by 8
+consumers spread over the 3 nodes (GETJOB COUNT 50 + ACKJOB) until no node holds a job.
+
+    python bench/bench_groups_cluster.py
+    python bench/bench_groups_cluster.py --replicate 2,3 --rounds 3 --workers 1
+"""
+import argparse
+import multiprocessing
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import redis
+
+from common.cluster import redis_benchmark, start_cluster, wait_job_links
+from common.nodes import node_cpu
+
+GROUPS = 10_000
+DRAIN_GROUPS = 1_000
+CONSUMERS = 8
+BODY = "x" * 16
+
+
+def cluster_cpu(nodes):
+    return sum(node_cpu(proc.p.pid) for _, proc in nodes)
+
+
+def run_addjob(nodes, n, clients, replicate, grouped):
+    port = nodes[0][0]
+    cmd = ["-r", str(GROUPS), "ADDJOB", "q", BODY, "0", "REPLICATE", str(replicate)]
+    if grouped:
+        cmd += ["GROUP", "g:__rand_int__"]
+    cpu0 = cluster_cpu(nodes)
+    row = redis_benchmark(port, n, clients, cmd)
+    row["cpu_us"] = (cluster_cpu(nodes) - cpu0) / n * 1e6
+    return row
+
+
+def produce(port, lo, hi, grouped, replicate):
+    c = redis.Redis(port=port, protocol=2)
+    pipe = c.pipeline(transaction=False)
+    for i in range(lo, hi):
+        extra = ["GROUP", "d:%d" % (i % DRAIN_GROUPS)] if grouped else []
+        pipe.execute_command("ADDJOB", "drain", BODY, 0, "REPLICATE", replicate, *extra)
+        if len(pipe) >= 200:
+            pipe.execute()
+    pipe.execute()
+
+
+def consume(port, stop):
+    c = redis.Redis(port=port, protocol=2)
+    while not stop.is_set():
+        got = c.execute_command("GETJOB", "TIMEOUT", 200, "COUNT", 50, "FROM", "drain")
+        if got:
+            c.execute_command("ACKJOB", *[j[1] for j in got])
+
+
+def run_drain(nodes, clients, n, replicate, grouped):
+    """n jobs added through the 3 nodes (the groups' jobs in turn through every node, each
+    node's share pipelined, so a group's order follows the nodes' replies), then drained."""
+    ports = [p for p, _ in nodes]
+    share = n // len(ports)
+    producers = [multiprocessing.Process(target=produce, args=(p, k * share, (k + 1) * share,
+                                                               grouped, replicate))
+                 for k, p in enumerate(ports)]
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join()
+    stop = multiprocessing.Event()
+    consumers = [multiprocessing.Process(target=consume, args=(ports[k % len(ports)], stop))
+                 for k in range(CONSUMERS)]
+    cpu0, t0 = cluster_cpu(nodes), time.monotonic()
+    for p in consumers:
+        p.start()
+    while any(int(c.info("jobs").get("registered_jobs", 0)) for c in clients):
+        time.sleep(0.05)
+    elapsed = time.monotonic() - t0
+    stop.set()
+    for p in consumers:
+        p.join(10)
+    return {"rps": share * len(ports) / elapsed,
+            "cpu_us": (cluster_cpu(nodes) - cpu0) / (share * len(ports)) * 1e6}
+
+
+def one_round(workers, args, replicate):
+    tmp = tempfile.mkdtemp(prefix="bench-groups-cluster-")
+    try:
+        nodes, clients = start_cluster(3, workers, tmp)
+        wait_job_links(clients, workers, time.monotonic() + 30)
+        rows = {}
+        for grouped in (False, True):
+            rows[("add", grouped)] = run_addjob(nodes, args.adds, args.clients, replicate, grouped)
+        for grouped in (False, True):
+            rows[("drain", grouped)] = run_drain(nodes, clients, args.jobs, replicate, grouped)
+        for _, proc in nodes:
+            proc.stop()
+        return rows
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--replicate", default="3", help="comma separated REPLICATE levels")
+    ap.add_argument("--adds", type=int, default=50_000, help="ADDJOBs per redis-benchmark run")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--jobs", type=int, default=60_000, help="jobs of the drain")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    print("3 nodes, --workers %d, %d rounds (medians); ratio: grouped / plain" % (
+        args.workers, args.rounds), flush=True)
+    for replicate in [int(r) for r in args.replicate.split(",")]:
+        rounds = []
+        for k in range(args.rounds):
+            rounds.append(one_round(args.workers, args, replicate))
+            print("  REPLICATE %d round %d done" % (replicate, k + 1), file=sys.stderr, flush=True)
+        for part, what in (("add", "ADDJOB, %d connections" % args.clients),
+                           ("drain", "drain of %d jobs, 8 consumers on 3 nodes" % args.jobs)):
+            plain = statistics.median(r[(part, False)]["rps"] for r in rounds)
+            grouped = statistics.median(r[(part, True)]["rps"] for r in rounds)
+            cpu_p = statistics.median(r[(part, False)]["cpu_us"] for r in rounds)
+            cpu_g = statistics.median(r[(part, True)]["cpu_us"] for r in rounds)
+            print("REPLICATE %d %-45s plain %9.0f/s %6.1f us CPU/job | grouped %9.0f/s "
+                  "%6.1f us CPU/job | %.2fx" % (replicate, what, plain, cpu_p, grouped, cpu_g,
+                                                grouped / plain), flush=True)
+
+
+if __name__ == "__main__":
+    main()
