@@ -70,6 +70,8 @@ def run_drain(nodes, clients, n, replicate, grouped):
     """n jobs added through the 3 nodes (the groups' jobs in turn through every node, each
     node's share pipelined, so a group's order follows the nodes' replies), then drained."""
     ports = [p for p, _ in nodes]
+    for c in clients:
+        c.execute_command("DEBUG", "FLUSHALL")      # what the ADDJOB runs left
     share = n // len(ports)
     producers = [multiprocessing.Process(target=produce, args=(p, k * share, (k + 1) * share,
                                                                grouped, replicate))
