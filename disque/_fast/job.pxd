@@ -56,6 +56,7 @@ cdef class Job:
 
 cdef long long retry_interval_ms(Job job) noexcept
 cdef bint dead_letter_due(Job job) noexcept
+cpdef long long expire_ms(Job job)
 
 cdef int job_cmp(Job a, Job b)
 

@@ -140,3 +140,11 @@ cpdef void mark_acked(Job job) noexcept:
 cpdef void restore_state(Job job, unsigned char state) noexcept:
     """The state a decoded job had when it was written (the AOF's storage form)."""
     job.state = state
+
+
+cpdef long long expire_ms(Job job):
+    """When `job` expires, in ms (docs/timers.md). `etime` holds whole seconds, the creation
+    second + TTL as upstream; adding the creation's millisecond (from ctime) makes the job
+    live its TTL to the millisecond on the node that created it, neither up to a second
+    less (etime alone) nor up to a second more (upstream wakes the job at etime + 1 s)."""
+    return <long long>job.etime * 1000 + <long long>((job.ctime // 1000000ULL) % 1000)

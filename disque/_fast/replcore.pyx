@@ -317,7 +317,7 @@ cdef class ReplicationCore:
         mark_active(copy)
         shard.register_job(copy)
         if copy.ext is not None:
-            shard.join_copy(copy)
+            (<object>shard).join_copy(copy)     # Shard.join_copy: into its group, if any
         shard.schedule(copy)
         if shard.aof_on:
             shard.aof_loadjob(copy)

@@ -89,7 +89,6 @@ cdef class ShardCore:
     cpdef group_done(self, Job job)
     cdef void release_head(self, bytes jid) except *
     cdef bint first_queueing_due(self, Job job) noexcept
-    cpdef join_copy(self, Job job)
     cpdef bint load_grouped(self, Job job) except -1
     cpdef spill_out(self, Job job, object marker)
     cdef long long leave_ram(self, Job job, object marker) except -1
@@ -106,4 +105,3 @@ cdef class ShardCore:
     cdef object addjob_refusal(self, AddjobOptions *o, bint extrepl, Queue q)
     cdef Job new_job(self, bytes qname, list argv, AddjobOptions *o)
 
-cpdef long long expire_ms(Job job)

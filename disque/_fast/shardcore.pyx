@@ -14,7 +14,8 @@ from disque._fast.addjob cimport AddjobOptions, ReplWait, copies_wanted, parse_a
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
                                JOB_ACKED, JOB_FLAG_BCAST_QUEUED, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, JOB_FLAG_GROUPED,
-                               JOB_FLAG_HELD, JOB_FLAG_HANDED, retry_interval_ms, dead_letter_due)
+                               JOB_FLAG_HELD, JOB_FLAG_HANDED, retry_interval_ms, dead_letter_due,
+                               expire_ms)
 from disque._fast.groups cimport JobGroups
 from disque._fast.scanlog cimport ScanLog
 
@@ -100,14 +101,6 @@ cdef inline Py_ssize_t latency_bucket(long long us):
     while i < N_LATENCY_BOUNDS and LATENCY_BOUNDS[i] < us:
         i += 1
     return i
-
-
-cpdef long long expire_ms(Job job):
-    """When `job` expires, in ms (docs/timers.md). `etime` holds whole seconds, the creation
-    second + TTL as upstream; adding the creation's millisecond (from ctime) makes the job
-    live its TTL to the millisecond on the node that created it, neither up to a second
-    less (etime alone) nor up to a second more (upstream wakes the job at etime + 1 s)."""
-    return <long long>job.etime * 1000 + <long long>((job.ctime // 1000000ULL) % 1000)
 
 
 cdef class ShardCore:
@@ -342,18 +335,6 @@ cdef class ShardCore:
         return (job.state == JOB_ACTIVE and not job.flags & JOB_FLAG_DELIVERED
                 and <long long>(job.ctime // 1000000) + <long long>job.delay * 1000 <= self.now_ms)
 
-    cpdef join_copy(self, Job job):
-        """A copy of another node's job, just registered here (REPLJOB, GROUPSEQ, YOURJOBS):
-        into its group's order when it has a group. One without a place yet (GROUPSEQ: this
-        node is the group's home) gets the group's next."""
-        cdef JobOptions ext = job.ext
-        if ext is None or ext.group is None or job.flags & JOB_FLAG_GROUPED:
-            return
-        if ext.group_seq == 0:
-            self.groups.join_new(job, self.now_ms)
-        else:
-            self.load_grouped(job)
-
     cpdef bint load_grouped(self, Job job) except -1:
         """A job of a group read back from the AOF takes its place in the group's order (by
         its sequence number, whatever order the file gave). A queued job it comes before
@@ -527,16 +508,11 @@ cdef class ShardCore:
         refusal = parse_addjob(argv, &o, self.cluster_size)
         if refusal is not None:
             return refusal
-        # SPEC 3.1 step 5 turns external replication on at memory level >= 1, which on a
-        # lone node (no other node can hold the copy) would refuse every ADDJOB with NOREPL
-        # from 75% on. Deliberate difference: a lone node keeps storing jobs locally until
-        # 95%, where the OOM check before ADDJOB (run_command) takes over.
-        # A node that spills is above 75% when its spilled jobs are counted as in RAM
-        # (held_level): it replicates externally when enough nodes below their level can
-        # take the copies, else it keeps the job and spills it (docs/memory.md, "Spilling
-        # and the memory levels").
-        # a job of a group in a cluster goes where its group's ranking says
-        # (Replication.replicate_new), whatever this node's memory level
+        # external replication (SPEC 3.1 step 5) from memory level 1 in a cluster only: a
+        # lone node stores jobs until the OOM check at 95%. Counting its spilled jobs, a
+        # node replicates externally when enough nodes below their level can take the
+        # copies (docs/memory.md, "Spilling and the memory levels"). A job of a group goes
+        # where its group's ranking says (Replication.replicate_new).
         cdef bint grouped = o.group_at and self.cluster_size > 1
         cdef bint extrepl = not grouped and (self.leaving or (self.cluster_size > 1 and (
             self.memory_level >= 1

@@ -15,12 +15,12 @@ from disque._fast import resp
 from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED,
                               FLAG_HELD,
-                              QUEUED, STATE_NAMES, WAIT_REPL, Job, mark_acked, mark_queued,
-                              retry_interval_msec)
+                              QUEUED, STATE_NAMES, WAIT_REPL, Job, expire_ms, mark_acked,
+                              mark_queued, retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
-from disque._fast.shardcore import ShardCore, expire_ms
+from disque._fast.shardcore import ShardCore
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts import worker_link as link_msg
 from disque.workers.consumers import Consumers
@@ -143,6 +143,18 @@ class Shard(ShardCore):
         if job is None and self.cold_jobs:
             job = self.spill.fault_in(jid)
         return job
+
+    def join_copy(self, job):
+        """A copy of another node's job, just registered here (REPLJOB, GROUPSEQ, YOURJOBS):
+        into its group's order when it has a group (docs/job-groups.md). One without a
+        place yet (GROUPSEQ: this node is the group's home) gets the group's next."""
+        ext = job.ext
+        if ext is None or ext.group is None or job.flags & FLAG_GROUPED:
+            return
+        if ext.group_seq == 0:
+            self.groups.join_new(job, self.now_ms)
+        else:
+            self.load_grouped(job)
 
     def forget_job(self, job):
         """Delete a job; an active/queued one is logged as DELJOB to the AOF (SPEC 12)."""

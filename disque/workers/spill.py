@@ -18,8 +18,9 @@ import time
 
 from disque._fast import codec
 from disque._fast.coldindex import ColdIndex
-from disque._fast.job import ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HELD, Job
-from disque._fast.shardcore import NO_LIMIT, expire_ms
+from disque._fast.job import (ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HELD, Job,
+                              expire_ms)
+from disque._fast.shardcore import NO_LIMIT
 from disque.workers.queues import PAUSE_OUT
 from disque.workers.spill_log import SIZE_AT, SpillLog, walk_records
 
