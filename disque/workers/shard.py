@@ -14,9 +14,8 @@ from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED,
-                              FLAG_HELD,
-                              QUEUED, STATE_NAMES, WAIT_REPL, Job, expire_ms, mark_acked,
-                              mark_queued, retry_interval_msec)
+                              FLAG_HELD, QUEUED, STATE_NAMES, WAIT_REPL, Job, expire_ms,
+                              mark_acked, mark_queued, retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
 from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
