@@ -78,6 +78,18 @@ class Record:
         """Under the lock."""
         self.added[int((time.monotonic() - self.started) / BUCKET)] += 1
 
+    def add_answered(self, jid, repl):
+        """Under the lock: an ADDJOB answered with the ID `jid` (str)."""
+        self.attempts += 1
+        self.id_reuse += jid in self.acked
+        self.acked[jid] = repl
+        self.count_add()
+
+    def add_failed(self, e):
+        with self.lock:
+            self.attempts += 1
+            self.errors[error_type(e)] += 1
+
     def rate(self, t0, t1):
         """Acknowledged adds per second between t0 and t1 seconds after the start."""
         with self.lock:
@@ -133,17 +145,12 @@ def producer(args, rec, stop, index=0):
             jid = c.execute_command("ADDJOB", QUEUE, body, args.addjob_timeout_ms,
                                     "REPLICATE", repl, *opts)
             with rec.lock:
-                rec.attempts += 1
-                rec.id_reuse += jid.decode() in rec.acked
-                rec.acked[jid.decode()] = repl
+                rec.add_answered(jid.decode(), repl)
                 if kind != b"p":
                     rec.probes.setdefault(jid.decode(), [kind.decode(), sent, []])
-                rec.count_add()
         except Exception as e:          # noqa: BLE001 - every failure is recorded by type
             conns.pop(node, None)
-            with rec.lock:
-                rec.attempts += 1
-                rec.errors[error_type(e)] += 1
+            rec.add_failed(e)
             time.sleep(0.05)
 
 
@@ -155,25 +162,25 @@ def add_group_job(args, rec, conns, node, repl, group, seq):
                                 "REPLICATE", repl, "RETRY", args.retry, "TTL", 3600,
                                 "GROUP", "g%d" % group).decode()
         with rec.lock:
-            rec.attempts += 1
-            rec.id_reuse += jid in rec.acked
-            rec.acked[jid] = repl
+            rec.add_answered(jid, repl)
             rec.group_acked.setdefault(group, []).append([jid, time.monotonic()])
-            rec.count_add()
     except Exception as e:          # noqa: BLE001 - every failure is recorded by type
         conns.pop(node, None)
-        with rec.lock:
-            rec.attempts += 1
-            rec.errors[error_type(e)] += 1
+        rec.add_failed(e)
         time.sleep(0.05)
+
+
+def group_of(body):
+    """The group of a job group's body (b"G<group>:<seq>"), None for any other body."""
+    return int(body[1:].split(b":")[0]) if body.startswith(b"G") else None
 
 
 def group_delivered(rec, jobs, now):
     """Under the lock: the jobs of groups in one GETJOB reply, marked in flight."""
     for _queue, jid, body in jobs:
-        if not body.startswith(b"G"):
+        group = group_of(body)
+        if group is None:
             continue
-        group = int(body[1:].split(b":")[0])
         jid = jid.decode()
         other = rec.group_in_flight.get(group)
         if other is not None and other != jid:
@@ -185,10 +192,9 @@ def group_delivered(rec, jobs, now):
 def group_acking(rec, jobs):
     """Under the lock, before the ACKJOB leaves: its groups are no longer in flight."""
     for _queue, jid, body in jobs:
-        if body.startswith(b"G"):
-            group = int(body[1:].split(b":")[0])
-            if rec.group_in_flight.get(group) == jid.decode():
-                del rec.group_in_flight[group]
+        group = group_of(body)
+        if group is not None and rec.group_in_flight.get(group) == jid.decode():
+            del rec.group_in_flight[group]
 
 
 def consumer(args, rec, stop):

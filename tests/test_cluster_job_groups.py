@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from support.group_watch import GroupWatch
 from support.info import parse_info
 from support.jobs import addjob
 from support.resp_client import NULL_ARRAY
@@ -133,8 +134,7 @@ def test_a_thousand_groups_through_three_nodes_to_eight_consumers(cluster3):
     c = cluster3
     ngroups, per_group, producers = 1000, 20, 4
     added = {g: [] for g in range(ngroups)}
-    delivered = {g: [] for g in range(ngroups)}
-    in_flight, violations, lock = set(), [], threading.Lock()
+    watch = GroupWatch(ngroups)
     done = threading.Event()
 
     def produce(part):
@@ -150,28 +150,9 @@ def test_a_thousand_groups_through_three_nodes_to_eight_consumers(cluster3):
                 conn.close()
 
     def consume(seed):
-        rng = random.Random(seed)
         with c[seed % 3].raw(timeout=30) as r:
-            while not done.is_set():
-                got = r.execute("GETJOB", "TIMEOUT", 200, "COUNT", 8, "FROM", "gt")
-                if got is NULL_ARRAY or got is None:
-                    continue
-                for _, jid, body in got:
-                    g = int(body.split(b":")[0])
-                    with lock:
-                        if g in in_flight:
-                            violations.append(("two at once", g, jid))
-                        in_flight.add(g)
-                        if not delivered[g] or delivered[g][-1] != jid:
-                            delivered[g].append(jid)
-                for _, jid, body in got:
-                    g = int(body.split(b":")[0])
-                    with lock:
-                        in_flight.discard(g)    # before the reply can release the next job
-                    if rng.random() < 0.1:
-                        assert r.execute("NACK", jid) == 1
-                    else:
-                        assert r.execute("ACKJOB", jid) == 1
+            watch.consume(r, random.Random(seed), 0.1, done, "TIMEOUT", 200, "COUNT", 8,
+                          "FROM", "gt")
 
     threads = [threading.Thread(target=produce, args=(p,)) for p in range(producers)]
     threads += [threading.Thread(target=consume, args=(s,)) for s in range(8)]
@@ -187,9 +168,9 @@ def test_a_thousand_groups_through_three_nodes_to_eight_consumers(cluster3):
         done.set()
         for t in threads:
             t.join(30)
-    assert violations == []
-    bad = [g for g in range(ngroups) if delivered[g] != added[g]]
-    assert bad == [], [(g, added[g], delivered[g]) for g in bad[:3]]
+    assert watch.violations == []
+    bad = [g for g in range(ngroups) if watch.delivered[g] != added[g]]
+    assert bad == [], [(g, added[g], watch.delivered[g]) for g in bad[:3]]
 
 
 def qstat(r, *args):
@@ -205,6 +186,11 @@ def test_qstat_counts_each_group_at_its_home_and_qstat_cluster_sums_them(cluster
         for g in range(12):
             with c[(g + i) % 3].raw() as r:
                 addjob(r, "gs", b"%d:%d" % (g, i), 0, "GROUP", "g%d" % g)
+    # a head added through another node is queued at its home once ENQUEUE reaches it,
+    # which leaves after the producer's reply
+    with c[0].raw() as r:
+        wait_until(lambda: r.execute("QLEN", "gs", "CLUSTER") == 12, timeout=10,
+                   message="every group's head queued at its home")
     per_node = []
     for node in c:
         with node.raw() as r:

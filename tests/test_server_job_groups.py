@@ -5,6 +5,7 @@ brings the order back. With 1 and 3 workers (and 3 over ZeroMQ)."""
 import pytest
 
 import aof_helpers
+from support.group_watch import GroupWatch
 from support.info import parse_info
 from support.jobs import addjob
 from support.resp_client import NULL_ARRAY
@@ -276,8 +277,7 @@ def test_many_groups_and_consumers_see_no_order_or_exclusivity_violation(start_s
     queues = ["gm%d" % i for i in range(4)]
     ngroups, per_group = 200, 10
     added = {g: [] for g in range(ngroups)}
-    delivered = {g: [] for g in range(ngroups)}
-    in_flight, violations, lock = set(), [], threading.Lock()
+    watch = GroupWatch(ngroups)
     done = threading.Event()
 
     def produce(part):
@@ -289,28 +289,9 @@ def test_many_groups_and_consumers_see_no_order_or_exclusivity_violation(start_s
                     added[g].append(jid)
 
     def consume(seed):
-        rng = random.Random(seed)
         with srv.raw() as r:
-            while not done.is_set():
-                got = r.execute("GETJOB", "TIMEOUT", 100, "COUNT", 4, "FROM", *queues)
-                if got is NULL_ARRAY:
-                    continue
-                for _, jid, body in got:
-                    g = int(body.split(b":")[0])
-                    with lock:
-                        if g in in_flight:
-                            violations.append(("two at once", g, jid))
-                        in_flight.add(g)
-                        if not delivered[g] or delivered[g][-1] != jid:
-                            delivered[g].append(jid)
-                for _, jid, body in got:
-                    g = int(body.split(b":")[0])
-                    with lock:
-                        in_flight.discard(g)    # before the reply can release the next job
-                    if rng.random() < 1 / 7:
-                        assert r.execute("NACK", jid) == 1
-                    else:
-                        assert r.execute("ACKJOB", jid) == 1
+            watch.consume(r, random.Random(seed), 1 / 7, done, "TIMEOUT", 100, "COUNT", 4,
+                          "FROM", *queues)
 
     producers = [threading.Thread(target=produce, args=(p,)) for p in range(2)]
     consumers = [threading.Thread(target=consume, args=(c,)) for c in range(8)]
@@ -326,8 +307,8 @@ def test_many_groups_and_consumers_see_no_order_or_exclusivity_violation(start_s
         done.set()
         for t in consumers:
             t.join(10)
-    assert violations == []
-    assert delivered == added
+    assert watch.violations == []
+    assert watch.delivered == added
 
 
 def test_a_dead_letter_stays_out_of_its_group_after_a_restart(start_server):

@@ -29,6 +29,7 @@ cdef class ReplWait:
     # home when that is another node, which gives the job its place (GROUPSEQ) and queues it
     cdef public tuple targets
     cdef public bytes home
+    cdef public list ranking            # its group's nodes, home first (JobGroups.ranking)
     cdef public bint seq_pending        # the home's GOTJOB with the job's place has not come
     cdef public long long reqid         # the rest is set once the producer waits
     cdef public long long deadline, last_add, started

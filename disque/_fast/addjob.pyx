@@ -161,5 +161,6 @@ cdef ReplWait copies_wanted(Job job, AddjobOptions *o, bint extrepl):
     wait.extrepl = extrepl
     wait.targets = None
     wait.home = None
+    wait.ranking = None
     wait.seq_pending = False
     return wait

@@ -193,7 +193,8 @@ cdef class ReplicationCore:
 
     cdef object group_holders(self, ReplWait wait):
         """A job of a group in a cluster (docs/job-groups.md): its copies go to the first
-        REPLICATE reachable nodes of its group's ranking, the home first, and this node
+        REPLICATE reachable nodes of its group's ranking (ranked once, by ADDJOB), the
+        home first, and this node
         keeps one only when it is among them. On the home the job takes its place now;
         elsewhere the home gives it (GROUPSEQ). The error reply when that cannot be."""
         cdef ShardCore shard = self.shard
@@ -202,8 +203,7 @@ cdef class ReplicationCore:
         cdef tuple reachable = self.reachable
         if home != me and home not in reachable:
             return HOME_UNREACHABLE
-        cdef list holders = [n for n in shard.groups.ranking(job.queue, (<JobOptions>job.ext).group)
-                             if n == me or n in reachable][:job.repl]
+        cdef list holders = [n for n in wait.ranking if n == me or n in reachable][:job.repl]
         if len(holders) < job.repl:
             return NOT_ENOUGH_NODES
         wait.extrepl = me not in holders

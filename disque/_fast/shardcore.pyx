@@ -527,13 +527,14 @@ cdef class ShardCore:
         cdef Job job = self.new_job(qname, argv, &o)
         self.n_added += 1
         cdef ReplWait wait
-        cdef bytes home
+        cdef list ranking
         if grouped:
-            home = self.groups.home_of(qname, (<JobOptions>job.ext).group)
-            if home != self.node_id or o.replicate > 1:
+            ranking = self.groups.ranking(qname, (<JobOptions>job.ext).group)
+            if ranking[0] != self.node_id or o.replicate > 1:
                 # copies on the group's first nodes, and its place given by its home
                 wait = copies_wanted(job, &o, False)
-                wait.home = home
+                wait.ranking = ranking
+                wait.home = ranking[0]
                 return wait
         elif o.replicate > 1 or extrepl:
             return copies_wanted(job, &o, extrepl)      # Replication.replicate_new's

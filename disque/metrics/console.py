@@ -68,6 +68,14 @@ def json_body(obj):
     return JSON_TYPE, json.dumps(jsonable(obj), separators=(",", ":")).encode()
 
 
+def queue_name(req):
+    """The queue a view asks about (`name=`, required)."""
+    name = req.query.get("name", "").encode()
+    if not name:
+        raise BadInput("name= is required")
+    return name
+
+
 def int_arg(query, name, default, low, high):
     try:
         return max(low, min(high, int(query.get(name, default))))
@@ -195,9 +203,7 @@ class Console:
         self.queries.ask_all("queues", [limit, match], candidates)
 
     def queue(self, req, reply):
-        name = req.query.get("name", "").encode()
-        if not name:
-            raise BadInput("name= is required")
+        name = queue_name(req)
         start = int_arg(req.query, "start", 0, 0, 10000)
         count = int_arg(req.query, "count", 50, 1, PAGE_MAX)
         newest = req.query.get("newest", "0") == "1"
@@ -216,9 +222,7 @@ class Console:
     def groups(self, req, reply):
         """A queue's job groups over the nodes, each counted by its home (docs/job-groups.md):
         key, jobs, the job it waits on and that job's state, the largest groups first."""
-        name = req.query.get("name", "").encode()
-        if not name:
-            raise BadInput("name= is required")
+        name = queue_name(req)
         limit = int_arg(req.query, "limit", 50, 1, GROUPS_SHOWN)
 
         def done(answers, asked):
