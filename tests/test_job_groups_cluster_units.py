@@ -1,10 +1,12 @@
 """Job groups between the shards of three nodes, in-process, with every bus message passed
 by hand (docs/job-groups.md, "Adding a job to a group"): a node that is not the group's
-home asks the home for the job's place (GROUPSEQ) before any other copy leaves, answers the
-producer once the copies and the place are there, and asks the home to queue the job; a
-home that is not reachable is refused at once; only the home queues a head."""
+home asks the home for the job's place (GROUPSEQ) while the other copies go, tells them the
+place once the copies and the place are there (PLACED: the home queues the job on it) and
+answers the producer; a home that is not reachable is refused at once; only the home
+queues a head."""
 import pytest
 
+from disque._fast.job import FLAG_HELD
 from disque.contracts import bus_messages as bus_msg
 from disque.workers.shard import Shard
 
@@ -54,37 +56,92 @@ def addjob(shard, *args):
                              for a in ("ADDJOB", "q", "body", 0) + args])
 
 
-def test_a_producer_away_from_the_home_gets_the_place_first_then_copies_then_its_reply():
+def test_a_producer_away_from_the_home_asks_the_place_while_the_other_copies_go():
     a, b, c = shard_of(A), shard_of(B), shard_of(C)
     key = key_homed_at(a, B, C)                 # home B, heir C; A holds no copy
     assert addjob(a, "GROUP", key, "REPLICATE", 2) is None       # the producer waits
     first = sent(a)
-    assert [(d, t) for d, t, _f, _p in first] == [((B,), bus_msg.GROUPSEQ)]
-    deliver(b, A, first)                        # the home keeps it and gives it its place
+    assert [(d, t) for d, t, _f, _p in first] == [((B,), bus_msg.GROUPSEQ),
+                                                  ((C,), bus_msg.REPLJOB)]
+    deliver(b, A, first[:1])                    # the home keeps it and gives it its place
     answer = sent(b)
     assert [(d, t) for d, t, _f, _p in answer] == [((A,), bus_msg.GOTJOB)]
     jid, place = answer[0][3]
     assert place >= NOW_MS * 1000
     assert b.find_job(jid).ext.group_seq == place
+    deliver(c, A, first[1:])                    # the heir's copy, placed by its own clock
+    assert 0 < c.find_job(jid).ext.group_seq
+    deliver(a, C, sent(c))
+    assert sent(a) == [] and len(a.out) == 0    # the place has not come
     deliver(a, B, answer)
-    copies = sent(a)
-    assert [(d, t) for d, t, _f, _p in copies] == [((C,), bus_msg.REPLJOB)]
-    deliver(c, A, copies)
-    assert c.find_job(jid).ext.group_seq == place         # the heir has the place
-    deliver(a, C, sent(c))                      # GOTJOB: every copy is there
     done = sent(a)
-    assert [(d, t, p) for d, t, _f, p in done] == [((B,), bus_msg.ENQUEUE, [jid, 0])]
+    # every holder is told the place; the home queues the job on it (no ENQUEUE)
+    assert [(d, t, p) for d, t, _f, p in done] == [((B, C), bus_msg.PLACED, [jid, place])]
     assert a.out[-1] == [1, b"+" + jid + b"\r\n"]          # the producer's reply
     assert a.find_job(jid) is None              # not one of the group's holders
+    deliver(c, A, done)
+    assert c.find_job(jid).ext.group_seq == place         # the heir has the place
     deliver(b, A, done)
     assert qlen(b) == 1           # queued on its home only
-    deliver(c, A, done)
     assert qlen(c) == 0
+
+
+def test_a_producer_holding_a_copy_places_it_when_the_home_answers():
+    a, b, c = shard_of(A), shard_of(B), shard_of(C)
+    key = key_homed_at(a, B, C)
+    addjob(a, "GROUP", key, "REPLICATE", 3)
+    first = sent(a)
+    jid = next(iter(a.jobs))
+    assert a.groups.members == 0                # no place yet
+    deliver(b, A, first[:1])
+    deliver(c, A, first[1:])
+    deliver(a, C, sent(c))
+    deliver(a, B, sent(b))
+    assert a.out[-1] == [1, b"+" + jid + b"\r\n"]
+    assert a.find_job(jid).ext.group_seq == b.find_job(jid).ext.group_seq
+    assert a.groups.members == 1
+    assert (qlen(a), qlen(b), qlen(c)) == (0, 0, 0)       # the home queues it on PLACED
+    placed = sent(a)
+    assert [(d, t) for d, t, _f, _p in placed] == [((B, C), bus_msg.PLACED)]
+    deliver(b, A, placed)
+    deliver(c, A, placed)
+    assert (qlen(a), qlen(b), qlen(c)) == (0, 1, 0)
+
+
+def test_a_copy_placed_by_its_holders_clock_moves_to_the_homes_place():
+    """Two jobs of a group reach the heir in the wrong order (their copies left before
+    their places were known): each PLACED moves its job, and the head is never held."""
+    b, c = shard_of(B), shard_of(C)
+    key = key_homed_at(b, B, C)
+    ids = []
+    for producer in (A, A):
+        p = shard_of(producer)
+        addjob(p, "GROUP", key, "REPLICATE", 3, "RETRY", 1)
+        ids.append((p, next(iter(p.jobs)), sent(p)))
+    (p1, j1, m1), (p2, j2, m2) = ids
+    deliver(c, A, m2[1:])                       # the second job's copy comes first
+    deliver(c, A, m1[1:])
+    assert c.groups.head_id(c.find_job(j1)) == j2
+    c.now_ms += 1500                            # their timers: the second is the head here,
+    c.run_timers()                              # the first waits, held behind it
+    assert c.find_job(j1).flags & FLAG_HELD
+    deliver(b, A, m1[:1])
+    deliver(b, A, m2[:1])
+    place1 = b.find_job(j1).ext.group_seq
+    place2 = b.find_job(j2).ext.group_seq
+    assert place1 < place2
+    c.replication.on_bus([[A, bus_msg.PLACED, 0, [j2, place2]],
+                          [A, bus_msg.PLACED, 0, [j1, place1]]])
+    group = c.find_job(j1).ext.member_of
+    assert group.ids == [j1, j2]
+    assert c.find_job(j1).ext.group_seq == place1
+    assert c.groups.is_head(c.find_job(j1))
+    assert not c.find_job(j1).flags & FLAG_HELD           # the head waits for no one
 
 
 def test_a_place_asked_for_twice_is_the_same_place():
     a, b = shard_of(A), shard_of(B)
-    key = key_homed_at(a, B)
+    key = key_homed_at(a, B, A)                 # the producer is the heir: no other copy
     addjob(a, "GROUP", key, "REPLICATE", 2)
     ask = sent(a)
     deliver(b, A, ask)
@@ -92,6 +149,19 @@ def test_a_place_asked_for_twice_is_the_same_place():
     places = [p[1] for _d, t, _f, p in sent(b) if t == bus_msg.GOTJOB]
     assert len(places) == 2 and places[0] == places[1]
     assert b.groups.members == 1
+
+
+def test_an_at_most_once_job_of_a_group_is_queued_by_its_home():
+    """RETRY 0 (REPLICATE 1): the home is its one holder, and queues it although a plain
+    at-most-once copy is never queued on ENQUEUE (SPEC 3.1)."""
+    a, b = shard_of(A), shard_of(B)
+    key = key_homed_at(a, B)
+    addjob(a, "GROUP", key, "REPLICATE", 1, "RETRY", 0)
+    deliver(b, A, sent(a))
+    deliver(a, B, sent(b))
+    assert a.out[-1][1].startswith(b"+")
+    deliver(b, A, sent(a))                      # PLACED
+    assert qlen(b) == 1 and a.jobs == {}
 
 
 def test_an_unreachable_home_is_refused_at_once_and_keeps_nothing():

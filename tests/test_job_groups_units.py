@@ -3,7 +3,7 @@
 group's jobs out of order."""
 import pytest
 
-from disque._fast.groups import JobGroups
+from disque._fast.groups import JobGroups, group_weight
 from disque._fast.job import (FLAG_BCAST_QUEUED, FLAG_GROUPED, FLAG_HELD, QUEUED, Job,
                               JobOptions, mark_active)
 from disque.contracts import job_codec as codec
@@ -160,6 +160,32 @@ def test_every_node_ranks_the_same_home_and_heir():
         rankings.add(tuple(groups.ranking(b"q", b"k")))
         assert groups.home_of(b"q", b"k") == groups.ranking(b"q", b"k")[0]
     assert len(rankings) == 1 and sorted(next(iter(rankings))) == sorted(NODES)
+
+
+def test_the_rendezvous_weights_are_the_same_in_every_version():
+    """Nodes of one cluster must agree on every group's home: the weights are a fixed
+    function of (queue, key, node), pinned here so that a change is never by accident."""
+    assert group_weight(b"q", b"k", NODES[0]) == 0xeff6c01c58c8031d
+    assert group_weight(b"q", b"k", NODES[1]) == 0x9d573f32c24b0b14
+    mask = (1 << 64) - 1
+
+    def fmix64(k):
+        k ^= k >> 33
+        k = (k * 0xff51afd7ed558ccd) & mask
+        k ^= k >> 33
+        k = (k * 0xc4ceb9fe1a85ec53) & mask
+        return k ^ (k >> 33)
+
+    def fnv1a(data):
+        h = 0xcbf29ce484222325
+        for b in data:
+            h = ((h ^ b) * 0x100000001b3) & mask
+        return h
+
+    for queue, key, node in [(b"q", b"k", NODES[2]), (b"jobs", b"user:42", NODES[4]),
+                             (b"", b"\xff" * 300, b"0" * 40)]:
+        want = fmix64(fmix64(fnv1a(queue + b"\0" + key)) ^ fmix64(fnv1a(node)))
+        assert group_weight(queue, key, node) == want
 
 
 def test_only_the_groups_of_a_node_that_goes_move_and_they_go_to_their_heir():

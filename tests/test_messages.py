@@ -349,16 +349,20 @@ def test_an_oversized_frame_on_a_job_link_closes_that_link_and_loses_no_job(star
 @pytest.mark.unit
 def test_a_group_jobs_copy_for_its_home_reaches_its_worker_and_is_answered_there():
     """GROUPSEQ is routed like a copy but never answered by the front-end: its home's worker
-    answers, GOTJOB carrying the job's place, a number beyond the other messages' aux."""
+    answers, GOTJOB carrying the job's place, a number beyond the other messages' aux, which
+    PLACED carries on to the other holders."""
     jid = IdMaker(b"a" * 40).make(queue_slot(b"q"), 60, 5)
     copy = b"\0" * 4 + jid + b"rest"
     place = 1796004457407000 << 8
     inbox, gotjobs = {}, []
     route_job_messages([bus_msg.JobMessage.encode(bus_msg.GROUPSEQ, 0, copy),
                         bus_msg.JobMessage.encode(bus_msg.GOTJOB, 0, [jid, place]),
+                        bus_msg.JobMessage.encode(bus_msg.PLACED, 0, [jid, place]),
+                        bus_msg.JobMessage.encode(bus_msg.PLACED, 0, [jid, 1 << 64]),
                         bus_msg.JobMessage.encode(bus_msg.WORKING, 0, [jid, place])],
                        b"s" * 40, 1, inbox, ACCEPT_COPIES, gotjobs)
     assert gotjobs == []
     assert [bus_msg.Inbound.decode(e) for e in inbox[0]] == [
         bus_msg.Inbound(b"s" * 40, bus_msg.GROUPSEQ, 0, copy),
-        bus_msg.Inbound(b"s" * 40, bus_msg.GOTJOB, 0, [jid, place])]    # WORKING's aux: too big
+        bus_msg.Inbound(b"s" * 40, bus_msg.GOTJOB, 0, [jid, place]),
+        bus_msg.Inbound(b"s" * 40, bus_msg.PLACED, 0, [jid, place])]    # WORKING's aux: too big

@@ -28,15 +28,16 @@ cdef long YOURJOBS = _bus.YOURJOBS
 cdef long PAUSE = _bus.PAUSE
 cdef long INTEREST = _bus.INTEREST
 cdef long GROUPSEQ = _bus.GROUPSEQ
+cdef long PLACED = _bus.PLACED
 cdef long NOREPLY = _bus.NOREPLY
 cdef long ACCEPTED = _bus.ACCEPTED
-# JOB_TYPES is REPLJOB ... PAUSE, INTEREST and GROUPSEQ: is_job_type relies on that shape
-assert _bus.JOB_TYPES == frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST, GROUPSEQ}
+# JOB_TYPES is REPLJOB ... PAUSE, INTEREST, GROUPSEQ and PLACED: is_job_type relies on that shape
+assert _bus.JOB_TYPES == frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST, GROUPSEQ, PLACED}
 
 # the largest aux a job message may carry: counters (32 bits), a NACK delay in ms or a
 # DELAY in seconds (32 bits); anything bigger would overflow the worker's C fields
 cdef object MAX_AUX = 1 << 48
-# ... except a GOTJOB's: a group job's sequence number from its home (docs/job-groups.md)
+# ... except a GOTJOB's and a PLACED's: a group job's sequence number (docs/job-groups.md)
 cdef object MAX_SEQ = 1 << 64
 
 # what this node does with a copy (REPLJOB), decided by the front-end per frame
@@ -46,9 +47,10 @@ ACCEPT_COPIES = 2      # the GOTJOB leaves from here, the copy goes on to the wo
 
 
 cdef inline bint is_job_type(object t):
-    """bus_messages.JOB_TYPES: REPLJOB ... PAUSE, INTEREST and GROUPSEQ (compared as Python
-    ints: a peer may send any 64-bit value)."""
-    return type(t) is int and (REPLJOB <= t <= PAUSE or t == INTEREST or t == GROUPSEQ)
+    """bus_messages.JOB_TYPES: REPLJOB ... PAUSE, INTEREST, GROUPSEQ and PLACED (compared as
+    Python ints: a peer may send any 64-bit value)."""
+    return type(t) is int and (REPLJOB <= t <= PAUSE or t == INTEREST or t == GROUPSEQ
+                               or t == PLACED)
 
 
 cdef inline bint valid_pair(object payload, object max_aux):
@@ -80,7 +82,7 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
         if type(payload) is not list or not payload or type((<list>payload)[0]) is not bytes:
             return -1
         jid = (<bytes>(<list>payload)[0])[4:44]
-    elif not valid_pair(payload, MAX_SEQ if mtype == GOTJOB else MAX_AUX):
+    elif not valid_pair(payload, MAX_SEQ if mtype == GOTJOB or mtype == PLACED else MAX_AUX):
         return -1
     elif mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:
         return queue_worker(<bytes>(<list>payload)[0], nworkers)

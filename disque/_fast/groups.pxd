@@ -17,6 +17,7 @@ cdef class JobGroups:
     # the nodes a group's home is chosen among (this one included), sorted; a lone node
     # has only itself, and is every group's home
     cdef public tuple nodes
+    cdef public tuple node_hashes       # each node's half of its rendezvous weights
     cdef public bytes me
     cdef public unsigned long long epoch    # one more each time `nodes` changes
 
@@ -24,6 +25,7 @@ cdef class JobGroups:
     cdef JobGroup make(self, Job job)
     cpdef bint join_new(self, Job job, long long now_ms) except -1
     cpdef bint rejoin(self, Job job, dict jobs) except -1
+    cpdef move(self, Job job, unsigned long long seq, dict jobs)
     cpdef bint is_head(self, Job job) except -1
     cpdef bint relink(self, Job job) except -1
     cpdef bytes head_id(self, Job job)

@@ -16,21 +16,74 @@ numbers and queues its head: the first of the group's nodes ranked by rendezvous
 out on its own; when a node leaves the membership only its groups move, each to the next
 node of its ranking (the heir), which holds a copy of every job of the group.
 """
-from hashlib import blake2b
+from libc.stdint cimport uint64_t
 
 from disque._fast.job cimport Job, JobOptions, JOB_FLAG_GROUPED, JOB_GROUP_FLAGS
 
 # a job's place in a new group's order is never below the node clock in microseconds: a
 # group that empties and fills again keeps increasing numbers
 DEF SEQ_PER_MS = 1000
-# the rendezvous weights: 8 bytes of BLAKE2b over (queue, key, node), the same on every
-# node whatever its Python hash seed
-cdef bytes RANK_PERSON = b"disque-group"
+
+# The rendezvous weights, the same on every node whatever its Python hash seed: 64-bit
+# FNV-1a over the group (queue \0 key) and over the node ID, each finished by MurmurHash3's
+# fmix64, then the two XORed and mixed again. Every ADDJOB ... GROUP in a cluster ranks
+# the nodes (the BLAKE2b this replaced was a tenth of the producer's CPU); a weight needs
+# spread, not secrecy. Changing it moves groups between versions: tests pin its values.
+cdef uint64_t FNV_OFFSET = 0xcbf29ce484222325ULL
+cdef uint64_t FNV_PRIME = 0x100000001b3ULL
 
 
-cdef bytes weight(bytes queue, bytes key, bytes node):
-    return blake2b(b"%b\0%b\0%b" % (queue, key, node), digest_size=8,
-                   person=RANK_PERSON).digest()
+cdef inline uint64_t fmix64(uint64_t k) noexcept nogil:
+    k ^= k >> 33
+    k *= 0xff51afd7ed558ccdULL
+    k ^= k >> 33
+    k *= 0xc4ceb9fe1a85ec53ULL
+    k ^= k >> 33
+    return k
+
+
+cdef inline uint64_t fnv1a(const unsigned char *p, Py_ssize_t n, uint64_t h) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        h ^= p[i]
+        h *= FNV_PRIME
+    return h
+
+
+cdef uint64_t group_hash(bytes queue, bytes key):
+    cdef uint64_t h = fnv1a(queue, len(queue), FNV_OFFSET)
+    h = fnv1a(<const unsigned char *>b"\0", 1, h)
+    return fmix64(fnv1a(key, len(key), h))
+
+
+cdef uint64_t node_hash(bytes node):
+    return fmix64(fnv1a(node, len(node), FNV_OFFSET))
+
+
+def group_weight(bytes queue, bytes key, bytes node):
+    """Node `node`'s rendezvous weight for group (queue, key): the larger, the earlier in
+    the group's ranking."""
+    return fmix64(group_hash(queue, key) ^ node_hash(node))
+
+
+cdef Py_ssize_t place_in(JobGroup g, Job job, dict jobs) except -1:
+    """Insert job's ID among g's by its sequence number (`jobs`: the shard's map, which
+    holds the members); its index."""
+    cdef unsigned long long seq = (<JobOptions>job.ext).group_seq
+    cdef list ids = g.ids
+    cdef Py_ssize_t lo = 0, hi = len(ids), mid
+    cdef Job other
+    while lo < hi:                      # bisect by the members' sequence numbers
+        mid = (lo + hi) // 2
+        other = jobs.get(ids[mid])
+        if other is not None and (<JobOptions>other.ext).group_seq < seq:
+            lo = mid + 1
+        else:
+            hi = mid
+    ids.insert(lo, job.id)
+    if seq > g.last_seq:
+        g.last_seq = seq
+    return lo
 
 
 cdef class JobGroup:
@@ -56,6 +109,7 @@ cdef class JobGroups:
         self.count = 0
         self.members = 0
         self.nodes = ()
+        self.node_hashes = ()
         self.me = b""
         self.epoch = 1
 
@@ -66,6 +120,7 @@ cdef class JobGroups:
         if nodes == self.nodes and me == self.me:
             return False
         self.nodes = nodes
+        self.node_hashes = tuple([node_hash(n) for n in nodes])
         self.me = me
         self.epoch += 1
         return True
@@ -75,18 +130,22 @@ cdef class JobGroups:
         second."""
         if len(self.nodes) <= 1:
             return list(self.nodes) or [self.me]
-        cdef list weighed = [(weight(queue, key, n), n) for n in self.nodes]
+        cdef uint64_t g = group_hash(queue, key)
+        cdef list weighed = [(fmix64(g ^ <uint64_t>h), n)
+                             for h, n in zip(self.node_hashes, self.nodes)]
         weighed.sort(reverse=True)
         return [n for _, n in weighed]
 
     cpdef bytes home_of(self, bytes queue, bytes key):
         if len(self.nodes) <= 1:
             return self.nodes[0] if self.nodes else self.me
-        cdef bytes best = None, best_w = None, w
-        for n in self.nodes:
-            w = weight(queue, key, n)
-            if best_w is None or w > best_w:
-                best, best_w = n, w
+        cdef uint64_t g = group_hash(queue, key), w, best_w = 0
+        cdef bytes best = None
+        cdef Py_ssize_t i
+        for i in range(len(self.nodes)):
+            w = fmix64(g ^ <uint64_t>self.node_hashes[i])
+            if best is None or w > best_w or (w == best_w and self.nodes[i] > best):
+                best, best_w = self.nodes[i], w
         return best
 
     cpdef bint is_home(self, Job job) except -1:
@@ -156,25 +215,21 @@ cdef class JobGroups:
             return False
         cdef JobGroup g = self.make(job)
         cdef JobOptions ext = job.ext
-        cdef unsigned long long seq = ext.group_seq
-        cdef list ids = g.ids
-        cdef Py_ssize_t lo = 0, hi = len(ids), mid
-        cdef Job other
-        while lo < hi:                      # bisect by the members' sequence numbers
-            mid = (lo + hi) // 2
-            other = jobs.get(ids[mid])
-            if other is not None and (<JobOptions>other.ext).group_seq < seq:
-                lo = mid + 1
-            else:
-                hi = mid
-        ids.insert(lo, job.id)
-        if seq > g.last_seq:
-            g.last_seq = seq
+        cdef Py_ssize_t at = place_in(g, job, jobs)
         ext.group = g.key
         ext.member_of = g
         job.flags |= JOB_FLAG_GROUPED
         self.members += 1
-        return lo == 0
+        return at == 0
+
+    cpdef move(self, Job job, unsigned long long seq, dict jobs):
+        """A member's place changes (PLACED: the home's, for one this node placed by its
+        own clock): it moves to where `seq` puts it among the others."""
+        cdef JobOptions ext = job.ext
+        cdef JobGroup g = ext.member_of
+        g.ids.remove(job.id)
+        ext.group_seq = seq
+        place_in(g, job, jobs)
 
     cpdef bint relink(self, Job job) except -1:
         """A job of a group read back from the spill log (a new record: its options do not

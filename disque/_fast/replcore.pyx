@@ -12,9 +12,11 @@ of the first node's worker (perf: half its CPU in the interpreter).
 import random
 
 from disque._fast.addjob cimport ReplWait
-from disque._fast.job cimport (Job, JobOptions, JOB_WAIT_REPL, JOB_FLAG_BCAST_QUEUED,
+from disque._fast.groups cimport JobGroup
+from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL, JOB_QUEUED,
+                               JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
-from disque._fast.shardcore cimport ShardCore
+from disque._fast.shardcore cimport PAUSE_IN, Queue, ShardCore
 
 from disque._fast.codec import CodecError, deserialize, serialize
 from disque.contracts import bus_messages as _bus
@@ -33,6 +35,7 @@ cdef long NEEDJOBS = _bus.NEEDJOBS
 cdef long YOURJOBS = _bus.YOURJOBS
 cdef long INTEREST = _bus.INTEREST
 cdef long GROUPSEQ = _bus.GROUPSEQ
+cdef long PLACED = _bus.PLACED
 cdef long NOREPLY = _bus.NOREPLY
 cdef long ACCEPTED = _bus.ACCEPTED
 DEF LLONG_MAX = 9223372036854775807
@@ -77,7 +80,7 @@ cdef class ReplicationCore:
             sender, t, mflags, payload = m
             mtype = t
             hook = None
-            if mtype != GOTJOB and mtype != REPLJOB and mtype != GROUPSEQ:
+            if mtype != GOTJOB and mtype != REPLJOB and mtype != GROUPSEQ and mtype != PLACED:
                 hook = self.message_hook(mtype)
                 if hook is None:
                     continue
@@ -89,8 +92,10 @@ cdef class ReplicationCore:
                     self.on_gotjob(sender, mflags, payload)
                 elif mtype == REPLJOB:
                     self.on_repljob(sender, mflags, payload)
-                else:
+                elif mtype == GROUPSEQ:
                     self.on_groupseq(sender, payload)
+                else:
+                    self.on_placed(payload)
             except (TypeError, ValueError, IndexError, KeyError, OverflowError, CodecError):
                 # a malformed message from a peer is dropped, like upstream
                 pass
@@ -172,11 +177,16 @@ cdef class ReplicationCore:
             job.nodes_confirmed = {shard.node_id}
         shard.register_job(job)
         shard.schedule(job)
+        data = serialize(job, False, shard.now_s)
         if wait.seq_pending:
-            # the home gives the job its place first; the other copies carry it
-            self.send_bus((wait.home,), GROUPSEQ, serialize(job, False, shard.now_s))
+            # the home gives the job its place (GROUPSEQ) while the other copies go, in the
+            # same round trip; they learn the place from here (PLACED) once the home tells it
+            self.send_bus((wait.home,), GROUPSEQ, data)
+            targets = wait.rest
+            if targets:
+                self.send_bus(targets, REPLJOB, data)
         else:
-            self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s))
+            self.send_bus(targets, REPLJOB, data)
         cdef long long now = shard.now_ms
         wait.reqid = reqid
         if not wait.timeout:
@@ -212,6 +222,7 @@ cdef class ReplicationCore:
             shard.groups.join_new(job, shard.now_ms)
         else:
             wait.seq_pending = True
+            wait.rest = tuple([n for n in wait.targets if n != home])
         return None
 
     cpdef activate(self, Job job):
@@ -229,16 +240,17 @@ cdef class ReplicationCore:
         cdef Job job = wait.job
         self.end_wait(wait)
         cdef bytes home = wait.home
+        if home is not None and home != self.shard.node_id:
+            # a job of a group placed by its home elsewhere: its holders learn the place
+            # (their copies left without it), and the home queues it (PLACED)
+            self.send_bus(wait.targets, PLACED, [job.id, (<JobOptions>job.ext).group_seq])
+        elif wait.extrepl:
+            self.send_bus((choice(sorted(job.nodes_confirmed)),), ENQUEUE, [job.id, job.delay])
         if wait.extrepl:
-            # a job of a group is queued by its group's home
-            target = home if home is not None else choice(sorted(job.nodes_confirmed))
-            self.send_bus((target,), ENQUEUE, [job.id, job.delay])
             self.shard.delete_job(job)
         else:
             job.nodes_confirmed = None
             self.activate(job)
-            if home is not None and home != self.shard.node_id:
-                self.send_bus((home,), ENQUEUE, [job.id, job.delay])
         reply = b"+" + job.id + b"\r\n"
         # Shard.answer, without its Python frame: a served producer (negative wait id)
         # or the front-end's request
@@ -258,8 +270,8 @@ cdef class ReplicationCore:
         cdef Job job = (<ReplWait>wait).job
         if job.state != JOB_WAIT_REPL:
             return
-        if (<ReplWait>wait).seq_pending:
-            if sender != (<ReplWait>wait).home or payload[1] <= 0:
+        if (<ReplWait>wait).seq_pending and sender == (<ReplWait>wait).home:
+            if payload[1] <= 0:
                 return
             self.placed(<ReplWait>wait, payload[1])
         self.add_node(job, sender)
@@ -269,16 +281,56 @@ cdef class ReplicationCore:
 
     cdef placed(self, ReplWait wait, unsigned long long seq):
         """The home gave a job of its group its place (the aux of its GOTJOB): the job
-        joins the group here if it is kept here, and its other copies leave, carrying it."""
+        joins the group here if it is kept here."""
         cdef ShardCore shard = self.shard
         cdef Job job = wait.job
         (<JobOptions>job.ext).group_seq = seq
         wait.seq_pending = False
         if not wait.extrepl:
             shard.groups.rejoin(job, shard.jobs)
-        rest = tuple([n for n in wait.targets if n != wait.home])
-        if rest:
-            self.send_bus(rest, REPLJOB, serialize(job, False, shard.now_s))
+
+    cpdef on_placed(self, payload):
+        """PLACED [id, place]: a job of a group, its copies confirmed, with the place its
+        home gave it. On its home, queued (what ENQUEUE does for a plain job). On another
+        holder, whose copy came without the place and joined its group at a place of this
+        node's clock: moved to its place, and logged again with it; the group's head is
+        never held, and a job that is no longer its head is not queued."""
+        cdef ShardCore shard = self.shard
+        job = shard.jobs.get(payload[0])
+        if job is None and shard.cold_jobs:
+            job = shard.load_cold(payload[0])
+        if job is None:
+            return
+        cdef Job copy = job
+        cdef unsigned long long seq = payload[1]
+        if copy.body is None or not copy.flags & JOB_FLAG_GROUPED or seq == 0:
+            return
+        cdef JobGroup g = (<JobOptions>copy.ext).member_of
+        if g is None:
+            return
+        if (<JobOptions>copy.ext).group_seq != seq:
+            old_head = g.ids[0]
+            shard.groups.move(copy, seq, shard.jobs)
+            for jid in (old_head, copy.id):
+                job = shard.jobs.get(jid)
+                if job is not None:
+                    self.hold_unless_head(job)
+            if shard.aof_on:
+                shard.aof_loadjob(copy)
+        if shard.groups.home_here(g):
+            self.enqueue_copy(copy, copy.delay)
+
+    cdef hold_unless_head(self, Job job):
+        cdef ShardCore shard = self.shard
+        if shard.groups.is_head(job):
+            if job.flags & JOB_FLAG_HELD:
+                job.flags &= ~JOB_FLAG_HELD
+                shard.schedule(job)
+        elif job.state == JOB_QUEUED:
+            shard.dequeue(job)
+            job.flags &= ~JOB_FLAG_BCAST_QUEUED     # its coming queueing is no redelivery
+            job.flags |= JOB_FLAG_HELD
+            shard.schedule(job)
 
     # ---- copies of other nodes' jobs -------------------------------------------------------
 
@@ -317,10 +369,45 @@ cdef class ReplicationCore:
         mark_active(copy)
         shard.register_job(copy)
         if copy.ext is not None:
-            (<object>shard).join_copy(copy)     # Shard.join_copy: into its group, if any
+            self.join_copy(copy)
         shard.schedule(copy)
         if shard.aof_on:
             shard.aof_loadjob(copy)
+
+    cpdef join_copy(self, Job job):
+        """A copy of another node's job, just registered here (REPLJOB, GROUPSEQ, YOURJOBS):
+        into its group's order when it has a group (docs/job-groups.md). One without a
+        place yet gets the group's next: on the home that is its place (GROUPSEQ); on
+        another holder a place by this node's clock until PLACED tells it the home's."""
+        cdef JobOptions ext = job.ext
+        if ext is None or ext.group is None or job.flags & JOB_FLAG_GROUPED:
+            return
+        if ext.group_seq == 0:
+            self.shard.groups.join_new(job, self.shard.now_ms)
+        else:
+            self.shard.load_grouped(job)
+
+    cpdef enqueue_copy(self, Job job, long long delay):
+        """ENQUEUE (SPEC 10.4), and a group's home on PLACED: the copy `job` is queued now,
+        or after `delay` seconds, unless its queue is paused in input."""
+        cdef ShardCore shard = self.shard
+        if job.body is None or (job.state != JOB_WAIT_REPL and job.state != JOB_ACTIVE):
+            return
+        q = shard.queues.get(job.queue)
+        if q is not None and (<Queue>q).paused & PAUSE_IN:
+            return
+        job.flags &= ~JOB_FLAG_BCAST_QUEUED
+        if job.state == JOB_WAIT_REPL:
+            mark_active(job)
+        if delay:
+            job.qtime = shard.now_ms + delay * 1000
+            shard.schedule(job)
+            return
+        if job.qtime == 0:
+            if not job.flags & JOB_FLAG_GROUPED:
+                return      # SPEC 3.1 quirk: an at-most-once copy is never queued
+            job.qtime = shard.now_ms    # but a group's home queues its at-most-once job
+        shard.enqueue(job)
 
     cpdef on_groupseq(self, sender, data):
         """A job of a group this node is the home of, from a producer elsewhere: kept as a

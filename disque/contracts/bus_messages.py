@@ -47,12 +47,13 @@ LINKS = 18          # ours: the TCP ports of the sender's workers' direct job li
 QUERY = 19          # ours: a question about this node's queues and jobs (cluster-wide figures, console)
 ANSWER = 20         # ours: its answer
 GROUPSEQ = 21       # ours: a job of a group, to its home, which gives it its place (GOTJOB aux)
+PLACED = 22         # ours: that place, from the producer to the job's other holders
 NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
          "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS",
-         "INTEREST", "LINKS", "QUERY", "ANSWER", "GROUPSEQ")
+         "INTEREST", "LINKS", "QUERY", "ANSWER", "GROUPSEQ", "PLACED")
 MAX_LINK_PORTS = 256    # a LINKS payload lists one port per worker
 GOSSIP_TYPES = (PING, PONG, MEET)
-JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST, GROUPSEQ}   # what a JOBS frame carries
+JOB_TYPES = frozenset(range(REPLJOB, PAUSE + 1)) | {INTEREST, GROUPSEQ, PLACED}   # what a JOBS frame carries
 
 # message flags (header byte 0)
 NOREPLY = 1
@@ -91,13 +92,15 @@ PAYLOADS = {
     REPLJOB: "serialized job (message form, disque/contracts/job_codec.py)",
     GROUPSEQ: "serialized job of a group, its sequence number 0; the home keeps the copy and "
               "answers GOTJOB [job_id, sequence number] (docs/job-groups.md)",
+    PLACED: "[job_id, sequence number]: the place the home gave a job of a group, to the "
+            "job's other holders, whose copies came without it (docs/job-groups.md)",
     YOURJOBS: "list of serialized jobs",
     NEEDJOBS: "[queue, count]",
     INTEREST: "[queue, consumers waiting on the sender (0: the interest ends)]",
     PAUSE: "[queue, flags]",
     GOTJOB: "[job_id, aux]: aux 0, or a group job's sequence number from its home",  # and every other single-job message: [job_id, aux]
     JOBS: "list of [type, message_flags, payload] job messages (REPLJOB ... PAUSE, INTEREST, "
-          "GROUPSEQ)",
+          "GROUPSEQ, PLACED)",
     QUERY: "Query [qid, kind, args] (disque/frontend/node_queries.py names the kinds)",
     ANSWER: "Answer [qid, ok, result]: the result of the query, or an error text when not ok",
     LINKS: "list of TCP ports, worker 0 first, where the sender's workers take job links "

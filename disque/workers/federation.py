@@ -255,7 +255,7 @@ class Federation:
                 job.nodes_delivered = nodes
                 self.shard.register_job(job)
                 if job.ext is not None:
-                    self.shard.join_copy(job)
+                    self.shard.replication.join_copy(job)
             job.flags &= ~(FLAG_BCAST_QUEUED | FLAG_DELIVERED)
             if job.flags & FLAG_GROUPED:
                 # a group's head, queued by its sender (its home, or a node it handed it

@@ -18,15 +18,13 @@ What lives here:
 import random
 
 from disque._fast.jobid import IdMaker
-from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE,
-                              FLAG_HANDED, QUEUED, WAIT_REPL, mark_active,
-                              retry_interval_msec)
+from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_HANDED, QUEUED,
+                              WAIT_REPL, retry_interval_msec)
 from disque._fast.replcore import ReplicationCore
 from disque.commands import resolve
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import serialize
 from disque.workers.job_features import counters_aux
-from disque.workers.queues import PAUSE_IN
 
 REPL_ADD_NODE_MS = 50          # add one more node to a replication still short of copies
 RESEND_BYTES_PER_MS = 128 << 10  # ... or less often for a big job: the time its copy takes
@@ -175,17 +173,19 @@ class Replication(ReplicationCore):
                     # a job of a group waits for its place from its home: asked again
                     self.send_bus((wait.home,), bus_msg.GROUPSEQ,
                                   serialize(job, False, self.shard.now_s))
-                    continue
-                have = set(job.nodes_delivered)
-                extra = ([n for n in self.roomy if n not in have]
-                         or [n for n in self.crowded if n not in have])
-                if extra:
-                    job.nodes_delivered += (random.choice(extra),)
+                if wait.home is None:
+                    # a group's job has its holders (group_holders); any other gets one more
+                    have = set(job.nodes_delivered)
+                    extra = ([n for n in self.roomy if n not in have]
+                             or [n for n in self.crowded if n not in have])
+                    if extra:
+                        job.nodes_delivered += (random.choice(extra),)
                 # the copy sent to them may have been lost (the bus) or refused (memory,
                 # a sender not known yet): sent again, except where it has not even left
                 links = self.shard.job_links
                 pending = tuple(n for n in job.nodes_delivered
                                 if n not in job.nodes_confirmed and n != self.shard.node_id
+                                and not (wait.seq_pending and n == wait.home)
                                 and (links is None or not links.busy(n)))
                 if pending:
                     self.send_bus(pending, bus_msg.REPLJOB, serialize(job, False, self.shard.now_s))
@@ -227,22 +227,8 @@ class Replication(ReplicationCore):
 
     def on_enqueue(self, sender, mflags, payload):
         job = self.shard.find_job(payload[0])
-        if job is None or job.body is None or job.state not in (WAIT_REPL, ACTIVE):
-            return
-        q = self.shard.queues.get(job.queue)
-        if q is not None and q.paused & PAUSE_IN:
-            return
-        job.flags &= ~FLAG_BCAST_QUEUED
-        delay = payload[1]
-        if job.state == WAIT_REPL:
-            mark_active(job)
-        if delay == 0:
-            if job.qtime == 0:
-                return                  # SPEC 3.1 quirk: an at-most-once copy is never queued
-            self.shard.enqueue(job)
-        else:
-            job.qtime = self.shard.now_ms + delay * 1000
-            self.shard.schedule(job)
+        if job is not None:
+            self.enqueue_copy(job, payload[1])
 
     def on_willqueue(self, sender, mflags, payload):
         job = self.shard.find_job(payload[0])

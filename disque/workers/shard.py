@@ -143,18 +143,6 @@ class Shard(ShardCore):
             job = self.spill.fault_in(jid)
         return job
 
-    def join_copy(self, job):
-        """A copy of another node's job, just registered here (REPLJOB, GROUPSEQ, YOURJOBS):
-        into its group's order when it has a group (docs/job-groups.md). One without a
-        place yet (GROUPSEQ: this node is the group's home) gets the group's next."""
-        ext = job.ext
-        if ext is None or ext.group is None or job.flags & FLAG_GROUPED:
-            return
-        if ext.group_seq == 0:
-            self.groups.join_new(job, self.now_ms)
-        else:
-            self.load_grouped(job)
-
     def forget_job(self, job):
         """Delete a job; an active/queued one is logged as DELJOB to the AOF (SPEC 12)."""
         if self.aof_on and (job.state == ACTIVE or job.state == QUEUED):
