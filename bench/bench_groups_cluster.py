@@ -1,7 +1,7 @@
 """Job groups against plain jobs on a 3-node cluster, in the same run (issue 48,
 docs/job-groups.md, "Adding a job to a group"): what a group's home costs a producer.
 
-A fresh cluster of 3 nodes (`--workers` each) per round. redis-benchmark sends to one node
+A fresh cluster of 3 nodes (`--workers` each) per figure, plain and grouped in turn. redis-benchmark sends to one node
 `ADDJOB q <16 bytes> 0 REPLICATE r` against the same with `GROUP g:__rand_int__` over
 10,000 keys: a third of the groups have that node as their home (their place is given
 there, as for a plain job); the others' home is another node, which the job reaches first
@@ -96,21 +96,29 @@ def run_drain(nodes, clients, n, replicate, grouped):
             "cpu_us": (cluster_cpu(nodes) - cpu0) / (share * len(ports)) * 1e6}
 
 
-def one_round(workers, args, replicate):
+def measure(workers, part, grouped, args, replicate):
+    """One figure on a fresh cluster: jobs left by another measurement would weigh on this
+    one (tables, timers), and the order of plain and grouped would decide the ratio."""
     tmp = tempfile.mkdtemp(prefix="bench-groups-cluster-")
+    nodes = []
     try:
         nodes, clients = start_cluster(3, workers, tmp)
         wait_job_links(clients, workers, time.monotonic() + 30)
-        rows = {}
-        for grouped in (False, True):
-            rows[("add", grouped)] = run_addjob(nodes, args.adds, args.clients, replicate, grouped)
-        for grouped in (False, True):
-            rows[("drain", grouped)] = run_drain(nodes, clients, args.jobs, replicate, grouped)
+        if part == "add":
+            return run_addjob(nodes, args.adds, args.clients, replicate, grouped)
+        return run_drain(nodes, clients, args.jobs, replicate, grouped)
+    finally:
         for _, proc in nodes:
             proc.stop()
-        return rows
-    finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def one_round(workers, args, replicate, k):
+    """Every figure of a round, plain and grouped in turn, the first of them alternating
+    between rounds."""
+    order = (False, True) if k % 2 == 0 else (True, False)
+    return {(part, grouped): measure(workers, part, grouped, args, replicate)
+            for part in ("add", "drain") for grouped in order}
 
 
 def main():
@@ -127,7 +135,7 @@ def main():
     for replicate in [int(r) for r in args.replicate.split(",")]:
         rounds = []
         for k in range(args.rounds):
-            rounds.append(one_round(args.workers, args, replicate))
+            rounds.append(one_round(args.workers, args, replicate, k))
             print("  REPLICATE %d round %d done" % (replicate, k + 1), file=sys.stderr, flush=True)
         for part, what in (("add", "ADDJOB, %d connections" % args.clients),
                            ("drain", "drain of %d jobs, 8 consumers on 3 nodes" % args.jobs)):

@@ -1,7 +1,7 @@
 """Job groups between the shards of three nodes, in-process, with every bus message passed
 by hand (docs/job-groups.md, "Adding a job to a group"): a node that is not the group's
-home asks the home for the job's place (GROUPSEQ) while the other copies go, tells them the
-place once the copies and the place are there (PLACED: the home queues the job on it) and
+home sends the job to its holders (GROUPSEQ), the home's answer carrying its place, tells
+them the place once the copies and the place are there (PLACED: the home queues the job on it) and
 answers the producer; a home that is not reachable is refused at once; only the home
 queues a head."""
 import pytest
@@ -61,15 +61,14 @@ def test_a_producer_away_from_the_home_asks_the_place_while_the_other_copies_go(
     key = key_homed_at(a, B, C)                 # home B, heir C; A holds no copy
     assert addjob(a, "GROUP", key, "REPLICATE", 2) is None       # the producer waits
     first = sent(a)
-    assert [(d, t) for d, t, _f, _p in first] == [((B,), bus_msg.GROUPSEQ),
-                                                  ((C,), bus_msg.REPLJOB)]
-    deliver(b, A, first[:1])                    # the home keeps it and gives it its place
+    assert [(d, t) for d, t, _f, _p in first] == [((B, C), bus_msg.GROUPSEQ)]
+    deliver(b, A, first)                        # the home keeps it and gives it its place
     answer = sent(b)
     assert [(d, t) for d, t, _f, _p in answer] == [((A,), bus_msg.GOTJOB)]
     jid, place = answer[0][3]
     assert place >= NOW_MS * 1000
     assert b.find_job(jid).ext.group_seq == place
-    deliver(c, A, first[1:])                    # the heir's copy, placed by its own clock
+    deliver(c, A, first)                        # the heir's copy, placed by its own clock
     assert 0 < c.find_job(jid).ext.group_seq
     deliver(a, C, sent(c))
     assert sent(a) == [] and len(a.out) == 0    # the place has not come
@@ -93,8 +92,8 @@ def test_a_producer_holding_a_copy_places_it_when_the_home_answers():
     first = sent(a)
     jid = next(iter(a.jobs))
     assert a.groups.members == 0                # no place yet
-    deliver(b, A, first[:1])
-    deliver(c, A, first[1:])
+    deliver(b, A, first)
+    deliver(c, A, first)
     deliver(a, C, sent(c))
     deliver(a, B, sent(b))
     assert a.out[-1] == [1, b"+" + jid + b"\r\n"]
@@ -119,14 +118,14 @@ def test_a_copy_placed_by_its_holders_clock_moves_to_the_homes_place():
         addjob(p, "GROUP", key, "REPLICATE", 3, "RETRY", 1)
         ids.append((p, next(iter(p.jobs)), sent(p)))
     (p1, j1, m1), (p2, j2, m2) = ids
-    deliver(c, A, m2[1:])                       # the second job's copy comes first
-    deliver(c, A, m1[1:])
+    deliver(c, A, m2)                           # the second job's copy comes first
+    deliver(c, A, m1)
     assert c.groups.head_id(c.find_job(j1)) == j2
     c.now_ms += 1500                            # their timers: the second is the head here,
     c.run_timers()                              # the first waits, held behind it
     assert c.find_job(j1).flags & FLAG_HELD
-    deliver(b, A, m1[:1])
-    deliver(b, A, m2[:1])
+    deliver(b, A, m1)
+    deliver(b, A, m2)
     place1 = b.find_job(j1).ext.group_seq
     place2 = b.find_job(j2).ext.group_seq
     assert place1 < place2
@@ -137,6 +136,26 @@ def test_a_copy_placed_by_its_holders_clock_moves_to_the_homes_place():
     assert c.find_job(j1).ext.group_seq == place1
     assert c.groups.is_head(c.find_job(j1))
     assert not c.find_job(j1).flags & FLAG_HELD           # the head waits for no one
+
+
+def test_a_holder_that_did_not_answer_gets_the_copy_again_with_its_place():
+    a, b, c = shard_of(A), shard_of(B), shard_of(C)
+    key = key_homed_at(a, B, C)
+    addjob(a, "GROUP", key, "REPLICATE", 3)
+    first = sent(a)
+    deliver(b, A, first)                        # the copy to C is lost
+    deliver(a, B, sent(b))
+    assert a.out == []
+    a.now_ms += 60
+    a.replication.repl_cron()
+    again = sent(a)
+    # the place is known by now: the copy carries it
+    assert [(d, t) for d, t, _f, _p in again] == [((C,), bus_msg.REPLJOB)]
+    deliver(c, A, again)
+    jid = next(iter(b.jobs))
+    assert c.find_job(jid).ext.group_seq == b.find_job(jid).ext.group_seq
+    deliver(a, C, sent(c))
+    assert a.out[-1][1].startswith(b"+")
 
 
 def test_a_place_asked_for_twice_is_the_same_place():

@@ -20,6 +20,23 @@ def member(jid, key=b"k", queue=b"q", seq=0):
 
 # ---- the order ---------------------------------------------------------------------------
 
+def test_a_members_new_place_moves_it_only_when_the_order_changes():
+    """PLACED gives a copy the home's number for it: the order is kept when the number
+    falls between its neighbours' (the usual case), else the job moves."""
+    groups = JobGroups()
+    a, b, c = (member(b"a"), member(b"b"), member(b"c"))
+    jobs = {j.id: j for j in (a, b, c)}
+    for ms, j in ((1, a), (5, b), (9, c)):
+        groups.join_new(j, ms)
+    g = groups.group_of(a)
+    assert groups.move(b, 5001, jobs) is False
+    assert g.ids == [b"a", b"b", b"c"] and b.ext.group_seq == 5001
+    assert groups.move(a, c.ext.group_seq + 10, jobs) is True
+    assert g.ids == [b"b", b"c", b"a"] and g.last_seq == a.ext.group_seq
+    assert groups.move(a, 1, jobs) is True
+    assert g.ids == [b"a", b"b", b"c"]
+
+
 def test_new_jobs_take_increasing_places_never_below_the_clock():
     groups = JobGroups()
     a, b, c = (member(b"a"), member(b"b"), member(b"c"))

@@ -31,7 +31,6 @@ cdef class ReplWait:
     cdef public bytes home
     cdef public list ranking            # its group's nodes, home first (JobGroups.ranking)
     cdef public bint seq_pending        # the home's GOTJOB with the job's place has not come
-    cdef public tuple rest              # the other holders, told the place once it comes
     cdef public long long reqid         # the rest is set once the producer waits
     cdef public long long deadline, last_add, started
 

@@ -163,5 +163,4 @@ cdef ReplWait copies_wanted(Job job, AddjobOptions *o, bint extrepl):
     wait.home = None
     wait.ranking = None
     wait.seq_pending = False
-    wait.rest = ()
     return wait

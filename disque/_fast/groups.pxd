@@ -25,7 +25,7 @@ cdef class JobGroups:
     cdef JobGroup make(self, Job job)
     cpdef bint join_new(self, Job job, long long now_ms) except -1
     cpdef bint rejoin(self, Job job, dict jobs) except -1
-    cpdef move(self, Job job, unsigned long long seq, dict jobs)
+    cpdef bint move(self, Job job, unsigned long long seq, dict jobs) except -1
     cpdef bint is_head(self, Job job) except -1
     cpdef bint relink(self, Job job) except -1
     cpdef bytes head_id(self, Job job)

@@ -73,6 +73,11 @@ cdef Py_ssize_t place_in(JobGroup g, Job job, dict jobs) except -1:
     cdef list ids = g.ids
     cdef Py_ssize_t lo = 0, hi = len(ids), mid
     cdef Job other
+    if seq > g.last_seq:
+        # later than every member (the usual case: jobs come in their order): the last
+        ids.append(job.id)
+        g.last_seq = seq
+        return hi
     while lo < hi:                      # bisect by the members' sequence numbers
         mid = (lo + hi) // 2
         other = jobs.get(ids[mid])
@@ -222,14 +227,28 @@ cdef class JobGroups:
         self.members += 1
         return at == 0
 
-    cpdef move(self, Job job, unsigned long long seq, dict jobs):
+    cpdef bint move(self, Job job, unsigned long long seq, dict jobs) except -1:
         """A member's place changes (PLACED: the home's, for one this node placed by its
-        own clock): it moves to where `seq` puts it among the others."""
+        own clock): it moves to where `seq` puts it among the others. True when the order
+        changed (usually it does not: only its number does)."""
         cdef JobOptions ext = job.ext
         cdef JobGroup g = ext.member_of
-        g.ids.remove(job.id)
+        cdef list ids = g.ids
+        cdef Py_ssize_t n = len(ids), at = n - 1
+        if at < 0 or ids[at] != job.id:
+            at = ids.index(job.id)
+        cdef Job before = jobs.get(ids[at - 1]) if at > 0 else None
+        cdef Job after = jobs.get(ids[at + 1]) if at + 1 < n else None
+        if ((before is None or (<JobOptions>before.ext).group_seq < seq)
+                and (after is None or seq < (<JobOptions>after.ext).group_seq)):
+            ext.group_seq = seq
+            if seq > g.last_seq:
+                g.last_seq = seq
+            return False
+        del ids[at]
         ext.group_seq = seq
         place_in(g, job, jobs)
+        return True
 
     cpdef bint relink(self, Job job) except -1:
         """A job of a group read back from the spill log (a new record: its options do not

@@ -177,16 +177,10 @@ cdef class ReplicationCore:
             job.nodes_confirmed = {shard.node_id}
         shard.register_job(job)
         shard.schedule(job)
-        data = serialize(job, False, shard.now_s)
-        if wait.seq_pending:
-            # the home gives the job its place (GROUPSEQ) while the other copies go, in the
-            # same round trip; they learn the place from here (PLACED) once the home tells it
-            self.send_bus((wait.home,), GROUPSEQ, data)
-            targets = wait.rest
-            if targets:
-                self.send_bus(targets, REPLJOB, data)
-        else:
-            self.send_bus(targets, REPLJOB, data)
+        # a group's job placed elsewhere goes to its holders as GROUPSEQ: each places it and
+        # says where, the home's word is the job's place (PLACED tells the others)
+        self.send_bus(targets, GROUPSEQ if wait.seq_pending else REPLJOB,
+                      serialize(job, False, shard.now_s))
         cdef long long now = shard.now_ms
         wait.reqid = reqid
         if not wait.timeout:
@@ -222,7 +216,6 @@ cdef class ReplicationCore:
             shard.groups.join_new(job, shard.now_ms)
         else:
             wait.seq_pending = True
-            wait.rest = tuple([n for n in wait.targets if n != home])
         return None
 
     cpdef activate(self, Job job):
@@ -310,11 +303,11 @@ cdef class ReplicationCore:
             return
         if (<JobOptions>copy.ext).group_seq != seq:
             old_head = g.ids[0]
-            shard.groups.move(copy, seq, shard.jobs)
-            for jid in (old_head, copy.id):
-                job = shard.jobs.get(jid)
-                if job is not None:
-                    self.hold_unless_head(job)
+            if shard.groups.move(copy, seq, shard.jobs):
+                for jid in (old_head, copy.id):
+                    job = shard.jobs.get(jid)
+                    if job is not None:
+                        self.hold_unless_head(job)
             if shard.aof_on:
                 shard.aof_loadjob(copy)
         if shard.groups.home_here(g):
@@ -410,11 +403,12 @@ cdef class ReplicationCore:
         shard.enqueue(job)
 
     cpdef on_groupseq(self, sender, data):
-        """A job of a group this node is the home of, from a producer elsewhere: kept as a
-        copy, given the group's next place, answered GOTJOB with it (once its LOADJOB
-        record is written, as any copy's). Taken whatever the memory level: a group's jobs
-        live on its home (spilled if they must). Asked again (a lost GOTJOB), the same
-        place is given again."""
+        """A job of a group held here, from a producer that is not the group's home: kept
+        as a copy, given the group's next place here, answered GOTJOB with it (once its
+        LOADJOB record is written, as any copy's). On the home that place is the job's;
+        elsewhere it holds until PLACED brings the home's. Taken whatever the memory level:
+        a group's jobs live on its holders (spilled if they must). Asked again (a lost
+        GOTJOB), the same place is given again."""
         cdef ShardCore shard = self.shard
         if shard.leaving or shard.aof_refusing:
             return

@@ -340,12 +340,12 @@ cdef class ShardCore:
         its sequence number, whatever order the file gave). A queued job it comes before
         leaves the queue and waits behind it. True when the job is its group's head and
         waits for its first queueing: the loader then queues it at once."""
-        cdef bytes old = self.groups.head_id(job)
         cdef Job previous
         if not self.groups.rejoin(job, self.jobs):
             return False
-        if old is not None:
-            previous = self.jobs.get(old)
+        cdef list ids = (<JobOptions>job.ext).member_of.ids
+        if len(ids) > 1:
+            previous = self.jobs.get(ids[1])        # the head it comes before
             if previous is not None and previous.state == JOB_QUEUED:
                 self.dequeue(previous)
                 previous.flags &= ~JOB_FLAG_BCAST_QUEUED    # its coming queueing is no redelivery

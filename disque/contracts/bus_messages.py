@@ -46,8 +46,8 @@ INTEREST = 17       # ours: consumers waiting here on a queue, 0 = none any more
 LINKS = 18          # ours: the TCP ports of the sender's workers' direct job links
 QUERY = 19          # ours: a question about this node's queues and jobs (cluster-wide figures, console)
 ANSWER = 20         # ours: its answer
-GROUPSEQ = 21       # ours: a job of a group, to its home, which gives it its place (GOTJOB aux)
-PLACED = 22         # ours: that place, from the producer to the job's other holders
+GROUPSEQ = 21       # ours: a job of a group to its holders; its home gives its place (GOTJOB aux)
+PLACED = 22         # ours: that place, from the producer to the holders; the home queues it
 NAMES = ("PING", "PONG", "MEET", "FAIL", "REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "SETACK",
          "WILLQUEUE", "GOTACK", "DELJOB", "NEEDJOBS", "YOURJOBS", "WORKING", "PAUSE", "JOBS",
          "INTEREST", "LINKS", "QUERY", "ANSWER", "GROUPSEQ", "PLACED")
@@ -90,10 +90,12 @@ PAYLOADS = {
           "(+ bus port when not port + 10000)",
     FAIL: "failing node id",
     REPLJOB: "serialized job (message form, disque/contracts/job_codec.py)",
-    GROUPSEQ: "serialized job of a group, its sequence number 0; the home keeps the copy and "
-              "answers GOTJOB [job_id, sequence number] (docs/job-groups.md)",
-    PLACED: "[job_id, sequence number]: the place the home gave a job of a group, to the "
-            "job's other holders, whose copies came without it (docs/job-groups.md)",
+    GROUPSEQ: "serialized job of a group, its sequence number 0, to each of its holders: each "
+              "keeps the copy, places it and answers GOTJOB [job_id, sequence number]; the "
+              "home's number is the job's (docs/job-groups.md)",
+    PLACED: "[job_id, sequence number]: the place the home gave a job of a group, to its "
+            "holders once every copy is there: each takes it, the home queues the job "
+            "(docs/job-groups.md)",
     YOURJOBS: "list of serialized jobs",
     NEEDJOBS: "[queue, count]",
     INTEREST: "[queue, consumers waiting on the sender (0: the interest ends)]",

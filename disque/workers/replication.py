@@ -169,10 +169,6 @@ class Replication(ReplicationCore):
             elif now - wait.last_add >= max(REPL_ADD_NODE_MS,
                                             len(job.body or b"") // RESEND_BYTES_PER_MS):
                 wait.last_add = now
-                if wait.seq_pending:
-                    # a job of a group waits for its place from its home: asked again
-                    self.send_bus((wait.home,), bus_msg.GROUPSEQ,
-                                  serialize(job, False, self.shard.now_s))
                 if wait.home is None:
                     # a group's job has its holders (group_holders); any other gets one more
                     have = set(job.nodes_delivered)
@@ -185,10 +181,11 @@ class Replication(ReplicationCore):
                 links = self.shard.job_links
                 pending = tuple(n for n in job.nodes_delivered
                                 if n not in job.nodes_confirmed and n != self.shard.node_id
-                                and not (wait.seq_pending and n == wait.home)
                                 and (links is None or not links.busy(n)))
                 if pending:
-                    self.send_bus(pending, bus_msg.REPLJOB, serialize(job, False, self.shard.now_s))
+                    # a job of a group still without its place asks its holders again
+                    mtype = bus_msg.GROUPSEQ if wait.seq_pending else bus_msg.REPLJOB
+                    self.send_bus(pending, mtype, serialize(job, False, self.shard.now_s))
 
     def repl_overtaken(self, wait, now):
         """The job left WAIT_REPL by another road while its producer waits: deleted here
