@@ -314,6 +314,7 @@ cdef class ReplicationCore:
             self.enqueue_copy(copy, copy.delay)
 
     cdef hold_unless_head(self, Job job):
+        """After a member moved: the head waits for no one, the others wait in no queue."""
         cdef ShardCore shard = self.shard
         if shard.groups.is_head(job):
             if job.flags & JOB_FLAG_HELD:
