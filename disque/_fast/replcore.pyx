@@ -417,7 +417,9 @@ cdef class ReplicationCore:
         cdef Job copy = job
         if copy.ext is None or (<JobOptions>copy.ext).group is None:
             return
-        known = shard.find_job(copy.id)
+        known = shard.jobs.get(copy.id)
+        if known is None and shard.cold_jobs:
+            known = shard.find_job(copy.id)     # spilled here: loaded back, not held twice
         if known is not None:
             copy = known
             if copy.body is None or copy.ext is None or not (<JobOptions>copy.ext).group_seq:
