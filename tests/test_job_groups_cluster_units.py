@@ -158,6 +158,25 @@ def test_a_holder_that_did_not_answer_gets_the_copy_again_with_its_place():
     assert a.out[-1][1].startswith(b"+")
 
 
+def test_a_copy_from_a_producer_that_saw_another_membership_goes_on_to_the_home():
+    """The producer does not see the group's home yet (a node coming back): the holder
+    that does sends the job on to it at once, not one RETRY later (its requeue timer), so
+    that the home holds the group's jobs as they come."""
+    a, c = shard_of(A), shard_of(C)
+    key = key_homed_at(c, B, C)                 # home B, heir C for those who see B
+    a.replication.set_cluster({"myid": A, "size": 3, "known": [A, B, C], "leaving": False,
+                               "members": [A, C], "reachable": [C]})
+    addjob(a, "GROUP", key, "REPLICATE", 2)
+    first = sent(a)
+    assert [(d, t) for d, t, _f, _p in first] == [((C,), bus_msg.GROUPSEQ)]  # A: C is the home
+    deliver(c, A, first)
+    out = sent(c)
+    jid = next(iter(c.jobs))
+    onward = [(d, t, f) for d, t, f, _p in out if t == bus_msg.REPLJOB]
+    assert onward == [((B,), bus_msg.REPLJOB, bus_msg.NOREPLY)]
+    assert B in c.find_job(jid).nodes_delivered
+
+
 def test_a_place_asked_for_twice_is_the_same_place():
     a, b = shard_of(A), shard_of(B)
     key = key_homed_at(a, B, A)                 # the producer is the heir: no other copy

@@ -41,6 +41,7 @@ cdef class ReplicationCore:
     cdef placed(self, ReplWait wait, unsigned long long seq)
     cpdef on_placed(self, payload)
     cpdef join_copy(self, Job job)
+    cpdef send_to_home(self, Job job, bytes home)
     cpdef enqueue_copy(self, Job job, long long delay)
     cdef hold_unless_head(self, Job job)
     cpdef tuple known_nodes(self, tuple nodes)

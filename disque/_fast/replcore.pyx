@@ -376,10 +376,22 @@ cdef class ReplicationCore:
         cdef JobOptions ext = job.ext
         if ext is None or ext.group is None or job.flags & JOB_FLAG_GROUPED:
             return
+        cdef ShardCore shard = self.shard
         if ext.group_seq == 0:
-            self.shard.groups.join_new(job, self.shard.now_ms)
+            shard.groups.join_new(job, shard.now_ms)
         else:
-            self.shard.load_grouped(job)
+            shard.load_grouped(job)
+        cdef JobGroup g = ext.member_of
+        if not shard.groups.home_here(g) and g.home is not None and g.home not in job.nodes_delivered:
+            # its producer saw another membership (a node coming back, a partition healing):
+            # the home, which queues the group's head, gets the job now rather than at this
+            # copy's requeue timer, one RETRY per job of the group (rehome_groups' rule)
+            self.send_to_home(job, g.home)
+
+    cpdef send_to_home(self, Job job, bytes home):
+        """A job of a group to its home, which may not hold it: a copy with its place."""
+        self.add_node(job, home)
+        self.send_bus((home,), REPLJOB, serialize(job, False, self.shard.now_s), NOREPLY)
 
     cpdef enqueue_copy(self, Job job, long long delay):
         """ENQUEUE (SPEC 10.4), and a group's home on PLACED: the copy `job` is queued now,

@@ -132,11 +132,6 @@ class Replication(ReplicationCore):
         if home != self.shard.node_id:
             self.send_to_home(job, home)
 
-    def send_to_home(self, job, home):
-        self.add_node(job, home)
-        self.send_bus((home,), bus_msg.REPLJOB, serialize(job, False, self.shard.now_s),
-                      bus_msg.NOREPLY)
-
     # ---- ADDJOB with copies on other nodes (SPEC 3.1 step 10) ------------------------------
 
     def repl_failed(self, wait, reply):
