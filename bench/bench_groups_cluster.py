@@ -98,7 +98,7 @@ def run_drain(nodes, clients, n, replicate, grouped):
             "cpu_us": (cluster_cpu(nodes) - cpu0) / (share * len(ports)) * 1e6}
 
 
-def measure(workers, part, grouped, args, replicate, clients=None):
+def measure(workers, part, grouped, args, replicate, connections=None):
     """One figure on a fresh cluster: jobs left by another measurement would weigh on this
     one (tables, timers), and the order of plain and grouped would decide the ratio."""
     tmp = tempfile.mkdtemp(prefix="bench-groups-cluster-")
@@ -107,8 +107,8 @@ def measure(workers, part, grouped, args, replicate, clients=None):
         nodes, clients = start_cluster(3, workers, tmp)
         wait_job_links(clients, workers, time.monotonic() + 30)
         if part == "add":
-            return run_addjob(nodes, args.adds if clients > 1 else args.adds // 10, clients,
-                              replicate, grouped)
+            return run_addjob(nodes, args.adds if connections > 1 else args.adds // 10,
+                              connections, replicate, grouped)
         return run_drain(nodes, clients, args.jobs, replicate, grouped)
     finally:
         for _, proc in nodes:
