@@ -142,16 +142,7 @@ cdef class JobGroups:
         return [n for _, n in weighed]
 
     cpdef bytes home_of(self, bytes queue, bytes key):
-        if len(self.nodes) <= 1:
-            return self.nodes[0] if self.nodes else self.me
-        cdef uint64_t g = group_hash(queue, key), w, best_w = 0
-        cdef bytes best = None
-        cdef Py_ssize_t i
-        for i in range(len(self.nodes)):
-            w = fmix64(g ^ <uint64_t>self.node_hashes[i])
-            if best is None or w > best_w or (w == best_w and self.nodes[i] > best):
-                best, best_w = self.nodes[i], w
-        return best
+        return self.ranking(queue, key)[0]
 
     cpdef bint is_home(self, Job job) except -1:
         """Whether this node is the home of `job`'s group, the node that queues its head."""

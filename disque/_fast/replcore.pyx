@@ -13,7 +13,7 @@ import random
 
 from disque._fast.addjob cimport ReplWait
 from disque._fast.groups cimport JobGroup
-from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL, JOB_QUEUED,
+from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL,
                                JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
 from disque._fast.shardcore cimport PAUSE_IN, Queue, ShardCore
@@ -316,14 +316,10 @@ cdef class ReplicationCore:
     cdef hold_unless_head(self, Job job):
         """After a member moved: the head waits for no one, the others wait in no queue."""
         cdef ShardCore shard = self.shard
-        if shard.groups.is_head(job):
-            if job.flags & JOB_FLAG_HELD:
-                job.flags &= ~JOB_FLAG_HELD
-                shard.schedule(job)
-        elif job.state == JOB_QUEUED:
-            shard.dequeue(job)
-            job.flags &= ~JOB_FLAG_BCAST_QUEUED     # its coming queueing is no redelivery
-            job.flags |= JOB_FLAG_HELD
+        if not shard.groups.is_head(job):
+            shard.hold_back(job)
+        elif job.flags & JOB_FLAG_HELD:
+            job.flags &= ~JOB_FLAG_HELD
             shard.schedule(job)
 
     # ---- copies of other nodes' jobs -------------------------------------------------------

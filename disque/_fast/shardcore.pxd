@@ -90,6 +90,7 @@ cdef class ShardCore:
     cdef void release_head(self, bytes jid) except *
     cdef bint first_queueing_due(self, Job job) noexcept
     cpdef bint load_grouped(self, Job job) except -1
+    cpdef hold_back(self, Job job)
     cpdef spill_out(self, Job job, object marker)
     cdef long long leave_ram(self, Job job, object marker) except -1
     cpdef long long spill_out_tail(self, Queue q, list tail, object marker)

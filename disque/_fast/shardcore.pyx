@@ -346,12 +346,16 @@ cdef class ShardCore:
         cdef list ids = (<JobOptions>job.ext).member_of.ids
         if len(ids) > 1:
             previous = self.jobs.get(ids[1])        # the head it comes before
-            if previous is not None and previous.state == JOB_QUEUED:
-                self.dequeue(previous)
-                previous.flags &= ~JOB_FLAG_BCAST_QUEUED    # its coming queueing is no redelivery
-                previous.flags |= JOB_FLAG_HELD
-                self.schedule(previous)
+            if previous is not None:
+                self.hold_back(previous)
         return self.first_queueing_due(job)
+
+    cpdef hold_back(self, Job job):
+        """A job no longer its group's head: out of its queue, held (no redelivery counted)."""
+        if job.state == JOB_QUEUED:
+            self.dequeue(job)
+            job.flags = (job.flags & ~JOB_FLAG_BCAST_QUEUED) | JOB_FLAG_HELD
+            self.schedule(job)
 
     cpdef spill_out(self, Job job, object marker):
         """`job` leaves RAM for the spill log (disque/workers/spill.py): as delete_job, but
@@ -508,11 +512,10 @@ cdef class ShardCore:
         refusal = parse_addjob(argv, &o, self.cluster_size)
         if refusal is not None:
             return refusal
-        # external replication (SPEC 3.1 step 5) from memory level 1 in a cluster only: a
-        # lone node stores jobs until the OOM check at 95%. Counting its spilled jobs, a
-        # node replicates externally when enough nodes below their level can take the
-        # copies (docs/memory.md, "Spilling and the memory levels"). A job of a group goes
-        # where its group's ranking says (Replication.replicate_new).
+        # external replication (SPEC 3.1 step 5) from memory level 1 in a cluster only (a
+        # lone node stores jobs until the OOM check at 95%), counting spilled jobs, when
+        # enough nodes below their level can take the copies (docs/memory.md, "Spilling and
+        # the memory levels"); a job of a group goes where its group's ranking says.
         cdef bint grouped = o.group_at and self.cluster_size > 1
         cdef bint extrepl = not grouped and (self.leaving or (self.cluster_size > 1 and (
             self.memory_level >= 1
