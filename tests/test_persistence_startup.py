@@ -148,3 +148,22 @@ def test_the_usual_restart_appends_to_the_files_it_loaded(start_server):
     assert aof_helpers.registered_jobs(srv) == len(ids) - 1 + len(later)
     assert srv.log_text().count("rewriting started") == rewrites + 3
     assert sorted(aof_helpers.aof_files(srv)) == [0, 1, 2]
+
+
+@pytest.mark.server
+def test_shutdown_is_accepted_as_soon_as_the_start_up_rewrite_ends(start_server):
+    """A start that writes every file afresh (here: another number of workers) serves
+    clients once the new files are complete; SHUTDOWN then stops the node at once, not
+    "Writing initial AOF" from a memory poll taken during the rewrite."""
+    srv = start_server(workers=1, extra_args=["--appendonly", "yes"])
+    r = srv.raw()
+    ids = aof_helpers.add_jobs(r, queue_names("boot-rewrite", 20), 1500)
+    aof_helpers.kill_node(srv)
+    aof_helpers.restart(srv, workers=2)
+    assert srv.log_text().count("rewriting started") >= 3       # the first start's + 2
+    r = srv.raw()
+    r.send(encode_command("SHUTDOWN"))
+    assert aof_helpers.wait_exit(srv) == 0, srv.log_tail()
+    assert "Writing initial AOF" not in srv.log_text()
+    aof_helpers.restart(srv, workers=2)
+    assert aof_helpers.registered_jobs(srv) == len(ids)

@@ -265,6 +265,7 @@ class PersistencePhases:
             return
         self.delete_old_files()         # every new file is complete and fsynced
         self.delete_extra_files()
+        self.rewrites_ended(aof_on=True)
         self.loading_done()
 
     def loading_done(self):
@@ -338,6 +339,14 @@ class PersistencePhases:
         self.start_node_rewrite(False)
         client.reply(REWRITE_STARTED)
 
+    def rewrites_ended(self, aof_on):
+        """Every worker just answered that its rewrite ended: until the next memory poll
+        the statuses would still say "rewriting" (and SHUTDOWN would refuse to stop)."""
+        for s in self.aof_status_by_worker or ():
+            s[1] = False
+            if aof_on:
+                s[2] = "on"
+
     def start_node_rewrite(self, enable):
         self.aof_rewrites_running += 1
         self.aof_initial_running += enable
@@ -348,9 +357,8 @@ class PersistencePhases:
         def done(results):
             self.aof_rewrites_running -= 1
             self.aof_initial_running -= enable
-            for s in self.aof_status_by_worker or ():
-                s[1] = False        # every worker just said it finished
             error = self.first_error(results)
+            self.rewrites_ended(aof_on=enable and not error)
             if error:
                 log.warning("Background AOF rewrite%s failed: %s",
                             " (turning the AOF on)" if enable else "", error)
