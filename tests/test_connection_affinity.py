@@ -106,6 +106,34 @@ def test_a_big_first_addjob_goes_to_its_worker_before_its_body(node):
     assert served(node) > before if node.affinity else served(node) == 0
 
 
+def test_big_bodies_read_by_a_serving_worker_in_any_pieces(node):
+    """A served connection's big argument is read straight into its object
+    (docs/design.md, "A big argument is read into its object"): bodies over the threshold
+    and under it, sent in uneven pieces (one cut between a body and its CRLF), with a
+    command behind each in the same write, all come back whole and in order."""
+    c = node.raw()
+    settle(node, c, Q1)
+    bodies = [os.urandom(n) for n in (32 * 1024, 5 << 20, 40_000, 32 * 1024 - 1, 1 << 20)]
+    wire = b"".join(encode_command("ADDJOB", Q1, b, 0) + encode_command("QLEN", Q1)
+                    for b in bodies)
+    first_crlf = wire.index(bodies[0]) + len(bodies[0]) + 1      # between CR and LF
+    cuts = sorted({first_crlf, 7, 33_000, 700_000, 3_000_001, len(wire) - 3})
+    start = 0
+    for cut in cuts + [len(wire)]:
+        c.send(wire[start:cut])
+        start = cut
+        time.sleep(0.002)
+    ids = []
+    for i in range(len(bodies)):
+        jid = c.read_parsed(timeout=20)
+        assert jid.startswith(b"D-"), jid
+        assert c.read_parsed() == i + 1
+        ids.append(jid)
+    got = c.execute("GETJOB", "COUNT", len(bodies), "FROM", Q1)
+    assert [(j[1], j[2]) for j in got] == list(zip(ids, bodies))
+    assert served(node) >= 1 if node.affinity else served(node) == 0
+
+
 def test_blocking_getjob_timeout_disconnect_and_other_worker(node):
     c = node.raw()
     settle(node, c)

@@ -82,3 +82,41 @@ def test_inline_drops_empty_arguments():
 ])
 def test_parse_int_is_strtoll_with_full_consumption(text, value):
     assert parse_int(text) == value
+
+
+BIG = 32 * 1024         # resp.pyx BIG_ARG: from here an incomplete bulk is read into its object
+big_args_st = st.lists(st.sampled_from([0, 7, BIG - 1, BIG, BIG + 1, 3 * BIG + 5]),
+                       min_size=1, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(big_args_st, min_size=1, max_size=4),
+       st.lists(st.integers(1, 2 * BIG), max_size=20), st.integers(0, 20))
+def test_big_arguments_whatever_the_read_boundaries_and_a_hand_over_midway(sizes, cuts, move_at):
+    """A big argument still arriving goes straight into its bytes object: the commands are
+    the same whatever the reads' boundaries (one inside the CRLF after the body included),
+    `pending` counts what was received and not returned, and take_unparsed in the middle of
+    a big argument gives back the bytes a client sent (the connection moves on)."""
+    commands = [[bytes([65 + (i + j) % 26]) * n for j, n in enumerate(c)]
+                for i, c in enumerate(sizes)]
+    stream = b"".join(encode(c) for c in commands)
+    ours = RequestParser()
+    got = []
+    pos = 0
+    for k, size in enumerate(cuts + [len(stream)]):
+        piece = stream[pos:pos + size]
+        pos += size
+        ours.feed(piece)
+        got.extend(ours.commands())
+        returned = sum(len(encode(c)) for c in got)
+        assert ours.pending <= min(pos, len(stream)) - returned + 32
+        if k == move_at:
+            moved = RequestParser()
+            moved.feed(ours.take_unparsed())
+            assert ours.pending == 0 and ours.commands() == []
+            got.extend(moved.commands())
+            ours = moved
+        if pos >= len(stream):
+            break
+    assert got == commands
+    assert ours.pending == 0

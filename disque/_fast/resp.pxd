@@ -4,7 +4,12 @@ cdef class RequestParser:
     cdef long long mb_left     # bulk arguments still expected in the current multibulk
     cdef long long bulk_len    # length of the bulk being read, -1 while reading its header
     cdef list args
+    cdef bytes big              # a big bulk argument being read into its object, or None
+    cdef Py_ssize_t big_got     # ... and how much of it is in
     cdef int feed_raw(self, const char *data, Py_ssize_t n) except -1
+    cdef Py_ssize_t big_room(self) noexcept
+    cdef char *big_end(self) noexcept
+    cdef int start_big(self, char *base, Py_ssize_t size) except -1
     cpdef list commands(self)
     cdef list next_command(self)
     cdef list parse_inline(self, char *base, Py_ssize_t size)

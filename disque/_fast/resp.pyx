@@ -12,6 +12,9 @@ DEF INLINE_MAX = 64 * 1024
 DEF MBULK_MAX = 1024 * 1024
 DEF BULK_MAX = 512 * 1024 * 1024
 DEF QUERYBUF_MAX = 1024 * 1024 * 1024
+# a bulk argument this big that is still arriving is read straight into the bytes object
+# that becomes the argument (Redis' PROTO_MBULK_BIG_ARG): one copy of it, not two
+DEF BIG_ARG = 32 * 1024
 
 PROTO_INLINE_TOO_BIG = "Protocol error: too big inline request"
 PROTO_UNBALANCED = "Protocol error: unbalanced quotes in request"
@@ -156,6 +159,8 @@ cdef class RequestParser:
         self.mb_left = 0
         self.bulk_len = -1
         self.args = None
+        self.big = None
+        self.big_got = 0
 
     def feed(self, data):
         cdef bytes b = data if type(data) is bytes else bytes(data)
@@ -163,7 +168,19 @@ cdef class RequestParser:
 
     cdef int feed_raw(self, const char *data, Py_ssize_t n) except -1:
         """Append received bytes (feed(), or a worker's C read buffer:
-        disque/_fast/servedcore.pyx), dropping what was already parsed."""
+        disque/_fast/servedcore.pyx), dropping what was already parsed; the first bytes go
+        to a big argument being read, if one is (start_big)."""
+        cdef Py_ssize_t take
+        if self.big is not None:
+            take = self.big_room()
+            if take > n:
+                take = n
+            memcpy(PyBytes_AS_STRING(self.big) + self.big_got, data, take)
+            self.big_got += take
+            data += take
+            n -= take
+            if n == 0:
+                return 0
         cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.buf)
         if self.pos:
             if self.pos == size:
@@ -178,10 +195,20 @@ cdef class RequestParser:
             raise QueryBufferOverflow()
         return 0
 
+    cdef Py_ssize_t big_room(self) noexcept:
+        """What a big argument being read still lacks (0 when none is): the caller may
+        read that much straight into big_end()."""
+        if self.big is None:
+            return 0
+        return self.bulk_len - self.big_got
+
+    cdef char *big_end(self) noexcept:
+        return PyBytes_AS_STRING(self.big) + self.big_got
+
     @property
     def pending(self):
         """Bytes received but not yet consumed (client_biggest_input_buf)."""
-        return PyByteArray_GET_SIZE(self.buf) - self.pos
+        return PyByteArray_GET_SIZE(self.buf) - self.pos + self.big_got
 
     def take_unparsed(self):
         """The input not yet returned as commands, as the bytes a client would send (a
@@ -194,12 +221,16 @@ cdef class RequestParser:
                 parts.append(b"$%d\r\n%b\r\n" % (len(a), a))
             if self.bulk_len >= 0:
                 parts.append(b"$%d\r\n" % self.bulk_len)
+            if self.big is not None:
+                parts.append(self.big[:self.big_got])
         parts.append(bytes(self.buf[self.pos:]))
         self.buf = bytearray()
         self.pos = 0
         self.mb_left = 0
         self.bulk_len = -1
         self.args = None
+        self.big = None
+        self.big_got = 0
         return b"".join(parts)
 
     cpdef list commands(self):
@@ -297,15 +328,38 @@ cdef class RequestParser:
                     raise ProtocolError(PROTO_BULK_INVALID)
                 self.pos = (cr - base) + 2
                 self.bulk_len = n
-            if size - self.pos < self.bulk_len + 2:
-                return None
-            self.args.append(PyBytes_FromStringAndSize(base + self.pos, self.bulk_len))
-            self.pos += self.bulk_len + 2
+                if n >= BIG_ARG and size - self.pos < n + 2:
+                    self.start_big(base, size)
+            if self.big is not None:
+                # the argument is complete once its bytes are in and its CRLF follows
+                if self.big_got < self.bulk_len or size - self.pos < 2:
+                    return None
+                self.args.append(self.big)
+                self.big = None
+                self.big_got = 0
+                self.pos += 2
+            else:
+                if size - self.pos < self.bulk_len + 2:
+                    return None
+                self.args.append(PyBytes_FromStringAndSize(base + self.pos, self.bulk_len))
+                self.pos += self.bulk_len + 2
             self.bulk_len = -1
             self.mb_left -= 1
         done = self.args
         self.args = None
         return done
+
+    cdef int start_big(self, char *base, Py_ssize_t size) except -1:
+        """The bulk whose header was just read is big and not all in: its object now, with
+        what the buffer holds of it; the rest is copied (feed_raw) or read (big_end) in."""
+        cdef Py_ssize_t have = size - self.pos
+        if have > self.bulk_len:
+            have = self.bulk_len        # all of it in but its CRLF: that stays in the buffer
+        self.big = PyBytes_FromStringAndSize(NULL, self.bulk_len)
+        memcpy(PyBytes_AS_STRING(self.big), base + self.pos, have)
+        self.big_got = have
+        self.pos += have
+        return 0
 
 
 # ---- reply encoding -------------------------------------------------------------------

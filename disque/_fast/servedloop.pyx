@@ -341,7 +341,14 @@ cdef class ServedLoop:
     # ---- input ---------------------------------------------------------------------------
 
     cpdef read(self, ServedClient c):
-        cdef ssize_t n = c_recv(c.fd, read_buf, READ_SIZE, 0)
+        cdef RequestParser parser = c.parser
+        cdef Py_ssize_t room = parser.big_room() if c.tls is None else 0
+        cdef ssize_t n
+        if room >= READ_SIZE:
+            n = c_recv(c.fd, parser.big_end(), room, 0)     # a big argument, straight in
+        else:
+            room = 0
+            n = c_recv(c.fd, read_buf, READ_SIZE, 0)
         if n < 0:
             if errno == EAGAIN or errno == EINTR:
                 return
@@ -351,12 +358,14 @@ cdef class ServedLoop:
             return
         self.net_in += n
         c.last_io = monotonic()
-        if c.tls is not None:
+        if room:
+            parser.big_got += n
+        elif c.tls is not None:
             if self.read_tls(c, n) < 0:
                 return
         else:
             try:
-                c.parser.feed_raw(read_buf, n)
+                parser.feed_raw(read_buf, n)
             except QueryBufferOverflow:
                 log.warning("Closing client id=%d: query buffer over 1 GiB", c.id)
                 self.drop_client(c)
