@@ -37,23 +37,19 @@ import errno
 import logging
 import select
 import socket
-import time
 
 import msgpack
 
-from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
+from disque._fast.joblinkpath import InEvent, InLink, JobLinkPath, OutLink, monotonic_ms
 # the <u32 length><payload> frames, read and written in C (disque/_fast/frames.pyx)
-from disque._fast.frames import (AGAIN, BROKEN, KEPT, QUEUED, TOO_LONG, feed_buffer, frame,
-                                 read_frames, send_kept, send_or_keep)
+from disque._fast.frames import feed_buffer, frame, send_kept
 from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
-from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello, read_hello
+from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello
 from disque.contracts.job_link_tls import contexts as tls_contexts
 from disque.workers.tls_pump import TLS_ERRORS, TlsPump
 
 log = logging.getLogger("disque.worker")
 
-MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped,
-STALLED_MS = 2000               # once none of it has moved for this long
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
 HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
@@ -62,79 +58,21 @@ MAX_WARNED = 4096               # addresses whose refused TLS handshake was logg
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
 packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
-unpackb = msgpack.unpackb
 
 
-def monotonic_ms():
-    return time.monotonic_ns() // 1000000
-
-
-class OutLink:
-    """This worker's connection to worker `w` of node `node`."""
-    __slots__ = ("node", "w", "addr", "sock", "fd", "up", "out", "box", "failed_at", "shaking",
-                 "tls", "relinks", "moved_at")
-
-    def __init__(self, node, w, addr, relinks=0):
-        self.node = node
-        self.w = w
-        self.addr = addr
-        self.relinks = relinks      # the bus's count of stalled links to that node
-        self.sock = None
-        self.fd = -1
-        self.up = False
-        self.out = bytearray()      # what the socket did not take yet
-        self.moved_at = 0           # ms when its output last moved (waiting output only)
-        self.box = []               # this loop turn's [type, flags, payload] for it
-        self.failed_at = None       # ms of the last failure, None: never tried or up
-        self.shaking = False        # TLS handshake under way
-        self.tls = None             # its TlsPump on a secured cluster
-
-
-class InLink:
-    """A connection from a worker of another node."""
-    __slots__ = ("sock", "fd", "buf", "sender", "since", "misrouted", "shaking", "addr", "tls")
-
-    def __init__(self, sock, addr, shaking=False):
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.buf = bytearray()
-        self.sender = None          # its node id, once its hello came
-        self.since = monotonic_ms()
-        self.misrouted = 0          # messages it sent that this worker does not own
-        self.shaking = shaking      # TLS handshake under way
-        self.addr = addr
-        self.tls = None             # its TlsPump on a secured cluster
-
-
-class JobLinks:
+class JobLinks(JobLinkPath):
     """Needs: the shard (its replication's on_bus and known nodes) and the served loop's
     epoll set and fd table (ServedCore.ep / extra_fds); on a secured cluster the directory
     of the TLS files. Offers: set_cluster, send (what has no link up comes back, for the
     bus), flush (after the AOF write), cron, info."""
 
     def __init__(self, index, nworkers, listener_fd, shard, ep, extra_fds, tls_dir=None):
-        self.index = index
-        self.nworkers = nworkers
-        self.shard = shard
-        self.ep = ep
-        self.extra_fds = extra_fds
+        super().__init__(index, nworkers, shard, ep, extra_fds)
         self.listener = socket.socket(fileno=listener_fd)
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
         ep.register(listener_fd, EPOLLIN)
         extra_fds[listener_fd] = self.on_accept
-        self.myid = shard.node_id
-        self.links = {}             # (node id, w) -> OutLink
-        self.boxes = {}             # node id -> [OutLink.box while up, else None] per worker
-        self.everyone = ()          # other known nodes: destinations None
-        self.inbound = {}           # fd -> InLink
-        self.drop = False           # DEBUG BUS: this node is cut off the bus
-        self.pending = False        # boxes hold something to flush
-        self.sent_msgs = self.sent_frames = 0
-        self.received_msgs = self.received_frames = 0
-        self.relayed_msgs = 0       # messages that went to the bus for want of a link
-        self.refused = 0            # inbound connections closed for bad input
-        self.misrouted = 0          # well-formed messages another worker owns: dropped
         self.server_tls = self.client_tls = None
         self.warned = set()         # addresses whose failed TLS handshake was logged
         self.write = self.write_raw     # a frame to a link: as it is, or encrypted first
@@ -142,6 +80,7 @@ class JobLinks:
             self.server_tls, self.client_tls = tls_contexts(tls_dir)
             self.rbuf = bytearray(TLS_READ_SIZE)
             self.write = self.write_tls
+            self.secured = True
 
     # ---- membership ------------------------------------------------------------------
 
@@ -180,47 +119,7 @@ class JobLinks:
                 elif link.up:
                     slots[w] = link.box
 
-    # ---- sending ---------------------------------------------------------------------
-
-    def send(self, entries):
-        """Put what has a link up in its box (sent by flush); returns the rest for the bus."""
-        if not self.boxes:
-            self.relayed_msgs += len(entries)
-            return entries
-        leftover = []
-        group_by_link(entries, self.boxes, self.myid, self.everyone, leftover)
-        self.pending = True
-        self.relayed_msgs += len(leftover)
-        return leftover
-
-    def flush(self):
-        """After the AOF write: each box as one frame (a GOTJOB leaves after its copy's
-        record is written, as on the bus)."""
-        if not self.pending:
-            return
-        self.pending = False
-        for link in list(self.links.values()):
-            box = link.box
-            if box and link.up:
-                data = frame(packb(box))
-                self.sent_msgs += len(box)
-                self.sent_frames += 1
-                del box[:]              # the same list stays in self.boxes
-                self.write(link, data)
-
-    def write_raw(self, link, data):
-        status = send_or_keep(link.fd, data, link.out)
-        if status == KEPT:
-            link.moved_at = monotonic_ms()
-            self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
-        elif status == BROKEN:
-            self.fail(link)
-        elif (status == QUEUED and len(link.out) > MAX_PENDING
-                and monotonic_ms() - link.moved_at > STALLED_MS):
-            # a peer that takes nothing; one that is still taking a big copy is left alone
-            log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
-                        link.node[:8].decode(), link.w, len(link.out))
-            self.fail(link)
+    # ---- sending (send, flush, write_raw: JobLinkPath) ----------------------------
 
     def busy(self, node):
         """A link to `node` still holds output the socket has not taken: a copy sent there
@@ -358,78 +257,14 @@ class JobLinks:
             sock.setblocking(False)
             if self.server_tls is None:
                 link = InLink(sock, addr)
-                on_event = self.on_in_event
             else:
                 link = InLink(sock, addr, shaking=True)
                 link.tls = TlsPump(self.server_tls, True)
-                on_event = self.on_in_event_tls
             self.inbound[link.fd] = link
             self.ep.register(link.fd, EPOLLIN)
-            self.extra_fds[link.fd] = lambda ev, link=link, on_event=on_event: on_event(link)
+            self.extra_fds[link.fd] = InEvent(self, link, self.server_tls is not None)
 
-    def on_in_event(self, link):
-        frames = []
-        got = read_frames(link.fd, link.buf, MAX_HELLO if link.sender is None else MAX_FRAME,
-                          MAX_FRAME, frames)
-        if got == AGAIN:
-            return
-        if self.on_frames(link, frames, got) and not got:
-            self.close_in(link)
-
-    def on_frames(self, link, frames, got):
-        """A read's whole frames (those before a frame too long count); False: the link
-        was closed (a bad frame, or one too long)."""
-        for data in frames:
-            if not self.on_frame(link, data):
-                return False
-        if got == TOO_LONG:
-            self.refuse(link, "a frame too long" if link.sender
-                        else "a first frame that is no hello")
-            return False
-        return True
-
-    def on_frame(self, link, data):
-        try:
-            msgs = unpackb(data, use_list=True)
-        except Exception:
-            self.refuse(link, "a frame that is not msgpack")
-            return False
-        if link.sender is None:
-            hello = read_hello(msgs)
-            if hello is None:
-                self.refuse(link, "no hello")
-                return False
-            if hello.receiver != self.myid or hello.worker != self.index:
-                # meant for a worker that listened on this port before (a node restarted,
-                # its port reused): its messages are not ours to take
-                self.refuse(link, "a hello for another worker")
-                return False
-            link.sender = hello.sender
-            return True
-        if type(msgs) is not list:
-            self.refuse(link, "a frame that is not a list")
-            return False
-        self.received_frames += 1
-        if self.drop or link.sender not in self.shard.replication.known or link.sender == self.myid:
-            return True                 # cut off (DEBUG BUS), or not (yet) a node we know
-        inbox = {}
-        route_job_messages(msgs, link.sender, self.nworkers, inbox, FORWARD_COPIES, [])
-        mine = inbox.pop(self.index, None)
-        if mine:
-            self.received_msgs += len(mine)
-            self.shard.replication.on_bus(mine)
-        if inbox:
-            # the sender picks the worker with the same owner(), so only a sender that
-            # routes otherwise (a bug, another version) lands here: counted and said once
-            # per link, as the bus drops what it cannot place
-            n = sum(len(entries) for entries in inbox.values())
-            if not link.misrouted:
-                log.warning("Job link from %s: %d message(s) for worker(s) %s dropped "
-                            "(this is worker %d)", link.sender[:8].decode(), n,
-                            sorted(inbox), self.index)
-            link.misrouted += n
-            self.misrouted += n
-        return True
+    # on_in_event, on_frames: JobLinkPath
 
     def refuse(self, link, what):
         self.refused += 1

@@ -9,8 +9,8 @@
 
 So no reply and no acknowledgement leaves before the AOF record of what it promises
 (docs/persistence.md). `STEPS` names the order; `release` runs it. The one other way out
-is the served loop's turn in C (servedloop.pyx), which sends job messages itself only on
-a node without an AOF.
+is the served loop's turn in C (servedloop.pyx), which sends job messages itself
+(JobLinkPath.messages_out) only on a node without an AOF.
 """
 import msgpack
 
@@ -21,16 +21,17 @@ STEPS = ("bus_out", "aof", "job_links", "served", "front_end")
 
 
 class Outbox:
-    """Needs the worker (shard, link, served, job_links). Offers release, and
-    job_messages_out for the served loop's turn (no AOF there)."""
+    """Needs the worker (shard, link, served, job_links). Offers release."""
 
     def __init__(self, worker):
         self.worker = worker
         self.shard = worker.shard
         self.link = worker.link
         self.pack = msgpack.Packer().pack       # one Packer: packb makes a new one per call
-        step = {"bus_out": self.bus_out, "aof": self.shard.persistence.aof_flush,
-                "job_links": worker.job_links.flush if worker.job_links is not None else None,
+        job_links = worker.job_links
+        step = {"bus_out": self.bus_out if job_links is None else job_links.bus_out,
+                "aof": self.shard.persistence.aof_flush,
+                "job_links": job_links.flush if job_links is not None else None,
                 "served": worker.served.flush if worker.served is not None else None,
                 "front_end": self.front_end}
         self.steps = [step[name] for name in STEPS if step[name] is not None]
@@ -40,17 +41,13 @@ class Outbox:
             step()
 
     def bus_out(self):
-        """This turn's job messages: straight to the owning workers where a direct job link
-        is up (in their boxes until the job links' step), the rest through the front-end
-        onto the bus."""
+        """This turn's job messages, on a worker without direct job links: all through the
+        front-end onto the bus (with links: JobLinkPath.bus_out, disque/_fast/joblinkpath.pyx)."""
         shard = self.shard
         if not shard.bus_out:
             return
         count_types(shard.bus_out, shard.replication.bus_sent)
-        job_links = self.worker.job_links
-        rest = shard.bus_out if job_links is None else job_links.send(shard.bus_out)
-        if rest:
-            shard.out.append(link_msg.BusOut.encode(rest))
+        shard.out.append(link_msg.BusOut.encode(shard.bus_out))
         shard.bus_out = []
 
     def front_end(self):
@@ -58,9 +55,3 @@ class Outbox:
         if shard.out:
             self.link.send(self.pack(shard.out))
             shard.out = []
-
-    def job_messages_out(self):
-        """ServedCore.turn, after serving, with job messages to send and no AOF (the turn
-        leaves a node with an AOF to the loop, which writes it before anything leaves)."""
-        self.bus_out()
-        self.worker.job_links.flush()

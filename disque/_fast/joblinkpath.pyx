@@ -1,0 +1,284 @@
+# cython: language_level=3, boundscheck=True, wraparound=True
+"""The per-message path of the direct job links (docs/design.md, "Direct job links"), in C:
+a frame read, its messages routed to this worker's replication, and a turn's messages
+grouped by link, framed and written. At one connection a replicated ADDJOB is a few
+messages per wake-up of each worker, and the interpreter's frames per message were a
+third of a replica's user time (docs/benchmarks.md, "Job links in C, measured per job").
+
+`JobLinkPath` is the base class of disque/workers/job_links.py's `JobLinks`, which keeps
+the rest (connecting, TLS, accepting, the cron): the state the path reads is declared
+here, so that both halves see one attribute. The link objects are C classes for the same
+reason. Bounds checks stay on: the links' bytes come from other hosts."""
+import logging
+import time
+
+import msgpack
+
+from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
+from disque._fast.replcore import count_types
+from disque.contracts import worker_link as link_msg
+from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, read_hello
+
+from disque._fast cimport sysio
+from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames
+
+log = logging.getLogger("disque.worker")
+
+MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped,
+STALLED_MS = 2000               # once none of it has moved for this long
+EPOLLIN = 0x001
+EPOLLOUT = 0x004
+
+cdef object packb = msgpack.Packer().pack   # one Packer: packb makes a new one per call
+cdef object unpackb = msgpack.unpackb
+cdef object encode_bus_out = link_msg.BusOut.encode
+
+
+def monotonic_ms():
+    return time.monotonic_ns() // 1000000
+
+
+cdef class OutLink:
+    """This worker's connection to worker `w` of node `node`."""
+    cdef public bytes node
+    cdef public int w
+    cdef public tuple addr
+    cdef public object sock
+    cdef public int fd
+    cdef public bint up
+    cdef public bytearray out
+    cdef public list box
+    cdef public object failed_at
+    cdef public bint shaking
+    cdef public object tls
+    cdef public object relinks
+    cdef public long long moved_at
+
+    def __init__(self, node, w, addr, relinks=0):
+        self.node = node
+        self.w = w
+        self.addr = addr
+        self.relinks = relinks      # the bus's count of stalled links to that node
+        self.sock = None
+        self.fd = -1
+        self.up = False
+        self.out = bytearray()      # what the socket did not take yet
+        self.moved_at = 0           # ms when its output last moved (waiting output only)
+        self.box = []               # this loop turn's [type, flags, payload] for it
+        self.failed_at = None       # ms of the last failure, None: never tried or up
+        self.shaking = False        # TLS handshake under way
+        self.tls = None             # its TlsPump on a secured cluster
+
+
+cdef class InLink:
+    """A connection from a worker of another node."""
+    cdef public object sock
+    cdef public int fd
+    cdef public bytearray buf
+    cdef public object sender
+    cdef public long long since
+    cdef public long long misrouted
+    cdef public bint shaking
+    cdef public object addr
+    cdef public object tls
+
+    def __init__(self, sock, addr, shaking=False):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.buf = bytearray()
+        self.sender = None          # its node id, once its hello came
+        self.since = monotonic_ms()
+        self.misrouted = 0          # messages it sent that this worker does not own
+        self.shaking = shaking      # TLS handshake under way
+        self.addr = addr
+        self.tls = None             # its TlsPump on a secured cluster
+
+
+cdef class InEvent:
+    """What the worker's poll calls for an inbound link's fd (ServedCore.extra_fds): the
+    plaintext read in C, or the subclass's TLS read."""
+    cdef JobLinkPath links
+    cdef InLink link
+    cdef bint tls
+
+    def __init__(self, JobLinkPath links, InLink link, bint tls):
+        self.links = links
+        self.link = link
+        self.tls = tls
+
+    def __call__(self, ev):
+        if self.tls:
+            self.links.on_in_event_tls(self.link)
+        else:
+            self.links.on_in_event(self.link)
+
+
+cdef class JobLinkPath:
+    """The path's state (set by JobLinks.__init__ and set_cluster) and its methods: send,
+    flush, bus_out, messages_out (the served loop's turn), on_in_event, on_frames. Needs
+    from the subclass: fail, refuse, close_in, write (write_raw, or encrypting first)."""
+    cdef public int index
+    cdef public int nworkers
+    cdef public object shard
+    cdef public object replication
+    cdef public object ep
+    cdef public dict extra_fds
+    cdef public bytes myid
+    cdef public dict links             # (node id, w) -> OutLink
+    cdef public dict boxes             # node id -> [OutLink.box while up, else None] per worker
+    cdef public tuple everyone         # other known nodes: destinations None
+    cdef public dict inbound           # fd -> InLink
+    cdef public bint drop              # DEBUG BUS: this node is cut off the bus
+    cdef public bint pending           # boxes hold something to flush
+    cdef public bint secured           # frames are encrypted (self.write) before write_raw
+    cdef public long long sent_msgs, sent_frames, received_msgs, received_frames
+    cdef public long long relayed_msgs # messages that went to the bus for want of a link
+    cdef public long long refused      # inbound connections closed for bad input
+    cdef public long long misrouted    # well-formed messages another worker owns: dropped
+
+    def __init__(self, int index, int nworkers, shard, ep, dict extra_fds):
+        self.index = index
+        self.nworkers = nworkers
+        self.shard = shard
+        self.replication = shard.replication
+        self.ep = ep
+        self.extra_fds = extra_fds
+        self.myid = shard.node_id
+        self.links = {}
+        self.boxes = {}
+        self.everyone = ()
+        self.inbound = {}
+
+    # ---- sending ---------------------------------------------------------------------
+
+    cpdef list send(self, list entries):
+        """Put what has a link up in its box (sent by flush); returns the rest for the bus."""
+        if not self.boxes:
+            self.relayed_msgs += len(entries)
+            return entries
+        cdef list leftover = []
+        group_by_link(entries, self.boxes, self.myid, self.everyone, leftover)
+        self.pending = True
+        self.relayed_msgs += len(leftover)
+        return leftover
+
+    cpdef bus_out(self):
+        """This turn's job messages: straight to the owning workers where a direct job link
+        is up (in their boxes until flush), the rest through the front-end onto the bus."""
+        shard = self.shard
+        cdef list msgs = shard.bus_out
+        if not msgs:
+            return
+        count_types(msgs, self.replication.bus_sent)
+        rest = self.send(msgs)
+        if rest:
+            shard.out.append(encode_bus_out(rest))
+        shard.bus_out = []
+
+    cpdef flush(self):
+        """After the AOF write: each box as one frame (a GOTJOB leaves after its copy's
+        record is written, as on the bus)."""
+        cdef OutLink link
+        cdef list box
+        if not self.pending:
+            return
+        self.pending = False
+        for link in list(self.links.values()):
+            box = link.box
+            if box and link.up:
+                data = sysio.framed(packb(box))
+                self.sent_msgs += len(box)
+                self.sent_frames += 1
+                del box[:]              # the same list stays in self.boxes
+                if self.secured:
+                    self.write(link, data)
+                else:
+                    self.write_raw(link, data)
+
+    cpdef messages_out(self):
+        """ServedCore.turn, after serving, with job messages to send and no AOF (the turn
+        leaves a node with an AOF to the loop, which writes it before anything leaves)."""
+        self.bus_out()
+        self.flush()
+
+    cpdef write_raw(self, OutLink link, bytes data):
+        cdef int status = sysio.send_or_keep(link.fd, data, link.out)
+        if status == sysio.OUT_KEPT:
+            link.moved_at = monotonic_ms()
+            self.ep.modify(link.fd, EPOLLIN | EPOLLOUT)
+        elif status == sysio.OUT_BROKEN:
+            self.fail(link)
+        elif (status == sysio.OUT_QUEUED and len(link.out) > MAX_PENDING
+                and monotonic_ms() - link.moved_at > STALLED_MS):
+            # a peer that takes nothing; one that is still taking a big copy is left alone
+            log.warning("Job link to %s worker %d: %d bytes not taken, dropped",
+                        link.node[:8].decode(), link.w, len(link.out))
+            self.fail(link)
+
+    # ---- receiving -------------------------------------------------------------------
+
+    cpdef on_in_event(self, InLink link):
+        cdef list frames = []
+        cdef Py_ssize_t got = recv_frames(link.fd, link.buf,
+                                          MAX_HELLO if link.sender is None else MAX_FRAME,
+                                          MAX_FRAME, frames, 0)
+        if got == FRAMES_AGAIN:
+            return
+        if self.on_frames(link, frames, got) and not got:
+            self.close_in(link)
+
+    cpdef bint on_frames(self, InLink link, list frames, Py_ssize_t got) except -1:
+        """A read's whole frames (those before a frame too long count); False: the link
+        was closed (a bad frame, or one too long)."""
+        for data in frames:
+            if not self.on_frame(link, data):
+                return False
+        if got == FRAMES_TOO_LONG:
+            self.refuse(link, "a frame too long" if link.sender
+                        else "a first frame that is no hello")
+            return False
+        return True
+
+    cdef bint on_frame(self, InLink link, data) except -1:
+        try:
+            msgs = unpackb(data, use_list=True)
+        except Exception:
+            self.refuse(link, "a frame that is not msgpack")
+            return False
+        if link.sender is None:
+            hello = read_hello(msgs)
+            if hello is None:
+                self.refuse(link, "no hello")
+                return False
+            if hello.receiver != self.myid or hello.worker != self.index:
+                # meant for a worker that listened on this port before (a node restarted,
+                # its port reused): its messages are not ours to take
+                self.refuse(link, "a hello for another worker")
+                return False
+            link.sender = hello.sender
+            return True
+        if type(msgs) is not list:
+            self.refuse(link, "a frame that is not a list")
+            return False
+        self.received_frames += 1
+        replication = self.replication
+        if self.drop or link.sender not in replication.known or link.sender == self.myid:
+            return True                 # cut off (DEBUG BUS), or not (yet) a node we know
+        cdef dict inbox = {}
+        route_job_messages(msgs, link.sender, self.nworkers, inbox, FORWARD_COPIES, [])
+        mine = inbox.pop(self.index, None)
+        if mine:
+            self.received_msgs += len(mine)
+            replication.on_bus(mine)
+        if inbox:
+            # the sender picks the worker with the same owner(), so only a sender that
+            # routes otherwise (a bug, another version) lands here: counted and said once
+            # per link, as the bus drops what it cannot place
+            n = sum([len(entries) for entries in inbox.values()])
+            if not link.misrouted:
+                log.warning("Job link from %s: %d message(s) for worker(s) %s dropped "
+                            "(this is worker %d)", link.sender[:8].decode(), n,
+                            sorted(inbox), self.index)
+            link.misrouted += n
+            self.misrouted += n
+        return True
