@@ -52,6 +52,30 @@ def test_new_jobs_take_increasing_places_never_below_the_clock():
     assert a.ext.group is key and b.ext.group is key and c.ext.group is key   # one key object
 
 
+def test_a_group_holds_its_jobs_and_only_the_id_of_a_spilled_one():
+    """The order holds the jobs in RAM (releasing the next head needs no lookup) and a
+    spilled member's ID alone (its job's memory is free); the job read back takes its
+    place again (relink), and a head released while spilled comes back as its ID."""
+    groups = JobGroups()
+    jobs = [member(b"%d" % i) for i in range(4)]
+    for j in jobs:
+        groups.join_new(j, 1)
+    g = groups.group_of(jobs[0])
+    assert g.members == jobs and g.ids == [b"0", b"1", b"2", b"3"]
+    groups.spilled(jobs[1])
+    groups.spilled(jobs[3])
+    assert g.members == [jobs[0], b"1", jobs[2], b"3"] and g.head == b"0" and len(g) == 4
+    back = member(b"3")                      # read back from the spill log: a new object
+    back.flags |= FLAG_GROUPED
+    assert groups.relink(back) is True
+    assert g.members[3] is back and back.ext.member_of is g
+    assert groups.leave(jobs[0]) == b"1"     # the new head is still spilled: its ID
+    assert groups.move(jobs[2], jobs[2].ext.group_seq + 100, {}) is True     # after "3"
+    assert g.ids == [b"1", b"3", b"2"]
+    assert groups.leave(jobs[2]) is None and groups.leave(back) is None
+    assert g.ids == [b"1"] and groups.members == 1
+
+
 def test_leaving_releases_the_next_head_only_when_the_head_leaves():
     groups = JobGroups()
     jobs = [member(b"%d" % i) for i in range(3)]
@@ -59,7 +83,7 @@ def test_leaving_releases_the_next_head_only_when_the_head_leaves():
         groups.join_new(j, 1)
     assert groups.leave(jobs[1]) is None                    # a held job leaves: nothing moves
     assert groups.leave(jobs[1]) is None                    # twice: no longer a member
-    assert groups.leave(jobs[0]) == b"2"                    # the head leaves: the next is head
+    assert groups.leave(jobs[0]) is jobs[2]                 # the head leaves: the next is head
     assert not jobs[0].flags & FLAG_GROUPED
     assert groups.leave(jobs[2]) is None                    # the last: the group is gone
     assert (groups.count, groups.members, groups.by_queue) == (0, 0, {})

@@ -44,6 +44,8 @@ cdef object MAX_SEQ = 1 << 64
 REFUSE_COPIES = 0      # leaving or above 75% of maxmemory: no copy, no GOTJOB (SPEC 8.7, 9)
 FORWARD_COPIES = 1     # with an AOF: the worker answers once its LOADJOB record is written
 ACCEPT_COPIES = 2      # the GOTJOB leaves from here, the copy goes on to the worker
+cdef int C_REFUSE_COPIES = REFUSE_COPIES    # the same, as C ints for the per-message tests
+cdef int C_FORWARD_COPIES = FORWARD_COPIES
 
 
 cdef inline bint is_job_type(object t):
@@ -118,8 +120,8 @@ def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int co
         w = owner(mtype, payload, nworkers)
         if w < 0:
             continue
-        if mtype == REPLJOB and copies != FORWARD_COPIES:
-            if copies == REFUSE_COPIES:
+        if mtype == REPLJOB and copies != C_FORWARD_COPIES:
+            if copies == C_REFUSE_COPIES:
                 continue
             if not mflags & NOREPLY:
                 gotjobs.append([GOTJOB, 0, [payload[4:44], 0]])      # a JobMessage

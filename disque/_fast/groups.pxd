@@ -1,9 +1,9 @@
 from disque._fast.job cimport Job
 
 cdef class JobGroup:
-    # one group of one queue: its jobs' IDs in sequence order; ids[0] is the head
+    # one group of one queue: its jobs in sequence order; members[0] is the head
     cdef public bytes queue, key
-    cdef public list ids                # the job IDs by sequence number (in their options)
+    cdef public list members            # by sequence number: each job, or its ID while spilled
     cdef public unsigned long long last_seq   # the highest sequence number given or seen
     cdef public bytes home              # the group's home node as of `home_epoch`
     cdef public unsigned long long home_epoch
@@ -29,7 +29,9 @@ cdef class JobGroups:
     cpdef bint is_head(self, Job job) except -1
     cpdef bint relink(self, Job job) except -1
     cpdef bytes head_id(self, Job job)
-    cpdef bytes leave(self, Job job)
+    cpdef object leave(self, Job job)
+    cpdef spilled(self, Job job)
+    cdef Job member_job(self, object m, dict jobs)
     cpdef bint set_nodes(self, tuple nodes, bytes me) except -1
     cpdef list ranking(self, bytes queue, bytes key)
     cpdef bytes home_of(self, bytes queue, bytes key)

@@ -5,10 +5,12 @@ that may be queued or delivered; ShardCore.enqueue asks `is_head` before it queu
 a group, and releases the next head when a job `leave`s (acked, deleted, expired or
 dead-lettered).
 
-A group holds job IDs, not jobs: the jobs stay in the shard's map, and a group's order is
-all it adds (a list slot per job, and in the job's options its sequence number and its
-group, so that a job finds its group without a lookup; the jobs of a group share one key
-object).
+A group's order holds its jobs themselves while they are in RAM and only the ID of one
+that spilled to disk (`spilled`; `relink` puts it back when it is read again): releasing
+the next head, the step of every ack in a drain, then costs no lookup in the shard's map
+of every job. The jobs stay in that map; a group adds a list slot per job, and in the
+job's options its sequence number and its group, so that a job finds its group without a
+lookup (the jobs of a group share one key object).
 
 In a cluster each group has a **home**, the one node that gives its jobs their sequence
 numbers and queues its head: the first of the group's nodes ranked by rendezvous hashing
@@ -66,26 +68,52 @@ def group_weight(bytes queue, bytes key, bytes node):
     return fmix64(group_hash(queue, key) ^ node_hash(node))
 
 
+cdef inline bytes member_id(object m):
+    """A member of a group's order: its job, or the ID of a spilled one."""
+    return (<Job>m).id if type(m) is Job else <bytes>m
+
+
+cdef inline bint is_member(object m, Job job) except -1:
+    """Whether the member `m` stands for `job` (itself, its ID while it was spilled, or
+    the job read back under the same ID)."""
+    if m is job:
+        return True
+    if type(m) is Job:
+        return (<Job>m).id == job.id
+    return <bytes>m == job.id
+
+
+cdef Py_ssize_t index_of(list members, Job job, bint from_back) except -2:
+    """Where `job` is in a group's order, -1 if it is not."""
+    cdef Py_ssize_t n = len(members), i
+    for i in range(n):
+        if is_member(members[n - 1 - i if from_back else i], job):
+            return n - 1 - i if from_back else i
+    return -1
+
+
 cdef Py_ssize_t place_in(JobGroup g, Job job, dict jobs) except -1:
-    """Insert job's ID among g's by its sequence number (`jobs`: the shard's map, which
-    holds the members); its index."""
+    """Insert `job` among g's members by its sequence number (`jobs`: the shard's map, for
+    the sequence number of a member read back under its ID); its index."""
     cdef unsigned long long seq = (<JobOptions>job.ext).group_seq
-    cdef list ids = g.ids
-    cdef Py_ssize_t lo = 0, hi = len(ids), mid
-    cdef Job other
+    cdef list members = g.members
+    cdef Py_ssize_t lo = 0, hi = len(members), mid
+    cdef object other
     if seq > g.last_seq:
         # later than every member (the usual case: jobs come in their order): the last
-        ids.append(job.id)
+        members.append(job)
         g.last_seq = seq
         return hi
     while lo < hi:                      # bisect by the members' sequence numbers
         mid = (lo + hi) // 2
-        other = jobs.get(ids[mid])
-        if other is not None and (<JobOptions>other.ext).group_seq < seq:
+        other = members[mid]
+        if type(other) is not Job:
+            other = jobs.get(other)     # None while spilled: placed as if after `job`
+        if other is not None and (<JobOptions>(<Job>other).ext).group_seq < seq:
             lo = mid + 1
         else:
             hi = mid
-    ids.insert(lo, job.id)
+    members.insert(lo, job)
     if seq > g.last_seq:
         g.last_seq = seq
     return lo
@@ -95,17 +123,23 @@ cdef class JobGroup:
     def __init__(self, bytes queue, bytes key):
         self.queue = queue
         self.key = key
-        self.ids = []
+        self.members = []
         self.last_seq = 0
         self.home = None
         self.home_epoch = 0
 
     def __len__(self):
-        return len(self.ids)
+        return len(self.members)
 
     @property
     def head(self):
-        return self.ids[0] if self.ids else None
+        """The ID of the group's head, None when it has no job."""
+        return member_id(self.members[0]) if self.members else None
+
+    @property
+    def ids(self):
+        """The members' IDs in their order (a copy)."""
+        return [member_id(m) for m in self.members]
 
 
 cdef class JobGroups:
@@ -198,10 +232,10 @@ cdef class JobGroups:
         ext.group = g.key
         ext.member_of = g
         g.last_seq = seq
-        g.ids.append(job.id)
+        g.members.append(job)
         job.flags |= JOB_FLAG_GROUPED
         self.members += 1
-        return len(g.ids) == 1
+        return len(g.members) == 1
 
     cpdef bint rejoin(self, Job job, dict jobs) except -1:
         """A loaded job (AOF) goes back to its place, the one its sequence number gives
@@ -224,19 +258,20 @@ cdef class JobGroups:
         changed (usually it does not: only its number does)."""
         cdef JobOptions ext = job.ext
         cdef JobGroup g = ext.member_of
-        cdef list ids = g.ids
-        cdef Py_ssize_t n = len(ids), at = n - 1
-        if at < 0 or ids[at] != job.id:
-            at = ids.index(job.id)
-        cdef Job before = jobs.get(ids[at - 1]) if at > 0 else None
-        cdef Job after = jobs.get(ids[at + 1]) if at + 1 < n else None
+        cdef list members = g.members
+        cdef Py_ssize_t n = len(members)
+        cdef Py_ssize_t at = index_of(members, job, True)
+        if at < 0:
+            raise ValueError("job not in its group")
+        cdef Job before = self.member_job(members[at - 1], jobs) if at > 0 else None
+        cdef Job after = self.member_job(members[at + 1], jobs) if at + 1 < n else None
         if ((before is None or (<JobOptions>before.ext).group_seq < seq)
                 and (after is None or seq < (<JobOptions>after.ext).group_seq)):
             ext.group_seq = seq
             if seq > g.last_seq:
                 g.last_seq = seq
             return False
-        del ids[at]
+        del members[at]
         ext.group_seq = seq
         place_in(g, job, jobs)
         return True
@@ -249,28 +284,47 @@ cdef class JobGroups:
             return False
         cdef JobOptions ext = job.ext
         cdef JobGroup g = self.group_of(job)
-        if g is None or job.id not in g.ids:
+        cdef Py_ssize_t at = -1 if g is None else index_of(g.members, job, False)
+        if at < 0:
             job.flags &= ~JOB_GROUP_FLAGS
             return False
+        g.members[at] = job             # in RAM again: the group holds it, not its ID
         ext.group = g.key
         ext.member_of = g
         return True
+
+    cpdef spilled(self, Job job):
+        """`job` leaves RAM for the spill log: its group keeps its ID in its place (a held
+        job spills from the newest, so the search starts at the back)."""
+        if not job.flags & JOB_FLAG_GROUPED:
+            return
+        cdef JobGroup g = (<JobOptions>job.ext).member_of
+        if g is None:
+            return
+        cdef Py_ssize_t at = index_of(g.members, job, True)
+        if at >= 0:
+            g.members[at] = job.id
+
+    cdef Job member_job(self, object m, dict jobs):
+        """The job a member stands for, if it is in RAM."""
+        return <Job>m if type(m) is Job else jobs.get(m)
 
     cpdef bint is_head(self, Job job) except -1:
         """Whether `job` may be queued: the head of its group, or no longer in it."""
         if not job.flags & JOB_FLAG_GROUPED:
             return True
         cdef JobGroup g = (<JobOptions>job.ext).member_of
-        return g is None or (<bytes>g.ids[0]) == job.id
+        return g is None or is_member(g.members[0], job)
 
     cpdef bytes head_id(self, Job job):
         """The ID of the head of `job`'s group, or None."""
         cdef JobGroup g = self.group_of(job)
-        return None if g is None or not g.ids else g.ids[0]
+        return None if g is None or not g.members else member_id(g.members[0])
 
-    cpdef bytes leave(self, Job job):
+    cpdef object leave(self, Job job):
         """`job` is finished (or leaves for its dead-letter queue): out of its group. The
-        ID of the group's new head when `job` was the head and others wait, else None."""
+        group's new head when `job` was the head and others wait (its job, or its ID while
+        it is spilled), else None."""
         if not job.flags & JOB_FLAG_GROUPED:
             return None
         job.flags &= ~JOB_GROUP_FLAGS
@@ -279,21 +333,23 @@ cdef class JobGroups:
         ext.member_of = None
         if g is None:
             return None
-        cdef list ids = g.ids
+        cdef list members = g.members
         cdef Py_ssize_t at = 0
-        if (<bytes>ids[0]) != job.id:       # not the head (deleted, expired): rare
-            at = ids.index(job.id)
-        del ids[at]
+        if not is_member(members[0], job):
+            at = index_of(members, job, False)      # not the head (deleted, expired): rare
+            if at < 0:
+                return None
+        del members[at]
         self.members -= 1
         cdef dict groups
-        if not ids:
+        if not members:
             groups = self.by_queue[g.queue]
             del groups[g.key]
             self.count -= 1
             if not groups:
                 del self.by_queue[g.queue]
             return None
-        return ids[0] if at == 0 else None
+        return members[0] if at == 0 else None
 
     def of_queue(self, bytes queue):
         """(groups, jobs held behind their head) of one queue, over the groups this node is
@@ -307,7 +363,7 @@ cdef class JobGroups:
         for g in groups.values():
             if self.home_here(g):
                 count += 1
-                held += len(g.ids) - 1
+                held += len(g.members) - 1
         return count, held
 
     cpdef clear(self):

@@ -24,10 +24,10 @@ from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames
 
 log = logging.getLogger("disque.worker")
 
-MAX_PENDING = 64 << 20          # output a peer does not take: above this the link is dropped,
-STALLED_MS = 2000               # once none of it has moved for this long
-EPOLLIN = 0x001
-EPOLLOUT = 0x004
+cdef Py_ssize_t MAX_PENDING = 64 << 20     # output a peer does not take: above this the
+cdef long long STALLED_MS = 2000            # link is dropped, once none of it has moved for this long
+cdef int EPOLLIN = 0x001
+cdef int EPOLLOUT = 0x004
 
 cdef object packb = msgpack.Packer().pack   # one Packer: packb makes a new one per call
 cdef object unpackb = msgpack.unpackb

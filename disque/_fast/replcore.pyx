@@ -302,7 +302,7 @@ cdef class ReplicationCore:
         if g is None:
             return
         if (<JobOptions>copy.ext).group_seq != seq:
-            old_head = g.ids[0]
+            old_head = g.head
             if shard.groups.move(copy, seq, shard.jobs):
                 for jid in (old_head, copy.id):
                     job = shard.jobs.get(jid)

@@ -87,7 +87,7 @@ cdef class ShardCore:
     cpdef bint dequeue(self, Job job)
     cpdef delete_job(self, Job job)
     cpdef group_done(self, Job job)
-    cdef void release_head(self, bytes jid) except *
+    cdef void release_head(self, object head) except *
     cdef bint first_queueing_due(self, Job job) noexcept
     cpdef bint load_grouped(self, Job job) except -1
     cpdef hold_back(self, Job job)

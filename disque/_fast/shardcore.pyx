@@ -32,21 +32,18 @@ cdef long QUEUE_ELSEWHERE = _link.QUEUE_ELSEWHERE   # the link contract (disque/
 cdef int BUS_INCR_NACKS = _bus.INCR_NACKS
 cdef int BUS_INCR_DELIV = _bus.INCR_DELIV
 cdef int BUS_DEADLETTERED = _bus.DEADLETTERED
-# worker -> front-end entry: a queue now lives on a worker that is not its slot's
-# (a dead-letter queue holding jobs of other slots), so GETJOB must look there too
-
-# Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue; the
-# fixed parts were measured as RSS growth per job/queue in a worker (bench/mem_per_job.py):
 NO_LIMIT = 1 << 62       # oom_data with no maxmemory
 # commands refused over maxmemory: flag `m` of the command table (SPEC 2)
 DENYOOM = frozenset(name for name, cmd in _commands.BY_BYTES.items() if "m" in cmd.flags)
 OOM_ERROR = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
-JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
-BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
-NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
-JOB_OPTIONS_COST = 96   # the options of a job with BACKOFF, MAXDELIVERIES or GROUP, and its slot in its group
-QUEUE_COST = 650        # Queue, its skiplist (header and last nodes inside), dict and scan-log entries, beyond its name
-
+# Bytes the memory accounting (SPEC 9, docs/memory.md) counts per job and per queue, the
+# fixed parts measured as RSS growth in a worker (bench/mem_per_job.py); C ints, as job_cost
+# runs for every job registered and deleted:
+cdef long long JOB_RECORD_COST = 340   # Job record, its ID object, dict, skiplist, timer-heap and scan-log entries
+cdef long long BYTES_OBJECT_COST = 40  # header and allocator rounding of the body's bytes object
+cdef long long NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
+cdef long long JOB_OPTIONS_COST = 96   # the options of a job with BACKOFF, MAXDELIVERIES or GROUP, and its slot in its group
+cdef long long QUEUE_COST = 650        # Queue, its skiplist (header and last nodes inside), dict and scan-log entries, beyond its name
 
 cdef class Queue:
     """A named queue: ordered jobs plus the counters QSTAT shows (SPEC 3.10, 8.1)."""
@@ -310,17 +307,18 @@ cdef class ShardCore:
     cpdef group_done(self, Job job):
         """`job` is finished for its group (acked, deleted, expired, dead-lettered): out of
         the group's order, and the next job of the group is released."""
-        cdef bytes next_id = self.groups.leave(job)
-        if next_id is not None:
-            self.release_head(next_id)
+        head = self.groups.leave(job)
+        if head is not None:
+            self.release_head(head)
 
-    cdef void release_head(self, bytes jid) except *:
-        """The job `jid` is its group's head now: queued at once if it waited for that (held,
-        or never queued and past its DELAY), else its own timer queues it (a delivered head
-        loaded from the AOF comes back after RETRY, as any delivered job)."""
-        cdef Job job = self.jobs.get(jid)
+    cdef void release_head(self, object head) except *:
+        """`head` (the job, or its ID while it is spilled) is its group's head now: queued
+        at once if it waited for that (held, or never queued and past its DELAY), else its
+        own timer queues it (a delivered head loaded from the AOF comes back after RETRY,
+        as any delivered job)."""
+        cdef Job job = <Job>head if type(head) is Job else self.jobs.get(head)
         if job is None and self.cold_jobs:
-            job = self.load_cold(jid)       # a held job spilled to disk
+            job = self.load_cold(head)          # a held job spilled to disk
         if job is None or job.state != JOB_ACTIVE:
             return
         cdef bint held = job.flags & JOB_FLAG_HELD
@@ -343,9 +341,9 @@ cdef class ShardCore:
         cdef Job previous
         if not self.groups.rejoin(job, self.jobs):
             return False
-        cdef list ids = (<JobOptions>job.ext).member_of.ids
-        if len(ids) > 1:
-            previous = self.jobs.get(ids[1])        # the head it comes before
+        cdef list members = (<JobOptions>job.ext).member_of.members
+        if len(members) > 1:
+            previous = self.groups.member_job(members[1], self.jobs)    # the head it comes before
             if previous is not None:
                 self.hold_back(previous)
         return self.first_queueing_due(job)
@@ -371,6 +369,8 @@ cdef class ShardCore:
         if self.jobs.pop(job.id, None) is job:
             self.job_log.replace((<unsigned long long>job.scan_hi << 32) | job.scan_lo, marker)
             self.data_bytes -= cost
+        if job.flags & JOB_FLAG_GROUPED:
+            self.groups.spilled(job)        # its group keeps its ID, not the job
         return cost
 
     cpdef long long spill_out_tail(self, Queue q, list tail, object marker):

@@ -52,9 +52,9 @@ def group_report(shard, queue, limit):
     mine = [g for g in (groups.by_queue.get(queue) or {}).values() if groups.home_here(g)]
     rows = []
     for g in heapq.nsmallest(max(0, min(limit, GROUPS_MAX)), mine,
-                             key=lambda g: (-len(g.ids), g.key)):
+                             key=lambda g: (-len(g), g.key)):
         head = shard.jobs.get(g.head)
-        rows.append({"key": g.key, "jobs": len(g.ids), "head": g.head,
+        rows.append({"key": g.key, "jobs": len(g), "head": g.head,
                      "head_state": head_state(head),
                      "head_deliveries": 0 if head is None else head.additional_deliveries})
     return {"count": len(mine), "groups": rows}
