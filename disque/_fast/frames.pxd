@@ -8,5 +8,7 @@ cdef enum:
 
 cdef Py_ssize_t split_frames(const unsigned char *base, Py_ssize_t size, Py_ssize_t first_limit,
                              Py_ssize_t limit, list frames) except -3
+cdef Py_ssize_t split_more(bytearray pending, const char *data, Py_ssize_t n,
+                           Py_ssize_t first_limit, Py_ssize_t limit, list frames) except -3
 cdef Py_ssize_t recv_frames(int fd, bytearray pending, Py_ssize_t first_limit, Py_ssize_t limit,
                             list frames, int flags) except -3

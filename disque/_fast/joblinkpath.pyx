@@ -6,11 +6,14 @@ messages per wake-up of each worker, and the interpreter's frames per message we
 third of a replica's user time (docs/benchmarks.md, "Job links in C, measured per job").
 
 `JobLinkPath` is the base class of disque/workers/job_links.py's `JobLinks`, which keeps
-the rest (connecting, TLS, accepting, the cron): the state the path reads is declared
-here, so that both halves see one attribute. The link objects are C classes for the same
-reason. Bounds checks stay on: the links' bytes come from other hosts."""
+the rest (connecting, handshakes, accepting, the cron): the state the path reads is
+declared here, so that both halves see one attribute. The link objects are C classes for
+the same reason. On a secured cluster the records are made and read here too, through the
+link's TlsPump (disque/workers/tls_pump.py) with no interpreter frame per record. Bounds
+checks stay on: the links' bytes come from other hosts."""
 import logging
 import time
+from ssl import SSLWantReadError, SSLZeroReturnError
 
 import msgpack
 
@@ -19,8 +22,14 @@ from disque._fast.replcore import count_types
 from disque.contracts import worker_link as link_msg
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, read_hello
 
+from disque.workers.tls_pump import TLS_ERRORS
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from libc.errno cimport errno, EAGAIN, EINTR
+
 from disque._fast cimport sysio
-from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames
+from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
+from disque._fast.sysio cimport c_recv
 
 log = logging.getLogger("disque.worker")
 
@@ -28,6 +37,7 @@ cdef Py_ssize_t MAX_PENDING = 64 << 20     # output a peer does not take: above 
 cdef long long STALLED_MS = 2000            # link is dropped, once none of it has moved for this long
 cdef int EPOLLIN = 0x001
 cdef int EPOLLOUT = 0x004
+TLS_READ_SIZE = 262144          # one TLS read's buffer (a record is at most 16 KiB)
 
 cdef object packb = msgpack.Packer().pack   # one Packer: packb makes a new one per call
 cdef object unpackb = msgpack.unpackb
@@ -130,7 +140,8 @@ cdef class JobLinkPath:
     cdef public dict inbound           # fd -> InLink
     cdef public bint drop              # DEBUG BUS: this node is cut off the bus
     cdef public bint pending           # boxes hold something to flush
-    cdef public bint secured           # frames are encrypted (self.write) before write_raw
+    cdef public bint secured           # frames are encrypted (write_tls) before write_raw
+    cdef public bytearray rbuf         # a secured cluster's reads, and their plaintext
     cdef public long long sent_msgs, sent_frames, received_msgs, received_frames
     cdef public long long relayed_msgs # messages that went to the bus for want of a link
     cdef public long long refused      # inbound connections closed for bad input
@@ -191,7 +202,7 @@ cdef class JobLinkPath:
                 self.sent_frames += 1
                 del box[:]              # the same list stays in self.boxes
                 if self.secured:
-                    self.write(link, data)
+                    self.write_tls(link, data)
                 else:
                     self.write_raw(link, data)
 
@@ -200,6 +211,13 @@ cdef class JobLinkPath:
         leaves a node with an AOF to the loop, which writes it before anything leaves)."""
         self.bus_out()
         self.flush()
+
+    cpdef write_tls(self, OutLink link, bytes data):
+        """`data` as the records of the link's TLS session (a memory BIO takes it whole),
+        with anything OpenSSL had waiting before them."""
+        pump = link.tls
+        pump.obj.write(data)
+        self.write_raw(link, pump.out.read())
 
     cpdef write_raw(self, OutLink link, bytes data):
         cdef int status = sysio.send_or_keep(link.fd, data, link.out)
@@ -282,3 +300,56 @@ cdef class JobLinkPath:
             link.misrouted += n
             self.misrouted += n
         return True
+
+    cpdef on_in_event_tls(self, InLink link):
+        """A secured link's read: one recv, then every whole record the BIO holds
+        decrypted and split into frames (nothing waits where epoll cannot see it); each
+        read's frames are handled before the next read, so the hello's length limit applies
+        to the hello alone. The handshake's steps come here first."""
+        cdef bytearray buf = self.rbuf
+        cdef ssize_t n = c_recv(link.fd, PyByteArray_AS_STRING(buf), PyByteArray_GET_SIZE(buf), 0)
+        if n < 0 and (errno == EAGAIN or errno == EINTR):
+            return
+        if n <= 0:
+            self.close_in(link)
+            return
+        pump = link.tls
+        obj = pump.obj
+        inc = pump.inc
+        inc.write(memoryview(buf)[:n])
+        if link.shaking:
+            try:
+                done = pump.handshake()
+            except TLS_ERRORS as e:
+                self.refused += 1
+                self.tls_refused("from", link.addr, e)
+                self.answer_handshake(link)     # the alert, if the socket takes it
+                self.close_in(link)
+                return
+            if not self.answer_handshake(link):
+                self.refuse(link, "a TLS handshake whose answer it does not read")
+                return
+            if not done:
+                return
+            link.shaking = False
+        cdef list frames
+        cdef Py_ssize_t got, m
+        while inc.pending or obj.pending():
+            try:
+                m = obj.read(TLS_READ_SIZE, buf)
+            except TLS_ERRORS as e:
+                if isinstance(e, SSLWantReadError):
+                    return              # a partial record: the rest comes with a later recv
+                if isinstance(e, SSLZeroReturnError):
+                    m = 0
+                else:
+                    self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
+                    return
+            if not m:
+                self.close_in(link)     # close_notify
+                return
+            frames = []
+            got = split_more(link.buf, PyByteArray_AS_STRING(buf), m,
+                             MAX_HELLO if link.sender is None else MAX_FRAME, MAX_FRAME, frames)
+            if not self.on_frames(link, frames, got):
+                return

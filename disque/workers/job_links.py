@@ -27,7 +27,7 @@ this node accepts (disque/contracts/job_link_tls.py; the front-end hands the der
 over with `--job-links-tls DIR`, never the secret). Each TLS end is a TlsPump
 (disque/workers/tls_pump.py, the client port's too): the socket stays a plain non-blocking
 one, read with one recv per epoll event, decrypted until nothing whole is left and split
-by the same C splitter (feed_buffer); what is encrypted leaves by the same C write path as
+by the same C splitter (split_more); what is encrypted leaves by the same C write path as
 plaintext (send_or_keep / send_kept, the unsent tail kept). The handshake runs from the same epoll
 callbacks, then the same hello and frames. A peer whose handshake fails (no secret, another
 one, plaintext) is closed before any byte of it is read as a frame, counted as refused and
@@ -40,11 +40,12 @@ import socket
 
 import msgpack
 
-from disque._fast.joblinkpath import InEvent, InLink, JobLinkPath, OutLink, monotonic_ms
+from disque._fast.joblinkpath import (TLS_READ_SIZE, InEvent, InLink, JobLinkPath, OutLink,
+                                     monotonic_ms)
 # the <u32 length><payload> frames, read and written in C (disque/_fast/frames.pyx)
-from disque._fast.frames import feed_buffer, frame, send_kept
+from disque._fast.frames import frame, send_kept
 from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
-from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, VERSION, Hello
+from disque.contracts.job_link import VERSION, Hello
 from disque.contracts.job_link_tls import contexts as tls_contexts
 from disque.workers.tls_pump import TLS_ERRORS, TlsPump
 
@@ -53,7 +54,6 @@ log = logging.getLogger("disque.worker")
 MAX_INBOUND = 1024              # connections accepted at once (each costs an fd)
 RETRY_MS = 1000                 # a failed link is tried again after this
 HELLO_MS = 5000                 # an inbound connection without a hello by then is closed
-TLS_READ_SIZE = 262144          # one TLS read's buffer (a record is at most 16 KiB)
 MAX_WARNED = 4096               # addresses whose refused TLS handshake was logged
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
@@ -318,57 +318,7 @@ class JobLinks(JobLinkPath):
             self.tls_refused("to", link.addr, e)
         return False
 
-    def write_tls(self, link, data):
-        self.write_raw(link, link.tls.encrypt(data))
-
-    def on_in_event_tls(self, link):
-        buf = self.rbuf
-        try:
-            n = link.sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self.close_in(link)
-            return
-        if not n:
-            self.close_in(link)
-            return
-        tls = link.tls
-        tls.feed(memoryview(buf)[:n])
-        if link.shaking:
-            try:
-                done = tls.handshake()
-            except TLS_ERRORS as e:
-                self.refused += 1
-                self.tls_refused("from", link.addr, e)
-                self.answer_handshake(link)     # the alert, if the socket takes it
-                self.close_in(link)
-                return
-            if not self.answer_handshake(link):
-                self.refuse(link, "a TLS handshake whose answer it does not read")
-                return
-            if not done:
-                return
-            link.shaking = False
-        # decrypt what the BIO holds (every record, so nothing waits where epoll cannot
-        # see it); each read's frames are handled before the next read, so the hello's
-        # length limit applies to the hello alone
-        while tls.has_input():
-            try:
-                m = tls.read(TLS_READ_SIZE, buf)
-            except TLS_ERRORS as e:
-                self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
-                return
-            if m is None:
-                return                  # a partial record: the rest comes with a later recv
-            if not m:
-                self.close_in(link)     # close_notify
-                return
-            frames = []
-            got = feed_buffer(link.buf, buf, m, MAX_HELLO if link.sender is None else MAX_FRAME,
-                              MAX_FRAME, frames)
-            if not self.on_frames(link, frames, got):
-                return
+    # write_tls, on_in_event_tls: JobLinkPath
 
     def answer_handshake(self, link):
         """The accepting end's handshake flight: a few KB a fresh socket takes at once.
