@@ -355,7 +355,10 @@ cdef class RequestParser:
         cdef Py_ssize_t have = size - self.pos
         if have > self.bulk_len:
             have = self.bulk_len        # all of it in but its CRLF: that stays in the buffer
-        self.big = PyBytes_FromStringAndSize(NULL, self.bulk_len)
+        try:
+            self.big = PyBytes_FromStringAndSize(NULL, self.bulk_len)
+        except MemoryError:
+            return 0                    # a header alone gets no memory: the buffer's way
         memcpy(PyBytes_AS_STRING(self.big), base + self.pos, have)
         self.big_got = have
         self.pos += have
