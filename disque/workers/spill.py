@@ -30,6 +30,7 @@ HORIZON_S = 120         # a job due (expiry or timer) sooner than this stays in 
 SWEEP_EVERY_S = 1       # the sweep walks part of the index once a second ...
 SWEEP_PASS_S = 30       # ... so that a whole pass takes at most this (< HORIZON_S / 2)
 BATCH = 256             # jobs per write or read
+COPIES_IDLE_MS = 1000   # a walk of the job log for copies that found none: the next after this
 PICK_QUEUES = 16        # a batch takes from the tails of up to this many longest queues
 JOB_RAM = 400           # RAM of a loaded job beyond its record (shardcore.pyx job_cost)
 MIN_KEEP = 64           # a queue's head is not spilled below this (or `keep`, if less) ...
@@ -75,6 +76,7 @@ class Spill:
         self.sweep_pos = 0
         self.sweep_at = 0
         self.copy_pos = 0               # the copies' walk over the job log
+        self.copies_after = (0, 0)      # (job log seq, ms): no walk before one of them
         self.compacting = None          # (segment, next offset) being compacted
         self.compact_credit = 0         # bytes compaction may copy (COMPACT_CREDIT_MAX)
         self.jobs_spilled = self.jobs_loaded = self.faults = self.compactions = 0
@@ -217,9 +219,16 @@ class Spill:
         return None
 
     def pick_copies(self, horizon):
-        """Copies this node holds for others, walking the job log from where it stopped."""
+        """Copies this node holds for others, walking the job log from where it stopped.
+        A walk that found none waits for as many new jobs as it looked at, or a second:
+        with every job queued (a lone node's) it found nothing at every pick, a sixth of a
+        spilling worker's time."""
         shard = self.shard
-        items = shard.job_log.items
+        job_log = shard.job_log
+        after_seq, after_ms = self.copies_after
+        if job_log.next_seq < after_seq and shard.now_ms < after_ms:
+            return []
+        items = job_log.items
         n = len(items)
         if self.copy_pos >= n:
             self.copy_pos = 0
@@ -238,6 +247,8 @@ class Spill:
                     and shard.jobs.get(job.id) is job and self.awake_ms(job) > horizon_ms):
                 out.append((job, None))
         self.copy_pos = pos
+        if not out:
+            self.copies_after = (job_log.next_seq + looked, shard.now_ms + COPIES_IDLE_MS)
         return out
 
     @staticmethod
