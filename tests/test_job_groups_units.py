@@ -76,6 +76,22 @@ def test_a_group_holds_its_jobs_and_only_the_id_of_a_spilled_one():
     assert g.ids == [b"1"] and groups.members == 1
 
 
+def test_clearing_the_groups_cuts_every_job_from_its_group():
+    """A member and its group reference each other and the cycle collector sees neither
+    (disque/_fast/job.pyx): DEBUG FLUSHALL's clear must cut the links, or every grouped
+    job it drops stays in memory."""
+    groups = JobGroups()
+    jobs = [member(b"%d" % i, key=b"k%d" % (i % 2)) for i in range(6)]
+    for j in jobs:
+        groups.join_new(j, 1)
+    held = [groups.group_of(jobs[0]), groups.group_of(jobs[1])]
+    groups.spilled(jobs[5])
+    groups.clear()
+    assert all(j.ext.member_of is None for j in jobs[:5])
+    assert [len(g) for g in held] == [0, 0] and groups.by_queue == {}
+    assert (groups.count, groups.members) == (0, 0)
+
+
 def test_leaving_releases_the_next_head_only_when_the_head_leaves():
     groups = JobGroups()
     jobs = [member(b"%d" % i) for i in range(3)]

@@ -367,6 +367,16 @@ cdef class JobGroups:
         return count, held
 
     cpdef clear(self):
+        """Forget every group (DEBUG FLUSHALL). A member and its group reference each other
+        and neither is seen by the cycle collector (disque/_fast/job.pyx): the links are cut
+        here, as `leave` cuts them one job at a time."""
+        cdef JobGroup g
+        for groups in self.by_queue.values():
+            for g in groups.values():
+                for m in g.members:
+                    if type(m) is Job:
+                        (<JobOptions>(<Job>m).ext).member_of = None
+                del g.members[:]
         self.by_queue.clear()
         self.count = 0
         self.members = 0

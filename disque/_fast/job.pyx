@@ -19,7 +19,9 @@ FLAG_HANDED = JOB_FLAG_HANDED
 GROUP_FLAGS = JOB_GROUP_FLAGS
 
 
-@cython.no_gc   # ints, bytes and a JobGroup (lists of ints and bytes): never in a cycle
+# ints, bytes and a JobGroup, which holds its jobs: a cycle that nothing collects, so
+# JobGroups.leave and JobGroups.clear cut it (a spilled member is held by its ID alone)
+@cython.no_gc
 cdef class JobOptions:
     def __init__(self, unsigned int backoff=0, unsigned int max_deliveries=0,
                  deadletter=None, origin=None, group=None, unsigned long long group_seq=0):
@@ -37,7 +39,7 @@ cdef class JobOptions:
                 f"group={self.group!r} group_seq={self.group_seq}>")
 
 
-@cython.no_gc   # a job only references bytes/tuples/sets of bytes: it can never be part of a cycle
+@cython.no_gc   # bytes, tuples and sets of bytes, and its options (see JobOptions above)
 @cython.freelist(64)
 cdef class Job:
     def __init__(self, bytes id, queue=None, body=None):
