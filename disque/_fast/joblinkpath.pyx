@@ -2,18 +2,17 @@
 """The per-message path of the direct job links (docs/design.md, "Direct job links"), in C:
 a frame read, its messages routed to this worker's replication, and a turn's messages
 grouped by link, framed and written. At one connection a replicated ADDJOB is a few
-messages per wake-up of each worker, and the interpreter's frames per message were a
-third of a replica's user time (docs/benchmarks.md, "Job links in C, measured per job").
+messages per wake-up of each worker, and the interpreter's frames per message were two
+fifths of a replica's user time (docs/benchmarks.md, "Job links in C, measured per job").
 
 `JobLinkPath` is the base class of disque/workers/job_links.py's `JobLinks`, which keeps
 the rest (connecting, handshakes, accepting, the cron): the state the path reads is
 declared here, so that both halves see one attribute. The link objects are C classes for
 the same reason. On a secured cluster the records are made and read here too, through the
-link's TlsPump (disque/workers/tls_pump.py) with no interpreter frame per record. Bounds
-checks stay on: the links' bytes come from other hosts."""
+link's TlsPump (disque/workers/tls_pump.py). Bounds checks stay on: the links' bytes come
+from other hosts."""
 import logging
 import time
-from ssl import SSLWantReadError, SSLZeroReturnError
 
 import msgpack
 
@@ -105,28 +104,41 @@ cdef class InLink:
 
 
 cdef class InEvent:
-    """What the worker's poll calls for an inbound link's fd (ServedCore.extra_fds): the
-    plaintext read in C, or the subclass's TLS read."""
+    """What the worker's poll calls for an inbound link's fd (ServedCore.extra_fds): its
+    read, plaintext or TLS as the cluster is."""
     cdef JobLinkPath links
     cdef InLink link
-    cdef bint tls
 
-    def __init__(self, JobLinkPath links, InLink link, bint tls):
+    def __init__(self, JobLinkPath links, InLink link):
         self.links = links
         self.link = link
-        self.tls = tls
 
     def __call__(self, ev):
-        if self.tls:
+        if self.links.secured:
             self.links.on_in_event_tls(self.link)
         else:
             self.links.on_in_event(self.link)
 
 
+cpdef relay_bus_out(shard, JobLinkPath links):
+    """A turn's job messages (`shard.bus_out`): straight to the owning workers where a
+    direct job link is up (in their boxes until `flush`), the rest, or all of them on a
+    worker without links (`links` None), through the front-end onto the bus."""
+    cdef list msgs = shard.bus_out
+    if not msgs:
+        return
+    count_types(msgs, shard.replication.bus_sent)
+    rest = msgs if links is None else links.send(msgs)
+    if rest:
+        shard.out.append(encode_bus_out(rest))
+    shard.bus_out = []
+
+
 cdef class JobLinkPath:
     """The path's state (set by JobLinks.__init__ and set_cluster) and its methods: send,
-    flush, bus_out, messages_out (the served loop's turn), on_in_event, on_frames. Needs
-    from the subclass: fail, refuse, close_in, write (write_raw, or encrypting first)."""
+    bus_out, flush, messages_out (the served loop's turn), write_frame, on_in_event,
+    on_in_event_tls, on_frames. Needs from the subclass: fail, refuse, close_in, and for
+    TLS tls_refused and answer_handshake."""
     cdef public int index
     cdef public int nworkers
     cdef public object shard
@@ -140,7 +152,7 @@ cdef class JobLinkPath:
     cdef public dict inbound           # fd -> InLink
     cdef public bint drop              # DEBUG BUS: this node is cut off the bus
     cdef public bint pending           # boxes hold something to flush
-    cdef public bint secured           # frames are encrypted (write_tls) before write_raw
+    cdef public bint secured           # frames are encrypted (write_frame) before write_raw
     cdef public bytearray rbuf         # a secured cluster's reads, and their plaintext
     cdef public long long sent_msgs, sent_frames, received_msgs, received_frames
     cdef public long long relayed_msgs # messages that went to the bus for want of a link
@@ -174,17 +186,7 @@ cdef class JobLinkPath:
         return leftover
 
     cpdef bus_out(self):
-        """This turn's job messages: straight to the owning workers where a direct job link
-        is up (in their boxes until flush), the rest through the front-end onto the bus."""
-        shard = self.shard
-        cdef list msgs = shard.bus_out
-        if not msgs:
-            return
-        count_types(msgs, self.replication.bus_sent)
-        rest = self.send(msgs)
-        if rest:
-            shard.out.append(encode_bus_out(rest))
-        shard.bus_out = []
+        relay_bus_out(self.shard, self)
 
     cpdef flush(self):
         """After the AOF write: each box as one frame (a GOTJOB leaves after its copy's
@@ -201,10 +203,7 @@ cdef class JobLinkPath:
                 self.sent_msgs += len(box)
                 self.sent_frames += 1
                 del box[:]              # the same list stays in self.boxes
-                if self.secured:
-                    self.write_tls(link, data)
-                else:
-                    self.write_raw(link, data)
+                self.write_frame(link, data)
 
     cpdef messages_out(self):
         """ServedCore.turn, after serving, with job messages to send and no AOF (the turn
@@ -212,12 +211,11 @@ cdef class JobLinkPath:
         self.bus_out()
         self.flush()
 
-    cpdef write_tls(self, OutLink link, bytes data):
-        """`data` as the records of the link's TLS session (a memory BIO takes it whole),
-        with anything OpenSSL had waiting before them."""
-        pump = link.tls
-        pump.obj.write(data)
-        self.write_raw(link, pump.out.read())
+    cpdef write_frame(self, OutLink link, bytes data):
+        """A frame to a link: as it is, or as the records of its TLS session."""
+        if self.secured:
+            data = link.tls.encrypt(data)
+        self.write_raw(link, data)
 
     cpdef write_raw(self, OutLink link, bytes data):
         cdef int status = sysio.send_or_keep(link.fd, data, link.out)
@@ -314,9 +312,7 @@ cdef class JobLinkPath:
             self.close_in(link)
             return
         pump = link.tls
-        obj = pump.obj
-        inc = pump.inc
-        inc.write(memoryview(buf)[:n])
+        pump.feed(memoryview(buf)[:n])
         if link.shaking:
             try:
                 done = pump.handshake()
@@ -333,18 +329,15 @@ cdef class JobLinkPath:
                 return
             link.shaking = False
         cdef list frames
-        cdef Py_ssize_t got, m
-        while inc.pending or obj.pending():
+        cdef Py_ssize_t got
+        while pump.has_input():
             try:
-                m = obj.read(TLS_READ_SIZE, buf)
+                m = pump.read(TLS_READ_SIZE, buf)
             except TLS_ERRORS as e:
-                if isinstance(e, SSLWantReadError):
-                    return              # a partial record: the rest comes with a later recv
-                if isinstance(e, SSLZeroReturnError):
-                    m = 0
-                else:
-                    self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
-                    return
+                self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
+                return
+            if m is None:
+                return                  # a partial record: the rest comes with a later recv
             if not m:
                 self.close_in(link)     # close_notify
                 return

@@ -75,11 +75,9 @@ class JobLinks(JobLinkPath):
         extra_fds[listener_fd] = self.on_accept
         self.server_tls = self.client_tls = None
         self.warned = set()         # addresses whose failed TLS handshake was logged
-        self.write = self.write_raw     # a frame to a link: as it is, or encrypted first
         if tls_dir is not None:
             self.server_tls, self.client_tls = tls_contexts(tls_dir)
             self.rbuf = bytearray(TLS_READ_SIZE)
-            self.write = self.write_tls
             self.secured = True
 
     # ---- membership ------------------------------------------------------------------
@@ -185,7 +183,7 @@ class JobLinks(JobLinkPath):
         slots = self.boxes.get(link.node)
         if slots is not None and link.w < len(slots):
             slots[link.w] = link.box
-        self.write(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
+        self.write_frame(link, frame(packb(Hello.encode(VERSION, self.myid, link.node, link.w))))
 
     def drain(self, link):
         """EPOLLOUT: send what the socket did not take; False when the link failed."""
@@ -262,7 +260,7 @@ class JobLinks(JobLinkPath):
                 link.tls = TlsPump(self.server_tls, True)
             self.inbound[link.fd] = link
             self.ep.register(link.fd, EPOLLIN)
-            self.extra_fds[link.fd] = InEvent(self, link, self.server_tls is not None)
+            self.extra_fds[link.fd] = InEvent(self, link)
 
     # on_in_event, on_frames: JobLinkPath
 
@@ -318,7 +316,7 @@ class JobLinks(JobLinkPath):
             self.tls_refused("to", link.addr, e)
         return False
 
-    # write_tls, on_in_event_tls: JobLinkPath
+    # write_frame, on_in_event_tls: JobLinkPath
 
     def answer_handshake(self, link):
         """The accepting end's handshake flight: a few KB a fresh socket takes at once.

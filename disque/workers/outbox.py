@@ -14,8 +14,7 @@ is the served loop's turn in C (servedloop.pyx), which sends job messages itself
 """
 import msgpack
 
-from disque._fast.replcore import count_types
-from disque.contracts import worker_link as link_msg
+from disque._fast.joblinkpath import relay_bus_out
 
 STEPS = ("bus_out", "aof", "job_links", "served", "front_end")
 
@@ -42,13 +41,8 @@ class Outbox:
 
     def bus_out(self):
         """This turn's job messages, on a worker without direct job links: all through the
-        front-end onto the bus (with links: JobLinkPath.bus_out, disque/_fast/joblinkpath.pyx)."""
-        shard = self.shard
-        if not shard.bus_out:
-            return
-        count_types(shard.bus_out, shard.replication.bus_sent)
-        shard.out.append(link_msg.BusOut.encode(shard.bus_out))
-        shard.bus_out = []
+        front-end onto the bus (with links: JobLinkPath.bus_out)."""
+        relay_bus_out(self.shard, None)
 
     def front_end(self):
         shard = self.shard
