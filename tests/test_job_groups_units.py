@@ -105,6 +105,45 @@ def test_leaving_releases_the_next_head_only_when_the_head_leaves():
     assert (groups.count, groups.members, groups.by_queue) == (0, 0, {})
 
 
+def test_a_drained_group_releases_its_heads_in_order_while_jobs_keep_joining():
+    """A drain releases a head per ack: the heads that left are cut off the group's list
+    in one move now and then, never one move per ack, and every operation on the group
+    (the head, a place found by number, a held job leaving, a rejoin) sees the members
+    alone, whenever the cut happens."""
+    groups = JobGroups()
+    jobs = [member(b"%03d" % i) for i in range(200)]
+    for j in jobs[:100]:
+        groups.join_new(j, 1)
+    g = groups.group_of(jobs[0])
+    longest, end, cuts = 0, 100, 0
+    for i in range(99):
+        assert groups.is_head(jobs[i]) and not groups.is_head(jobs[i + 1])
+        before = g.first
+        assert groups.leave(jobs[i]) is jobs[i + 1]
+        cuts += g.first < before
+        longest = max(longest, len(g.order))
+        assert g.members == jobs[i + 1:end] and g.head == jobs[i + 1].id
+        assert 0 <= g.first < len(g.order) and g.order[g.first] is jobs[i + 1]
+        if i == 60:                          # new jobs join behind the waiting ones
+            for j in jobs[100:150]:
+                groups.join_new(j, 1)
+            end = 150
+    assert 1 <= cuts <= 3 and longest <= 150
+    assert g.members == jobs[99:150] and groups.members == 51
+    assert groups.leave(jobs[120]) is None           # a held one leaves: nothing released
+    moved = jobs[110]
+    assert groups.move(moved, jobs[149].ext.group_seq + 1, {}) is True
+    assert g.ids[-1] == moved.id and g.head == jobs[99].id
+    late = member(b"zz", seq=jobs[100].ext.group_seq + 1)     # an AOF job read back in order
+    late.ext.group_seq = jobs[100].ext.group_seq
+    jobs[100].ext.group_seq -= 1
+    assert groups.rejoin(late, {}) is False and g.ids.index(b"zz") == 2
+    for j in list(g.members):
+        groups.leave(j)
+    assert (groups.count, groups.members, groups.by_queue) == (0, 0, {}) and len(g) == 0
+    assert not any(j.ext.member_of is g for j in jobs) and g.order == []
+
+
 def test_a_rejoin_out_of_order_puts_each_job_at_its_place():
     groups = JobGroups()
     late, early, middle = member(b"l", seq=30), member(b"e", seq=10), member(b"m", seq=20)

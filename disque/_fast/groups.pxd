@@ -1,9 +1,13 @@
 from disque._fast.job cimport Job
 
 cdef class JobGroup:
-    # one group of one queue: its jobs in sequence order; members[0] is the head
+    # one group of one queue: its jobs in sequence order; order[first] is the head
     cdef public bytes queue, key
-    cdef public list members            # by sequence number: each job, or its ID while spilled
+    # by sequence number from `first` on: each job, or its ID while spilled. The slots
+    # before `first` are heads that left, cut off in one move once they are half the list
+    # (a drain releases a head per ack: deleting slot 0 moved every waiting member)
+    cdef public list order
+    cdef public Py_ssize_t first
     cdef public unsigned long long last_seq   # the highest sequence number given or seen
     cdef public bytes home              # the group's home node as of `home_epoch`
     cdef public unsigned long long home_epoch

@@ -25,6 +25,9 @@ from disque._fast.job cimport Job, JobOptions, JOB_FLAG_GROUPED, JOB_GROUP_FLAGS
 # a job's place in a new group's order is never below the node clock in microseconds: a
 # group that empties and fills again keeps increasing numbers
 DEF SEQ_PER_MS = 1000
+# the slots of heads that left are cut off once there are this many and they are half
+# the group's list: a move per this many acks at least, not one per ack
+DEF CUT_LEFT_HEADS = 32
 
 # The rendezvous weights, the same on every node whatever its Python hash seed: 64-bit
 # FNV-1a over the group (queue \0 key) and over the node ID, each finished by MurmurHash3's
@@ -83,27 +86,28 @@ cdef inline bint is_member(object m, Job job) except -1:
     return <bytes>m == job.id
 
 
-cdef Py_ssize_t index_of(list members, Job job, bint from_back) except -2:
-    """Where `job` is in a group's order, -1 if it is not."""
-    cdef Py_ssize_t n = len(members), i
-    for i in range(n):
-        if is_member(members[n - 1 - i if from_back else i], job):
-            return n - 1 - i if from_back else i
+cdef Py_ssize_t index_of(JobGroup g, Job job, bint from_back) except -2:
+    """Where `job` is in g's list (from g.first on), -1 if it is not."""
+    cdef list order = g.order
+    cdef Py_ssize_t n = len(order), first = g.first, i
+    for i in range(n - first):
+        if is_member(order[n - 1 - i if from_back else first + i], job):
+            return n - 1 - i if from_back else first + i
     return -1
 
 
 cdef Py_ssize_t place_in(JobGroup g, Job job, dict jobs) except -1:
     """Insert `job` among g's members by its sequence number (`jobs`: the shard's map, for
-    the sequence number of a member read back under its ID); its index."""
+    the sequence number of a member read back under its ID); its place (0: the head)."""
     cdef unsigned long long seq = (<JobOptions>job.ext).group_seq
-    cdef list members = g.members
-    cdef Py_ssize_t lo = 0, hi = len(members), mid
+    cdef list members = g.order
+    cdef Py_ssize_t lo = g.first, hi = len(members), mid
     cdef object other
     if seq > g.last_seq:
         # later than every member (the usual case: jobs come in their order): the last
         members.append(job)
         g.last_seq = seq
-        return hi
+        return hi - g.first
     while lo < hi:                      # bisect by the members' sequence numbers
         mid = (lo + hi) // 2
         other = members[mid]
@@ -116,25 +120,31 @@ cdef Py_ssize_t place_in(JobGroup g, Job job, dict jobs) except -1:
     members.insert(lo, job)
     if seq > g.last_seq:
         g.last_seq = seq
-    return lo
+    return lo - g.first
 
 
 cdef class JobGroup:
     def __init__(self, bytes queue, bytes key):
         self.queue = queue
         self.key = key
-        self.members = []
+        self.order = []
+        self.first = 0
         self.last_seq = 0
         self.home = None
         self.home_epoch = 0
 
     def __len__(self):
-        return len(self.members)
+        return len(self.order) - self.first
+
+    @property
+    def members(self):
+        """Its jobs (or IDs of spilled ones) in their order, the head first (a copy)."""
+        return self.order[self.first:]
 
     @property
     def head(self):
         """The ID of the group's head, None when it has no job."""
-        return member_id(self.members[0]) if self.members else None
+        return member_id(self.order[self.first]) if len(self) else None
 
     @property
     def ids(self):
@@ -232,10 +242,10 @@ cdef class JobGroups:
         ext.group = g.key
         ext.member_of = g
         g.last_seq = seq
-        g.members.append(job)
+        g.order.append(job)
         job.flags |= JOB_FLAG_GROUPED
         self.members += 1
-        return len(g.members) == 1
+        return len(g.order) - g.first == 1
 
     cpdef bint rejoin(self, Job job, dict jobs) except -1:
         """A loaded job (AOF) goes back to its place, the one its sequence number gives
@@ -258,12 +268,12 @@ cdef class JobGroups:
         changed (usually it does not: only its number does)."""
         cdef JobOptions ext = job.ext
         cdef JobGroup g = ext.member_of
-        cdef list members = g.members
+        cdef list members = g.order
         cdef Py_ssize_t n = len(members)
-        cdef Py_ssize_t at = index_of(members, job, True)
+        cdef Py_ssize_t at = index_of(g, job, True)
         if at < 0:
             raise ValueError("job not in its group")
-        cdef Job before = self.member_job(members[at - 1], jobs) if at > 0 else None
+        cdef Job before = self.member_job(members[at - 1], jobs) if at > g.first else None
         cdef Job after = self.member_job(members[at + 1], jobs) if at + 1 < n else None
         if ((before is None or (<JobOptions>before.ext).group_seq < seq)
                 and (after is None or seq < (<JobOptions>after.ext).group_seq)):
@@ -284,11 +294,11 @@ cdef class JobGroups:
             return False
         cdef JobOptions ext = job.ext
         cdef JobGroup g = self.group_of(job)
-        cdef Py_ssize_t at = -1 if g is None else index_of(g.members, job, False)
+        cdef Py_ssize_t at = -1 if g is None else index_of(g, job, False)
         if at < 0:
             job.flags &= ~JOB_GROUP_FLAGS
             return False
-        g.members[at] = job             # in RAM again: the group holds it, not its ID
+        g.order[at] = job             # in RAM again: the group holds it, not its ID
         ext.group = g.key
         ext.member_of = g
         return True
@@ -301,9 +311,9 @@ cdef class JobGroups:
         cdef JobGroup g = (<JobOptions>job.ext).member_of
         if g is None:
             return
-        cdef Py_ssize_t at = index_of(g.members, job, True)
+        cdef Py_ssize_t at = index_of(g, job, True)
         if at >= 0:
-            g.members[at] = job.id
+            g.order[at] = job.id
 
     cdef Job member_job(self, object m, dict jobs):
         """The job a member stands for, if it is in RAM."""
@@ -314,12 +324,12 @@ cdef class JobGroups:
         if not job.flags & JOB_FLAG_GROUPED:
             return True
         cdef JobGroup g = (<JobOptions>job.ext).member_of
-        return g is None or is_member(g.members[0], job)
+        return g is None or is_member(g.order[g.first], job)
 
     cpdef bytes head_id(self, Job job):
         """The ID of the head of `job`'s group, or None."""
         cdef JobGroup g = self.group_of(job)
-        return None if g is None or not g.members else member_id(g.members[0])
+        return None if g is None or len(g.order) == g.first else member_id(g.order[g.first])
 
     cpdef object leave(self, Job job):
         """`job` is finished (or leaves for its dead-letter queue): out of its group. The
@@ -333,23 +343,33 @@ cdef class JobGroups:
         ext.member_of = None
         if g is None:
             return None
-        cdef list members = g.members
-        cdef Py_ssize_t at = 0
-        if not is_member(members[0], job):
-            at = index_of(members, job, False)      # not the head (deleted, expired): rare
+        cdef list members = g.order
+        cdef Py_ssize_t first = g.first, at = first
+        if not is_member(members[first], job):
+            at = index_of(g, job, False)      # not the head (deleted, expired): rare
             if at < 0:
                 return None
-        del members[at]
         self.members -= 1
         cdef dict groups
-        if not members:
+        if len(members) - first == 1:
+            del members[:]
+            g.first = 0
             groups = self.by_queue[g.queue]
             del groups[g.key]
             self.count -= 1
             if not groups:
                 del self.by_queue[g.queue]
             return None
-        return members[0] if at == 0 else None
+        if at != first:
+            del members[at]
+            return None
+        members[first] = None
+        first += 1
+        if first >= CUT_LEFT_HEADS and first * 2 >= len(members):
+            del members[:first]
+            first = 0
+        g.first = first
+        return members[first]
 
     def of_queue(self, bytes queue):
         """(groups, jobs held behind their head) of one queue, over the groups this node is
@@ -363,7 +383,7 @@ cdef class JobGroups:
         for g in groups.values():
             if self.home_here(g):
                 count += 1
-                held += len(g.members) - 1
+                held += len(g.order) - g.first - 1
         return count, held
 
     cpdef clear(self):
@@ -373,10 +393,11 @@ cdef class JobGroups:
         cdef JobGroup g
         for groups in self.by_queue.values():
             for g in groups.values():
-                for m in g.members:
+                for m in g.order:
                     if type(m) is Job:
                         (<JobOptions>(<Job>m).ext).member_of = None
-                del g.members[:]
+                del g.order[:]
+                g.first = 0
         self.by_queue.clear()
         self.count = 0
         self.members = 0
