@@ -42,8 +42,27 @@ def test_four_times_maxmemory_of_1kb_jobs_on_2_workers(start_server, n, maxmemor
     assert info["spill_errors"] == 0 and info["used_memory"] < 16 * MB, info
 
 
+def test_a_backlog_whose_index_outgrew_the_threshold_drains_without_writing_jobs_again(start_server):
+    """So many jobs spilled that their index alone is past the spill threshold: no head
+    spilled can bring the worker under it, so the drain loads each job once and writes
+    none back (it used to spill the heads its GETJOBs had just loaded: a job written again
+    for every two read), and a GETJOB loads only what it takes."""
+    srv = start_server(workers=1, extra_args=["--maxmemory", "40mb"])
+    c = spill_helpers.client(srv)
+    n = 230_000
+    ids, crc, _ = spill_helpers.fill([c], n, QUEUES, maxmemory=40 * MB)
+    before = spill_helpers.memory(c)
+    assert before["spill_index_bytes"] > before["spill_threshold_bytes"], before
+    got_crc, seen = spill_helpers.drain([c], n, QUEUES)
+    assert seen == set(ids) and got_crc == crc
+    after = spill_helpers.memory(c)
+    rewritten = after["spill_jobs_written"] - before["spill_jobs_written"]
+    reread = after["spill_jobs_read"] - before["spill_jobs_read"] - before["spilled_jobs"]
+    assert rewritten <= n // 100 and reread <= n // 100, (before, after)
+
+
 def test_a_mostly_dead_log_is_compacted_as_spilling_goes_on_and_loses_nothing(start_server):
-    """Four queues spilled together, three drained: every segment is three quarters dead.
+    """Four queues spilled together, three drained: most of every segment is dead.
     Compaction copies the live records, past the batches' padding, never more bytes than
     spilling wrote, and every body comes back intact."""
     srv = start_server(workers=1, extra_args=["--maxmemory", "64mb"])
@@ -55,13 +74,14 @@ def test_a_mostly_dead_log_is_compacted_as_spilling_goes_on_and_loses_nothing(st
         return (b"%08d" % i) * (big // 8)
 
     pipe = c.pipeline(transaction=False)
-    for i in range(10_000):                  # 160 MB: more than two segments of 64 MB
+    # 320 MB: five segments of 64 MB. Whatever part of cq0 its head keeps in RAM, the log
+    # is then more than twice its live bytes plus a segment, the point compaction starts
+    for i in range(20_000):
         pipe.execute_command("ADDJOB", queues[i % 4], body(i), 0)
         if i % 200 == 199:
             pipe.execute()
-    spill_helpers.drain([c], 7_500, queues[1:])
-    info = spill_helpers.memory(c)
-    for i in range(10_000, 14_000):          # 64 MB more, spilled again: compaction may copy as much
+    spill_helpers.drain([c], 15_000, queues[1:])
+    for i in range(20_000, 24_000):          # 64 MB more, spilled again: compaction may copy as much
         pipe.execute_command("ADDJOB", "cq0", body(i), 0)
         if i % 200 == 199:
             pipe.execute()
@@ -69,7 +89,7 @@ def test_a_mostly_dead_log_is_compacted_as_spilling_goes_on_and_loses_nothing(st
                message="the log was not compacted: %r" % (spill_helpers.memory(c),))
     info = spill_helpers.memory(c)
     assert 0 < info["spill_compacted_bytes"] <= info["spill_bytes_written"], info
-    want = {i for i in range(0, 10_000, 4)} | set(range(10_000, 14_000))
+    want = {i for i in range(0, 20_000, 4)} | set(range(20_000, 24_000))
     while want:
         jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 500, "FROM", "cq0")
         assert jobs, "%d jobs of cq0 missing" % len(want)

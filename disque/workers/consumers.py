@@ -65,15 +65,16 @@ class Consumers:
                 if name not in seen:
                     seen.add(name)
                     queues.append(self.shard.get_queue(name, create=True))
-        for q in queues:
-            if q.cold is not None and len(q.jobs) < count:
-                self.shard.spill.refill(q, count)     # spilled jobs behind a short head
-        if len(queues) == 1:
-            # one queue (the usual GETJOB): fetched in one Cython call
-            q = queues[0]
-            jobs = [] if q.paused & PAUSE_OUT else self.shard.fetch_many(q, count)
-        else:
-            jobs = self.fetch_rounds(queues, count)
+        cold = [q for q in queues if q.cold is not None and q.cold.live]
+        if cold:
+            # spilled jobs behind short heads: each queue's share of the rounds (a job of
+            # every queue per round), since what a GETJOB leaves in RAM past the limit is
+            # spilled again; what a queue short of its share leaves, the others make up
+            self.refill(cold, -(-count // len(queues)))
+        jobs = self.take(queues, count)
+        if cold and len(jobs) < count:
+            self.refill(cold, count - len(jobs))
+            jobs += self.take(queues, count - len(jobs))
         clustered = self.shard.cluster_size > 1
         if clustered and (jobs or request.nohang):
             # a consumer about to block asks once it is blocked (INTEREST, below)
@@ -89,6 +90,21 @@ class Consumers:
                 return encode_jobs_pieces(jobs, request.withcounters), ids
             return encode_jobs(jobs, request.withcounters), ids
         return self.nothing_fetched(request, queues, clustered)
+
+    def refill(self, queues, want):
+        """Load spilled jobs so that each of `queues` holds `want` in RAM, if it has them."""
+        spill = self.shard.spill
+        for q in queues:
+            if q.cold is not None and len(q.jobs) < want:
+                spill.refill(q, want - len(q.jobs))
+
+    def take(self, queues, count):
+        """Up to `count` jobs of `queues`, delivered."""
+        if len(queues) == 1:
+            # one queue (the usual GETJOB): fetched in one Cython call
+            q = queues[0]
+            return [] if q.paused & PAUSE_OUT else self.shard.fetch_many(q, count)
+        return self.fetch_rounds(queues, count)
 
     def fetch_rounds(self, queues, count):
         """One job per queue per round, left to right, until `count` or none is left."""

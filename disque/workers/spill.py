@@ -144,15 +144,18 @@ class Spill:
         if shard.now_s != self.keep_at:
             self.keep_at = shard.now_s
             self.keep = self.head_keep()
+        # a compaction that may go on keeps half of the step: behind spilling and refills
+        # that took every step it never started, or lost the credit they banked for it
+        compacting = self.compaction_due()
+        share = deadline - STEP_NS // 2 if compacting else deadline
         if self.limit != NO_LIMIT and shard.data_bytes > self.hot_limit():
             if self.failing is None or time.monotonic() >= self.retry_at:
-                self.spill_until(int(self.hot_limit() * LOW_WATER), deadline)
+                self.spill_until(int(self.hot_limit() * LOW_WATER), share)
         if self.index.count:
             if shard.now_s >= self.sweep_at:
                 self.sweep()
-            self.prefetch(deadline)
-        if (self.log is not None and self.compact_credit > 0
-                and time.perf_counter_ns() < deadline):
+            self.prefetch(share)
+        if compacting:
             self.compact_step(deadline)
         self.account()
 
@@ -177,17 +180,22 @@ class Spill:
         if self.limit == NO_LIMIT or self.failing is not None:
             return False
         target = min(int(self.hot_limit() * LOW_WATER), oom_data)
-        self.spill_until(target, time.perf_counter_ns() + MAKE_ROOM_NS)
+        self.spill_until(target, time.perf_counter_ns() + MAKE_ROOM_NS, last_resort=True)
         self.account()
         return self.shard.data_bytes <= oom_data
 
-    def spill_until(self, target, deadline):
+    def spill_until(self, target, deadline, last_resort=False):
         """Spill down to `target` bytes: queue tails beyond `keep`, then copies with far
         timers; a queue's head beyond MIN_KEEP only while over the limit itself (a head
-        spilled below the limit would be loaded back at once)."""
+        spilled below the limit would be loaded back at once), and while the index alone
+        is under `target` unless a command would be refused (`last_resort`): past it no
+        head spilled brings the worker there, and its consumers would read it back at once
+        (a drain of a backlog whose index outgrew the limit wrote a job again for every
+        two it read)."""
         shard = self.shard
         while shard.data_bytes > target and time.perf_counter_ns() < deadline:
-            picked = self.pick(shard.data_bytes > self.hot_limit())
+            picked = self.pick(shard.data_bytes > self.hot_limit()
+                               and (last_resort or self.accounted < target))
             if not picked or len(picked) > self.index.room or not self.write(picked):
                 return      # (a full index: RAM fills and the memory levels apply)
 
@@ -398,11 +406,14 @@ class Spill:
         return jobs[0] if jobs else None
 
     def refill(self, q, want):
-        """A consumer found the head of `q` short: load up to `want` jobs now."""
+        """A consumer found the head of `q` short: load up to `want` jobs now (a batch or
+        more under the limit; past it, `want` alone: the rest would be spilled again)."""
         ring = q.cold
         if ring is None or not ring.live:
             return
-        slots = self.index.take_front(ring, max(want, BATCH))
+        if self.limit == NO_LIMIT or self.shard.data_bytes <= self.hot_limit():
+            want = max(want, BATCH)
+        slots = self.index.take_front(ring, want)
         if slots and not self.load(slots):
             self.index.put_front(ring, slots)
 
@@ -446,15 +457,22 @@ class Spill:
 
     # ---- compaction --------------------------------------------------------------------------
 
+    def compaction_due(self):
+        """Whether compaction has credit and a segment to copy (chosen here when none is
+        under way)."""
+        if self.log is None or self.compact_credit <= 0:
+            return False
+        if self.compacting is None:
+            seg = self.log.compact_candidate()
+            if seg is None:
+                return False
+            self.compacting = (seg, 0)
+        return True
+
     def compact_step(self, deadline):
         """Copy the live records of a mostly dead segment to the active one, a chunk at a
         time; the segment is deleted when its last live record has moved."""
         spill_log = self.log
-        if self.compacting is None:
-            seg = spill_log.compact_candidate()
-            if seg is None:
-                return
-            self.compacting = (seg, 0)
         seg, pos = self.compacting
         index = self.index
         while time.perf_counter_ns() < deadline and self.compact_credit > 0:
