@@ -15,6 +15,7 @@ round trip) and one consumer (GETJOB COUNT 500, then ACKJOB of those). Usage:
 import argparse
 import json
 import os
+import shlex
 import shutil
 import struct
 import sys
@@ -40,11 +41,15 @@ def body_of(i, size, pad):
     return struct.pack("<Q", i) + pad[:size - 8]
 
 
+SERVER_CMD = None       # --server-cmd: another build of ours (a worktree), as a list
+
+
 def run_ours(label, n, body_size, workers, extra, workdir):
     lease = lease_port()
     port = lease.port
     os.makedirs(workdir, exist_ok=True)
-    node = Node(disque_argv(port, workers, "--dir", workdir, *extra), port=port, cwd=workdir,
+    node = Node(disque_argv(port, workers, "--dir", workdir, *extra, command=SERVER_CMD),
+                port=port, cwd=workdir,
                 log_path=os.path.join(workdir, "node.log"))
     node.start(children=workers)
     try:
@@ -137,7 +142,11 @@ def main():
     ap.add_argument("--rabbitmq", default="lazy,cqv2", help="modes, or 'none'")
     ap.add_argument("--rabbitmq-jobs", type=int, default=None, help="default: --jobs")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--server-cmd", default=os.environ.get("DISQUE_SERVER_CMD"),
+                    help="command for our server (default: this interpreter's -m disque)")
     a = ap.parse_args()
+    global SERVER_CMD
+    SERVER_CMD = shlex.split(a.server_cmd) if a.server_cmd else None
     workdir = a.workdir or tempfile.mkdtemp(prefix="bench-spill-")
     results = []
     try:

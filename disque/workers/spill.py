@@ -406,14 +406,11 @@ class Spill:
         return jobs[0] if jobs else None
 
     def refill(self, q, want):
-        """A consumer found the head of `q` short: load up to `want` jobs now (a batch or
-        more under the limit; past it, `want` alone: the rest would be spilled again)."""
+        """A consumer found the head of `q` short: load up to `want` jobs now."""
         ring = q.cold
         if ring is None or not ring.live:
             return
-        if self.limit == NO_LIMIT or self.shard.data_bytes <= self.hot_limit():
-            want = max(want, BATCH)
-        slots = self.index.take_front(ring, want)
+        slots = self.index.take_front(ring, max(want, BATCH))
         if slots and not self.load(slots):
             self.index.put_front(ring, slots)
 
