@@ -68,8 +68,9 @@ class Consumers:
         cold = [q for q in queues if q.cold is not None and q.cold.live]
         if cold:
             # spilled jobs behind short heads: each queue's share of the rounds (a job of
-            # every queue per round), since what a GETJOB leaves in RAM past the limit is
-            # spilled again; what a queue short of its share leaves, the others make up
+            # every queue per round), not `count` for each, which loaded jobs the GETJOB
+            # did not take (a worker over its share spilled them again); what a queue
+            # short of its share leaves, the others make up
             self.refill(cold, -(-count // len(queues)))
         jobs = self.take(queues, count)
         if cold and len(jobs) < count:
