@@ -27,6 +27,9 @@ OK_LINE = re.compile(r"^\d\d:\d\d:\d\d> (.*): .*OK")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+BASE_PORT = 21000       # + 10000 for the buses: below 32768, the ephemeral range
+
+
 def our_server():
     """The disque-server next to this interpreter (the README's venv), else `python -m disque`."""
     script = os.path.join(os.path.dirname(sys.executable), "disque-server")
@@ -37,6 +40,16 @@ def prepare(source, workers, extra):
     """A copy of the suite whose src/disque-server starts our server; returns its root."""
     root = tempfile.mkdtemp(prefix="disque-upstream-")
     shutil.copytree(os.path.join(source, "tests"), os.path.join(root, "tests"))
+    # the suite's nodes listen from port 25000 and their buses 10000 higher, inside the
+    # kernel's ephemeral range (32768-60999): a restarted node could find its bus port
+    # taken by some connection's local end ("Address already in use"). Our copy starts at
+    # BASE_PORT, buses included below the range; the tests themselves are unchanged.
+    harness = os.path.join(root, "tests", "instances.tcl")
+    with open(harness) as f:
+        text = f.read()
+    with open(harness, "w") as f:
+        f.write(text.replace("set ::disque_base_port 25000",
+                             "set ::disque_base_port %d" % BASE_PORT))
     os.makedirs(os.path.join(root, "tests", "cluster", "tmp"), exist_ok=True)
     os.makedirs(os.path.join(root, "src"))
     wrapper = os.path.join(root, "src", "disque-server")
