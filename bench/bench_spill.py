@@ -15,7 +15,6 @@ round trip) and one consumer (GETJOB COUNT 500, then ACKJOB of those). Usage:
 import argparse
 import json
 import os
-import shlex
 import shutil
 import struct
 import sys
@@ -25,7 +24,7 @@ import zlib
 
 import redis
 
-from disque.harness.node import Node, disque_argv
+from disque.harness.node import Node, disque_argv, server_command
 from disque.harness.ports import lease_port
 
 import spill_rabbitmq as rabbit
@@ -41,14 +40,11 @@ def body_of(i, size, pad):
     return struct.pack("<Q", i) + pad[:size - 8]
 
 
-SERVER_CMD = None       # --server-cmd: another build of ours (a worktree), as a list
-
-
-def run_ours(label, n, body_size, workers, extra, workdir):
+def run_ours(label, n, body_size, workers, extra, workdir, command=None):
     lease = lease_port()
     port = lease.port
     os.makedirs(workdir, exist_ok=True)
-    node = Node(disque_argv(port, workers, "--dir", workdir, *extra, command=SERVER_CMD),
+    node = Node(disque_argv(port, workers, "--dir", workdir, *extra, command=command),
                 port=port, cwd=workdir,
                 log_path=os.path.join(workdir, "node.log"))
     node.start(children=workers)
@@ -145,18 +141,18 @@ def main():
     ap.add_argument("--server-cmd", default=os.environ.get("DISQUE_SERVER_CMD"),
                     help="command for our server (default: this interpreter's -m disque)")
     a = ap.parse_args()
-    global SERVER_CMD
-    SERVER_CMD = shlex.split(a.server_cmd) if a.server_cmd else None
+    command = server_command(a.server_cmd) if a.server_cmd else None
     workdir = a.workdir or tempfile.mkdtemp(prefix="bench-spill-")
     results = []
     try:
         print("1. in memory: %d jobs, spill no" % a.inmem_jobs, flush=True)
         inmem = run_ours("in-memory", a.inmem_jobs, a.body, a.workers,
-                         ["--maxmemory", "16gb", "--spill", "no"], os.path.join(workdir, "inmem"))
+                         ["--maxmemory", "16gb", "--spill", "no"], os.path.join(workdir, "inmem"),
+                         command)
         print("  result", json.dumps(inmem), flush=True)
         print("2. spilling: %d jobs on maxmemory %s" % (a.jobs, a.maxmemory), flush=True)
         spill = run_ours("spilling", a.jobs, a.body, a.workers, ["--maxmemory", a.maxmemory],
-                         os.path.join(workdir, "spill"))
+                         os.path.join(workdir, "spill"), command)
         print("  result", json.dumps(spill), flush=True)
         shutil.rmtree(os.path.join(workdir, "spill"), ignore_errors=True)
         results += [inmem, spill]

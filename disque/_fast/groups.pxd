@@ -13,6 +13,11 @@ cdef class JobGroup:
     cdef public unsigned long long home_epoch
 
 
+cdef inline Py_ssize_t group_size(JobGroup g):
+    """The group's members: its list less the slots of heads that left."""
+    return len(g.order) - g.first
+
+
 cdef class JobGroups:
     # every group of a worker's queues: queue name -> {group key -> JobGroup}
     cdef public dict by_queue

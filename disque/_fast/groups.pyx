@@ -134,7 +134,7 @@ cdef class JobGroup:
         self.home_epoch = 0
 
     def __len__(self):
-        return len(self.order) - self.first
+        return group_size(self)
 
     @property
     def members(self):
@@ -144,7 +144,7 @@ cdef class JobGroup:
     @property
     def head(self):
         """The ID of the group's head, None when it has no job."""
-        return member_id(self.order[self.first]) if len(self) else None
+        return member_id(self.order[self.first]) if group_size(self) else None
 
     @property
     def ids(self):
@@ -245,7 +245,7 @@ cdef class JobGroups:
         g.order.append(job)
         job.flags |= JOB_FLAG_GROUPED
         self.members += 1
-        return len(g.order) - g.first == 1
+        return group_size(g) == 1
 
     cpdef bint rejoin(self, Job job, dict jobs) except -1:
         """A loaded job (AOF) goes back to its place, the one its sequence number gives
@@ -329,7 +329,7 @@ cdef class JobGroups:
     cpdef bytes head_id(self, Job job):
         """The ID of the head of `job`'s group, or None."""
         cdef JobGroup g = self.group_of(job)
-        return None if g is None or len(g.order) == g.first else member_id(g.order[g.first])
+        return None if g is None or not group_size(g) else member_id(g.order[g.first])
 
     cpdef object leave(self, Job job):
         """`job` is finished (or leaves for its dead-letter queue): out of its group. The
@@ -351,7 +351,7 @@ cdef class JobGroups:
                 return None
         self.members -= 1
         cdef dict groups
-        if len(members) - first == 1:
+        if group_size(g) == 1:
             del members[:]
             g.first = 0
             groups = self.by_queue[g.queue]
@@ -383,7 +383,7 @@ cdef class JobGroups:
         for g in groups.values():
             if self.home_here(g):
                 count += 1
-                held += len(g.order) - g.first - 1
+                held += group_size(g) - 1
         return count, held
 
     cpdef clear(self):

@@ -16,7 +16,7 @@ from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_AC
                                JOB_FLAG_DELIVERED, JOB_FLAG_NACK_PENDING, JOB_FLAG_GROUPED,
                                JOB_FLAG_HELD, JOB_FLAG_HANDED, retry_interval_ms, dead_letter_due,
                                expire_ms)
-from disque._fast.groups cimport JobGroup, JobGroups
+from disque._fast.groups cimport JobGroup, JobGroups, group_size
 from disque._fast.scanlog cimport ScanLog
 
 from disque._fast.resp cimport status
@@ -342,7 +342,7 @@ cdef class ShardCore:
         if not self.groups.rejoin(job, self.jobs):
             return False
         cdef JobGroup g = (<JobOptions>job.ext).member_of
-        if len(g.order) - g.first > 1:
+        if group_size(g) > 1:
             previous = self.groups.member_job(g.order[g.first + 1], self.jobs)   # the head it comes before
             if previous is not None:
                 self.hold_back(previous)

@@ -96,7 +96,7 @@ class Consumers:
         """Load spilled jobs so that each of `queues` holds `want` in RAM, if it has them."""
         spill = self.shard.spill
         for q in queues:
-            if q.cold is not None and len(q.jobs) < want:
+            if len(q.jobs) < want:
                 spill.refill(q, want - len(q.jobs))
 
     def take(self, queues, count):
