@@ -258,6 +258,22 @@ def test_every_node_ranks_the_same_home_and_heir():
     assert len(rankings) == 1 and sorted(next(iter(rankings))) == sorted(NODES)
 
 
+def test_the_ranking_orders_the_nodes_by_their_weights_for_each_group():
+    """The ranking (sorted in C) is the nodes by descending weight, whatever the cluster's
+    size, and its first node is the home, for every group."""
+    for size in (2, 3, 5, 17):
+        nodes = tuple(("%040x" % (k * 7919 + 1)).encode() for k in range(size))
+        groups = JobGroups()
+        groups.set_nodes(nodes, nodes[0])
+        for k in range(200):
+            key = b"k%d" % k
+            want = sorted(nodes, key=lambda n: group_weight(b"q", key, n), reverse=True)
+            assert groups.ranking(b"q", key) == want
+            assert groups.home_of(b"q", key) == want[0]
+    groups.set_nodes(nodes[:1], nodes[0])               # shrinking keeps working
+    assert groups.ranking(b"q", b"k") == [nodes[0]] and groups.home_of(b"q", b"k") == nodes[0]
+
+
 def test_the_rendezvous_weights_are_the_same_in_every_version():
     """Nodes of one cluster must agree on every group's home: the weights are a fixed
     function of (queue, key, node), pinned here so that a change is never by accident."""

@@ -1,3 +1,5 @@
+from libc.stdint cimport uint64_t
+
 from disque._fast.job cimport Job
 
 cdef class JobGroup:
@@ -27,6 +29,10 @@ cdef class JobGroups:
     # has only itself, and is every group's home
     cdef public tuple nodes
     cdef public tuple node_hashes       # each node's half of its rendezvous weights
+    # the same halves as C integers, and room to rank the nodes (sized by set_nodes)
+    cdef uint64_t *c_hashes
+    cdef uint64_t *c_weights
+    cdef Py_ssize_t *c_order
     cdef public bytes me
     cdef public unsigned long long epoch    # one more each time `nodes` changes
 
