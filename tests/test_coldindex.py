@@ -117,3 +117,36 @@ def test_a_spilled_tail_goes_before_the_ring_and_newer_jobs_after_it():
     by_ctime = {j.id: j.ctime for j in first + tail}
     assert [by_ctime[i] for i in order] == [20, 30, 40, 50, 60, 70]
     assert ring.back_ctime == 70 and len(ring) == 6
+
+
+def test_queue_tails_added_in_batches_are_found_by_id_and_seq_across_growth():
+    """add_tail, the spiller's path: each batch (newest first) goes before the queue's
+    spilled jobs, the tables grow once per batch and every job is found by its ID and its
+    scan-log seq, through growth and removals (backward shifts over the new hashes)."""
+    from disque._fast.job import Job
+    index = ColdIndex()
+    ring = index.new_ring("q")
+    live = {}                               # id -> seq
+    order = []                              # ids, front first
+    seq = 0
+    for batch in range(40):
+        jobs = []
+        for k in range(1500):
+            seq += 1
+            j = Job(jid(seq), b"q", b"body")
+            j.ctime = (10_000 - batch) * 1_000_000 + k    # each batch older than the last
+            j.scan_hi, j.scan_lo = seq >> 32, seq & 0xffffffff
+            jobs.append(j)
+        jobs.reverse()                                     # newest first
+        index.add_tail(ring, jobs, [64] * len(jobs), [(batch, 64 * i) for i in range(len(jobs))])
+        order[:0] = [j.id for j in reversed(jobs)]
+        live.update((j.id, (j.scan_hi << 32) | j.scan_lo) for j in jobs)
+        for gone in order[1::7][:150]:                     # some leave (loaded back)
+            index.remove(index.find(gone))
+            del live[gone]
+        order = [i for i in order if i in live]
+    assert len(index) == len(live)
+    for i, s in live.items():
+        slot = index.find(i)
+        assert slot >= 0 and index.find_seq(s) == slot and index.job_id(slot) == i
+    assert [index.job_id(s) for s in index.peek(ring, len(order))] == order

@@ -1,5 +1,7 @@
 from libc.stdint cimport uint32_t, uint64_t
 
+from disque._fast.job cimport Job
+
 # One spilled job in RAM (docs/design.md, "Spilled jobs"): its ID, where its record is in the
 # spill log, and the two times that bring it back (its expiry and, for a job that is not
 # queued, its next timer). Everything else is in the record on disk.
@@ -42,6 +44,7 @@ cdef class ColdIndex:
     cdef int add_block(self) except -1
     cdef void free_blocks(self) noexcept
     cdef Py_ssize_t bucket_of(self, const char *jid) noexcept
+    cdef Py_ssize_t bucket_hashed(self, const char *jid, uint64_t h) noexcept
     cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept
     cdef uint64_t slot_hash(self, uint32_t e, bint by_seq) noexcept
     cdef int grow(self, bint by_seq) except -1
@@ -50,4 +53,9 @@ cdef class ColdIndex:
     cpdef Py_ssize_t add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size,
                          uint32_t etime, uint32_t awake, ColdRing ring=*, bint front=*,
                          uint64_t seq=*) except -1
+    cdef Py_ssize_t add_hashed(self, const char *key, uint64_t h, uint32_t seg, uint32_t off,
+                               uint32_t size, uint32_t etime, uint32_t awake, ColdRing ring,
+                               bint front, uint64_t seq) except -1
+    cdef int add_one(self, Job job, uint64_t h, uint32_t size, tuple loc, ColdRing ring,
+                     bint front) except -1
     cdef bint entry_live(self, uint64_t e) noexcept
