@@ -2,9 +2,12 @@
 an ALIGN boundary and go through O_DIRECT where the file system takes it, records read back
 byte for byte however they are grouped, the compaction's walk passes over the padding, and a
 file system that refuses O_DIRECT is written through the page cache."""
+import errno
 import fcntl
 import os
 import random
+
+import pytest
 
 from disque._fast import codec
 from disque._fast.job import Job
@@ -98,3 +101,56 @@ def test_a_file_system_without_o_direct_is_written_through_the_page_cache(tmp_pa
     for s, o, r in first + second:
         assert bytes(log.read([(s, o, len(r))])[0]) == r
     log.close()
+
+
+def test_a_background_writer_writes_at_its_offset_and_reports_a_device_error(tmp_path):
+    from disque._fast.bgwrite import BackgroundWriter
+    w = BackgroundWriter()
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    buf = bytearray(b"x" * 5000 + b"y" * 5000)
+    w.submit(fd, buf, 8000, 100)
+    assert w.wait() == (8000, 0)
+    assert not w.busy() and w.wait() == (0, 0)          # nothing in flight any more
+    assert path.read_bytes() == b"\0" * 100 + bytes(buf[:8000])
+    full = os.open("/dev/full", os.O_WRONLY)
+    w.submit(full, buf, 4096, 0)
+    assert w.wait() == (0, errno.ENOSPC)
+    with pytest.raises(ValueError):
+        w.submit(fd, buf, len(buf) + 1, 0)              # past the buffer's end
+    w.close()
+    w.close()
+    os.close(fd)
+    os.close(full)
+
+
+def test_a_background_append_that_fails_is_cut_back_and_its_batch_handed_over(tmp_path):
+    """The device refuses the write (here /dev/full in the segment's place): the log
+    forgets the batch as if never appended, hands its bytes, sizes and places to `lost`
+    (the spiller brings those jobs back into RAM) and the records before it still read."""
+    spill_log = SpillLog(str(tmp_path), "t")
+    lost = []
+    spill_log.lost = lambda *args: lost.append(args)
+    rng = random.Random(3)
+    data, sizes = codec.spill_records([job(rng, n) for n in range(5)])
+    locs = spill_log.append(data, sizes, background=True)
+    spill_log.settle()
+    assert lost == []
+    seg = spill_log.active
+    size, written = seg.size, spill_log.bytes_written
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, seg.fd)                               # the disk is full from now on
+    os.close(full)
+    data2, sizes2 = codec.spill_records([job(rng, n) for n in range(5, 8)])
+    failed = spill_log.append(data2, sizes2, background=True)
+    spill_log.settle()
+    [(error, lost_data, lost_sizes, places)] = lost
+    assert error.errno == errno.ENOSPC and bytes(lost_data) == data2
+    assert lost_sizes == sizes2 and places == failed
+    assert (seg.size, spill_log.bytes_written, seg.live) == (size, written, 5)
+    back = spill_log.read([(n, o, z) for (n, o), z in zip(locs, sizes)])
+    at = 0
+    for rec, z in zip(back, sizes):
+        assert bytes(rec) == data[at:at + z]
+        at += z
+    spill_log.close()

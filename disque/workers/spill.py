@@ -22,7 +22,8 @@ from disque._fast.job import (ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, FLAG
                               expire_ms)
 from disque._fast.shardcore import NO_LIMIT
 from disque.workers.queues import PAUSE_OUT
-from disque.workers.spill_log import SIZE_AT, SpillLog, walk_records
+from disque.workers.spill_compaction import SpillCompaction
+from disque.workers.spill_log import ID_AT, SIZE_AT, SpillLog
 
 log = logging.getLogger("disque.worker")
 
@@ -39,11 +40,6 @@ STEP_NS = 5_000_000     # the longest one `work` call runs
 MAKE_ROOM_NS = 100_000_000  # ... and spilling before a command would be refused (rare)
 LOW_WATER = 0.9         # spilling stops at this share of the limit ...
 PREFETCH_BELOW = 0.97   # ... and refilling heads needs RAM under this share
-COMPACT_CHUNK = 4 << 20
-# compaction copies no more than spilling writes (banked up to this): it keeps a growing log
-# within about twice its live bytes, and leaves a draining one alone, whose live records are
-# about to be read back anyway (copying them once made a 10 M-job drain 0.57x from 0.83x)
-COMPACT_CREDIT_MAX = 2 * COMPACT_CHUNK
 EMPTY_INDEX_BYTES = 8192     # an empty index past this gives its arrays back
 RETRY_FAILED_S = 1.0    # a failing spill disk is tried again after this
 SCAN_ENTRY_COST = 16    # a spilled job keeps its scan-log entry (JSCAN): seq and pointer
@@ -77,10 +73,8 @@ class Spill:
         self.sweep_at = 0
         self.copy_pos = 0               # the copies' walk over the job log
         self.copies_after = (0, 0)      # (job log seq, ms): no walk before one of them
-        self.compacting = None          # (segment, next offset) being compacted
-        self.compact_credit = 0         # bytes compaction may copy (COMPACT_CREDIT_MAX)
-        self.jobs_spilled = self.jobs_loaded = self.faults = self.compactions = 0
-        self.compacted_bytes = 0
+        self.compaction = SpillCompaction(self)
+        self.jobs_spilled = self.jobs_loaded = self.faults = 0
         self.errors = 0
         self.rate_mark = (time.monotonic(), 0, 0)
         self.rate = (0.0, 0.0)
@@ -146,7 +140,7 @@ class Spill:
             self.keep = self.head_keep()
         # a compaction that may go on keeps half of the step: behind spilling and refills
         # that took every step it never started, or lost the credit they banked for it
-        compacting = self.compaction_due()
+        compacting = self.compaction.due()
         share = deadline - STEP_NS // 2 if compacting else deadline
         if self.limit != NO_LIMIT and shard.data_bytes > self.hot_limit():
             if self.failing is None or time.monotonic() >= self.retry_at:
@@ -156,7 +150,7 @@ class Spill:
                 self.sweep()
             self.prefetch(share)
         if compacting:
-            self.compact_step(deadline)
+            self.compaction.step(deadline)
         self.account()
 
     def account(self):
@@ -194,6 +188,9 @@ class Spill:
         two it read)."""
         shard = self.shard
         while shard.data_bytes > target and time.perf_counter_ns() < deadline:
+            if (not last_resort and self.log is not None and self.log.writing()
+                    and shard.data_bytes <= self.hot_limit()):
+                return      # under the limit: the batch in flight ends while the loop serves
             picked = self.pick(shard.data_bytes > self.hot_limit()
                                and (last_resort or self.accounted < target))
             if not picked or len(picked) > self.index.room or not self.write(picked):
@@ -272,16 +269,20 @@ class Spill:
         """Write a batch and drop it from RAM; False when the disk refused it (the jobs stay
         in RAM, nothing is lost)."""
         shard = self.shard
+        self.settle()
         try:
             if self.log is None:
                 self.log = SpillLog(shard.persistence.aof_cfg("dir") or os.getcwd(),
                                     "spill-%s-w%d" % (shard.node_id.decode()[:8], shard.index))
+                self.log.lost = self.write_lost
             data, sizes = codec.spill_records([j for j, _ in picked])
-            locs = self.log.append(data, sizes)
+            # in the background while the disk is fine: a failure shows at the next
+            # settle (write_lost); while it fails, each try is known at once
+            locs = self.log.append(data, sizes, background=self.failing is None)
         except OSError as e:
             self.disk_failed(e)
             return False
-        self.compact_credit = min(self.compact_credit + len(data), COMPACT_CREDIT_MAX)
+        self.compaction.earn(len(data))
         if self.failing is not None:
             log.warning("Spill disk writable again: spilling resumes")
             self.failing = None
@@ -322,6 +323,28 @@ class Spill:
         index.add_tail(q.cold, run, sizes, locs)
         return held
 
+    def settle(self):
+        """The background write in flight is done (its jobs are back in RAM if it failed):
+        before the index's locations are read."""
+        if self.log is not None:
+            self.log.settle()
+
+    def write_lost(self, error, data, sizes, locs):
+        """A background write failed: its jobs, which left RAM, come back from its batch."""
+        index = self.index
+        view = memoryview(data)
+        at = restored = 0
+        for size, (seg, off) in zip(sizes, locs):
+            rec = view[at:at + size]
+            at += size
+            slot = index.find(bytes(rec[ID_AT:ID_AT + 40]))
+            if slot >= 0 and index.location(slot) == (seg, off, size):
+                self.bring_back(slot, rec)
+                restored += 1
+        self.jobs_spilled -= restored
+        self.disk_failed(error)
+        self.account()
+
     def disk_failed(self, e):
         self.errors += 1
         self.retry_at = time.monotonic() + RETRY_FAILED_S
@@ -360,22 +383,25 @@ class Spill:
         locs, recs = self.read(slots)
         if recs is None:
             return []
-        shard = self.shard
-        rewriting = shard.aof_on and shard.persistence.aof_rw is not None
         out = []
         for slot, (seg, _, size), rec in zip(slots, locs, recs):
-            job = self.decode(rec)
-            seq = self.index.seq_of(slot)
-            self.index.remove(slot)
+            out.append(self.bring_back(slot, rec))
             self.log.forget(seg, size)
-            self.restore(job, seq)
-            self.held_bytes -= shard.job_cost(job)
-            if rewriting:
-                shard.persistence.write_loadjob(job)   # the rewrite's list did not have it
-            out.append(job)
         self.jobs_loaded += len(out)
         self.account()
         return out
+
+    def bring_back(self, slot, rec):
+        """The job of `slot`, whose record is `rec`, out of the index and back in RAM."""
+        shard = self.shard
+        job = self.decode(rec)
+        seq = self.index.seq_of(slot)
+        self.index.remove(slot)
+        self.restore(job, seq)
+        self.held_bytes -= shard.job_cost(job)
+        if shard.aof_on and shard.persistence.aof_rw is not None:
+            shard.persistence.write_loadjob(job)   # the rewrite's list did not have it
+        return job
 
     def restore(self, job, seq):
         """A loaded job back in its place: `jobs`, its scan-log entry, queue and timer."""
@@ -398,6 +424,7 @@ class Spill:
 
     def fault_in(self, jid):
         """The job `jid` back in RAM if it was spilled (by ID: ACKJOB, SHOW, bus messages)."""
+        self.settle()
         slot = self.index.find(jid)
         if slot < 0:
             return None
@@ -407,6 +434,7 @@ class Spill:
 
     def refill(self, q, want):
         """A consumer found the head of `q` short: load up to `want` jobs now."""
+        self.settle()
         ring = q.cold
         if ring is None or not ring.live:
             return
@@ -417,6 +445,7 @@ class Spill:
     def prefetch(self, deadline):
         """Refill the head of every queue with spilled jobs, ahead of its consumers, as far
         as RAM under the limit allows (a head refilled past it would be spilled again)."""
+        self.settle()
         shard = self.shard
         limited = self.limit != NO_LIMIT
         if limited:
@@ -452,66 +481,11 @@ class Spill:
         for i in range(0, len(slots), BATCH):
             self.load(slots[i:i + BATCH])
 
-    # ---- compaction --------------------------------------------------------------------------
-
-    def compaction_due(self):
-        """Whether compaction has credit and a segment to copy (chosen here when none is
-        under way)."""
-        if self.log is None or self.compact_credit <= 0:
-            return False
-        if self.compacting is None:
-            seg = self.log.compact_candidate()
-            if seg is None:
-                return False
-            self.compacting = (seg, 0)
-        return True
-
-    def compact_step(self, deadline):
-        """Copy the live records of a mostly dead segment to the active one, a chunk at a
-        time; the segment is deleted when its last live record has moved."""
-        spill_log = self.log
-        seg, pos = self.compacting
-        index = self.index
-        while time.perf_counter_ns() < deadline and self.compact_credit > 0:
-            if spill_log.segs.get(seg.n) is not seg or pos >= seg.size:
-                self.compacting = None
-                self.compactions += 1
-                return
-            try:
-                buf = spill_log.pread(seg, pos, COMPACT_CHUNK)
-            except OSError as e:
-                self.disk_failed(e)
-                self.compacting = None
-                return
-            records, at = walk_records(buf, pos, pos + len(buf) >= seg.size)
-            if at == 0:
-                self.compacting = None      # a torn tail: nothing more to read here
-                return
-            moving = []
-            for rec_at, size, jid in records:
-                slot = index.find(jid)
-                if slot >= 0 and index.location(slot) == (seg.n, pos + rec_at, size):
-                    moving.append((slot, size, buf[rec_at:rec_at + size]))
-            if moving:
-                try:
-                    locs = spill_log.append(b"".join([m[2] for m in moving]),
-                                            [m[1] for m in moving])
-                except OSError as e:
-                    self.disk_failed(e)
-                    self.compacting = None
-                    return
-                for (slot, size, _), (nseg, noff) in zip(moving, locs):
-                    index.move(slot, nseg, noff)
-                    spill_log.forget(seg.n, size)
-                    self.compact_credit -= size
-                    self.compacted_bytes += size
-            pos += at
-            self.compacting = (seg, pos)
-
     # ---- what the commands see ---------------------------------------------------------------
 
     def peek(self, q, count, from_back):
         """QPEEK's spilled part: up to `count` jobs decoded from disk, not loaded."""
+        self.settle()
         if q.cold is None or not q.cold.live or count <= 0:
             return []
         slots = self.index.peek(q.cold, count, from_back)
@@ -521,6 +495,7 @@ class Spill:
     def cold_records(self, start, steps):
         """The AOF payloads (storage form) of spilled jobs among slots [start, start +
         steps), and the next start (-1: done): AOF rewrite and JSCAN."""
+        self.settle()
         slots, nxt = self.index.live_slots(start, steps)
         if not slots:
             return [], nxt
@@ -531,6 +506,7 @@ class Spill:
 
     def job_at(self, seq):
         """The spilled job whose scan-log entry is `seq`, decoded, not loaded (JSCAN)."""
+        self.settle()
         slot = self.index.find_seq(seq)
         if slot < 0:
             return None
@@ -539,6 +515,7 @@ class Spill:
 
     def payload_of(self, jid):
         """The AOF payload of one spilled job, or None."""
+        self.settle()
         slot = self.index.find(jid)
         if slot < 0:
             return None
@@ -554,8 +531,7 @@ class Spill:
         self.index.rings.clear()
         if self.log is not None:
             self.log.remove_all()
-        self.compacting = None
-        self.compact_credit = 0
+        self.compaction.reset()
         self.accounted = 0
         self.held_bytes = 0
         self.shard.cold_jobs = 0
@@ -587,8 +563,8 @@ class Spill:
             "spill_bytes_written": log_.bytes_written if log_ else 0,
             "spill_bytes_read": log_.bytes_read if log_ else 0,
             "spill_faults": self.faults,
-            "spill_compactions": self.compactions,
-            "spill_compacted_bytes": self.compacted_bytes,
+            "spill_compactions": self.compaction.done,
+            "spill_compacted_bytes": self.compaction.bytes_copied,
             "spill_errors": self.errors,
             "spill_failing": self.failing or "",
             "spill_limit": self.limit if self.limit != NO_LIMIT else 0,

@@ -2,7 +2,7 @@
 segment files in `dir`, appended in batches and read back by (segment, offset, size).
 
 Each segment counts its live records and bytes; a segment with no live record left is
-deleted at once (the one being appended to is truncated instead), and Spill.compact_step
+deleted at once (the one being appended to is truncated instead), and SpillCompaction.step
 copies the live records out of segments that are mostly dead. The log is a cache of what
 the worker holds, not a durable store: the AOF is. A worker deletes its old segments when
 it starts.
@@ -14,6 +14,12 @@ starts and ends on an ALIGN boundary (zeros pad it: a record never has length 0)
 written from a page-aligned buffer of the log's own. Reads go through the page cache, whose
 read-ahead fetches the next records while the worker serves (a direct read is a trip to the
 device each time), and what was read is dropped from it at once.
+
+Spilling appends in the background (disque/_fast/bgwrite.pyx, a thread that needs no GIL):
+the worker serves while the device writes, and waits for a batch only when it appends the
+next or touches the log (`settle`). A batch whose write fails is cut back and handed to
+`lost`, which brings its jobs back into RAM from the batch's bytes: no job is ever only in
+a write that failed.
 """
 import errno
 import fcntl
@@ -23,6 +29,7 @@ import mmap
 import os
 import struct
 
+from disque._fast.bgwrite import BackgroundWriter
 from disque._fast.codec import SPILL_HEADER
 
 log = logging.getLogger("disque.worker")
@@ -88,6 +95,10 @@ class SpillLog:
         self.segments_deleted = 0
         self.direct = bool(O_DIRECT)    # cleared when the file system refuses O_DIRECT
         self.wbuf = None                # the page-aligned write buffer, grown as needed
+        self.writer = None              # the thread of background appends (one at a time)
+        self.in_flight = None           # (segment, start, length, data, sizes, locations)
+        self.lost = None                # called with (error, data, sizes, locations) of a
+                                        # background append that failed (set by Spill)
         self.remove_old()
 
     def path(self, n):
@@ -135,10 +146,13 @@ class SpillLog:
             self.wbuf = mmap.mmap(-1, aligned(max(size, 256 << 10)))
         return self.wbuf
 
-    def append(self, data, sizes):
+    def append(self, data, sizes, background=False):
         """Write the records in `data`, of `sizes`, as one batch, padded to ALIGN:
         [(segment, offset)]. On an error (OSError: a full disk) nothing is kept and the
-        segment is cut back."""
+        segment is cut back. In the `background` the write is left to the writer thread
+        (the device's time is not the worker's): every other call of the log waits for
+        it first (`settle`), and hands a batch that failed to `lost`."""
+        self.settle()
         seg = self.active
         if seg is None or seg.size >= SEGMENT_BYTES:
             seg = self.roll()
@@ -146,26 +160,11 @@ class SpillLog:
         buf = self.write_buffer(total)
         buf[:len(data)] = data
         buf[len(data):total] = bytes(total - len(data))
-        view = memoryview(buf)
-        done = 0
-        try:
-            while done < total:
-                try:
-                    done += os.pwrite(seg.fd, view[done:total], seg.size + done)
-                except OSError as e:
-                    if not self.direct or e.errno != errno.EINVAL:
-                        raise
-                    self.buffered()
-        except OSError:
-            try:
-                os.ftruncate(seg.fd, seg.size)
-            except OSError:
-                pass
-            raise
-        finally:
-            view.release()
+        start = seg.size
+        if not background:
+            self.write_out(seg, start, total)
         out = []
-        n, off = seg.n, seg.size
+        n, off = seg.n, start
         for size in sizes:
             out.append((n, off))
             off += size
@@ -174,12 +173,74 @@ class SpillLog:
         seg.live_bytes += len(data)
         self.bytes_written += len(data)
         self.records_written += len(sizes)
+        if background:
+            if self.writer is None:
+                self.writer = BackgroundWriter()
+            self.writer.submit(seg.fd, buf, total, start)
+            self.in_flight = (seg, start, total, data, sizes, out)
         return out
+
+    def write_out(self, seg, start, total):
+        """The buffer's first `total` bytes at `start` of `seg`; cut back on an error."""
+        view = memoryview(self.wbuf)
+        done = 0
+        try:
+            while done < total:
+                try:
+                    done += os.pwrite(seg.fd, view[done:total], start + done)
+                except OSError as e:
+                    if not self.direct or e.errno != errno.EINVAL:
+                        raise
+                    self.buffered()
+        except OSError:
+            try:
+                os.ftruncate(seg.fd, start)
+            except OSError:
+                pass
+            raise
+        finally:
+            view.release()
+
+    def writing(self):
+        """A background append is still being written."""
+        return self.in_flight is not None and self.writer.busy()
+
+    def settle(self):
+        """Wait for the background append in flight, if any. One that failed is undone
+        (its segment was cut back) and its batch handed to `lost`, whose jobs are in no
+        other place."""
+        if self.in_flight is None:
+            return
+        seg, start, total, data, sizes, locs = self.in_flight
+        self.in_flight = None
+        _, err = self.writer.wait()
+        if not err:
+            return
+        if err == errno.EINVAL and self.direct:
+            self.buffered()
+            try:
+                self.write_out(seg, start, total)
+                return
+            except OSError as e:
+                error = e
+        else:
+            error = OSError(err, os.strerror(err))
+            try:
+                os.ftruncate(seg.fd, start)
+            except OSError:
+                pass
+        seg.size = start
+        seg.live -= len(sizes)
+        seg.live_bytes -= len(data)
+        self.bytes_written -= len(data)
+        self.records_written -= len(sizes)
+        self.lost(error, data, sizes, locs)
 
     def pread(self, seg, start, length):
         """`length` bytes at `start` of `seg` (fewer at its end): bytes. Reads go through
         the page cache, whose read-ahead fetches what comes next while the worker serves;
         what was read is dropped from it at once (it is read once)."""
+        self.settle()
         if seg.rfd is None:
             seg.rfd = os.open(seg.path, os.O_RDONLY | os.O_CLOEXEC)
         buf = os.pread(seg.rfd, length, start)
@@ -188,6 +249,7 @@ class SpillLog:
 
     def forget(self, n, size):
         """A record is no longer live (its job was loaded back or deleted)."""
+        self.settle()
         seg = self.segs.get(n)
         if seg is None:
             return
@@ -271,6 +333,10 @@ class SpillLog:
         return len(self.segs), sum(s.size for s in self.segs.values())
 
     def close(self):
+        self.settle()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
         for seg in list(self.segs.values()):
             os.close(seg.fd)
             if seg.rfd is not None:
@@ -283,6 +349,7 @@ class SpillLog:
 
     def remove_all(self):
         """FLUSHALL: every segment goes."""
+        self.settle()
         for seg in list(self.segs.values()):
             self.delete(seg)
         self.active = None
