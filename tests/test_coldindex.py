@@ -150,3 +150,19 @@ def test_queue_tails_added_in_batches_are_found_by_id_and_seq_across_growth():
         slot = index.find(i)
         assert slot >= 0 and index.find_seq(s) == slot and index.job_id(slot) == i
     assert [index.job_id(s) for s in index.peek(ring, len(order))] == order
+
+
+def test_slots_given_back_after_one_was_freed_skip_it():
+    """A prefetch takes slots, one of them is freed before it gives them back (its job
+    came back from a failed write): the ring gets the others only, and the freed slot,
+    taken by the next job spilled, is not in two rings."""
+    index = ColdIndex()
+    ring, other = index.new_ring("q"), index.new_ring("r")
+    slots = [index.add(jid(i), 0, i, 10, 10, 0, ring, False, i + 1) for i in range(3)]
+    taken = index.take_front(ring, 3)
+    assert taken == slots
+    index.remove(taken[1])
+    index.put_front(ring, taken)
+    reused = index.add(jid(99), 0, 99, 10, 10, 0, other, False, 100)
+    assert reused == taken[1]
+    assert index.peek(ring, 10) == [slots[0], slots[2]] and index.peek(other, 10) == [reused]

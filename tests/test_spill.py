@@ -271,6 +271,8 @@ def test_a_full_spill_disk_refuses_adds_clearly_loses_nothing_and_recovers(start
     assert error is not None and "spill disk refuses writes" in error, error
     assert "No space left on device" in error
     wait_until(lambda: "Spill disk error" in srv.log_text(), timeout=5)
+    # the write that found the disk full was in the background: its jobs came back to RAM
+    assert "Spill write failed (No space left on device): its" in srv.log_text()
     info = spill_helpers.memory(c)
     assert info["spill_disk_ok"] == 0 and info["spill_errors"] > 0
     wait_until(lambda: hello_priority(c) == b"50", timeout=5)     # smart clients go elsewhere

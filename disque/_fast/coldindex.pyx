@@ -469,11 +469,14 @@ cdef class ColdIndex:
         return out
 
     def put_front(self, ColdRing ring, list slots):
-        """Give slots taken by `take_front` back, in their order (a failed read)."""
+        """Give slots taken by `take_front` back, in their order (a failed read), those
+        still spilled: a slot freed meanwhile (its job came back from a batch whose write
+        failed) would name whichever job takes it next."""
         cdef Py_ssize_t i, slot
         for i in range(len(slots) - 1, -1, -1):
             slot = slots[i]
-            ring.push_front((<uint64_t>slot << 32) | self.rec(slot).gen)
+            if self.rec(slot).size != 0:
+                ring.push_front((<uint64_t>slot << 32) | self.rec(slot).gen)
 
     def peek(self, ColdRing ring, Py_ssize_t n, bint from_back=False):
         """Up to `n` live slots from the front (or the back), without taking them."""

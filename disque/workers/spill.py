@@ -342,6 +342,8 @@ class Spill:
                 self.bring_back(slot, rec)
                 restored += 1
         self.jobs_spilled -= restored
+        log.info("Spill write failed (%s): its %d jobs are back in memory",
+                 error.strerror or error, restored)
         self.disk_failed(error)
         self.account()
 
@@ -378,6 +380,9 @@ class Spill:
 
     def load(self, slots):
         """Bring jobs back into RAM, as they were; returns them (empty on a read error)."""
+        self.settle()
+        # a batch whose write failed just now brought its jobs back itself
+        slots = [s for s in slots if self.index.location(s)[2]]
         if not slots:
             return []
         locs, recs = self.read(slots)
