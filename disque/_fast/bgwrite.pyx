@@ -29,10 +29,10 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_cond_broadcast(pthread_cond_t *c)
 
 
-DEF IDLE = 0
-DEF QUEUED = 1
-DEF DONE = 2
-DEF STOP = 3
+DEF WRITE_NONE = 0
+DEF WRITE_PENDING = 1
+DEF WRITE_DONE = 2
+DEF WRITER_STOP = 3
 
 
 cdef struct Shared:
@@ -54,9 +54,9 @@ cdef void *run(void *arg) noexcept nogil:
     cdef int err
     pthread_mutex_lock(&s.lock)
     while True:
-        while s.state != QUEUED and s.state != STOP:
+        while s.state != WRITE_PENDING and s.state != WRITER_STOP:
             pthread_cond_wait(&s.cond, &s.lock)
-        if s.state == STOP:
+        if s.state == WRITER_STOP:
             break
         pthread_mutex_unlock(&s.lock)
         done = 0
@@ -75,7 +75,7 @@ cdef void *run(void *arg) noexcept nogil:
         pthread_mutex_lock(&s.lock)
         s.written = done
         s.err = err
-        s.state = DONE
+        s.state = WRITE_DONE
         pthread_cond_broadcast(&s.cond)
     pthread_mutex_unlock(&s.lock)
     return NULL
@@ -121,7 +121,7 @@ cdef class BackgroundWriter:
             self.s.buf = <const char *>&view[0]
             self.s.length = length
             self.s.offset = offset
-            self.s.state = QUEUED
+            self.s.state = WRITE_PENDING
             pthread_cond_broadcast(&self.s.cond)
             pthread_mutex_unlock(&self.s.lock)
 
@@ -134,7 +134,7 @@ cdef class BackgroundWriter:
             pthread_mutex_lock(&self.s.lock)
             state = self.s.state
             pthread_mutex_unlock(&self.s.lock)
-        return state == QUEUED
+        return state == WRITE_PENDING
 
     def wait(self):
         """The write in flight, done: (bytes written, errno or 0); (0, 0) with none."""
@@ -144,13 +144,13 @@ cdef class BackgroundWriter:
         cdef int err = 0, state
         with nogil:
             pthread_mutex_lock(&self.s.lock)
-            while self.s.state == QUEUED:
+            while self.s.state == WRITE_PENDING:
                 pthread_cond_wait(&self.s.cond, &self.s.lock)
             state = self.s.state
-            if state == DONE:
+            if state == WRITE_DONE:
                 written = self.s.written
                 err = self.s.err
-                self.s.state = IDLE
+                self.s.state = WRITE_NONE
             pthread_mutex_unlock(&self.s.lock)
         self.view = None
         self.held = None
@@ -164,7 +164,7 @@ cdef class BackgroundWriter:
         if getpid() == self.owner_pid:
             with nogil:
                 pthread_mutex_lock(&self.s.lock)
-                self.s.state = STOP
+                self.s.state = WRITER_STOP
                 pthread_cond_broadcast(&self.s.cond)
                 pthread_mutex_unlock(&self.s.lock)
                 pthread_join(self.thread, NULL)
@@ -177,9 +177,9 @@ cdef class BackgroundWriter:
         if self.s != NULL and getpid() == self.owner_pid:
             with nogil:
                 pthread_mutex_lock(&self.s.lock)
-                while self.s.state == QUEUED:
+                while self.s.state == WRITE_PENDING:
                     pthread_cond_wait(&self.s.cond, &self.s.lock)
-                self.s.state = STOP
+                self.s.state = WRITER_STOP
                 pthread_cond_broadcast(&self.s.cond)
                 pthread_mutex_unlock(&self.s.lock)
                 pthread_join(self.thread, NULL)
