@@ -22,12 +22,12 @@ from libc.stdint cimport uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.object cimport PyObject
 
+from disque._fast.job cimport Job, JobOptions, JOB_FLAG_GROUPED, JOB_GROUP_FLAGS
+
 
 cdef extern from "Python.h":
     # a list's item, borrowed, as a pointer: compared without touching the object
     PyObject *list_item "PyList_GET_ITEM" (object l, Py_ssize_t i)
-
-from disque._fast.job cimport Job, JobOptions, JOB_FLAG_GROUPED, JOB_GROUP_FLAGS
 
 # a job's place in a new group's order is never below the node clock in microseconds: a
 # group that empties and fills again keeps increasing numbers
