@@ -47,6 +47,9 @@ def prepare(source, workers, extra):
     harness = os.path.join(root, "tests", "instances.tcl")
     with open(harness) as f:
         text = f.read()
+    if "set ::disque_base_port 25000" not in text:
+        raise SystemExit("%s: no 'set ::disque_base_port 25000' to move below the "
+                         "ephemeral range" % harness)
     with open(harness, "w") as f:
         f.write(text.replace("set ::disque_base_port 25000",
                              "set ::disque_base_port %d" % BASE_PORT))

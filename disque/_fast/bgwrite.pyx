@@ -158,23 +158,19 @@ cdef class BackgroundWriter:
 
     def close(self):
         """Wait for the write in flight and end the thread."""
-        if self.s == NULL:
-            return
-        self.wait()
-        if getpid() == self.owner_pid:
-            with nogil:
-                pthread_mutex_lock(&self.s.lock)
-                self.s.state = WRITER_STOP
-                pthread_cond_broadcast(&self.s.cond)
-                pthread_mutex_unlock(&self.s.lock)
-                pthread_join(self.thread, NULL)
-            pthread_cond_destroy(&self.s.cond)
-            pthread_mutex_destroy(&self.s.lock)
-            free(self.s)
-        self.s = NULL
+        self.stop()
+        self.view = None
+        self.held = None
 
     def __dealloc__(self):
-        if self.s != NULL and getpid() == self.owner_pid:
+        self.stop()
+
+    cdef void stop(self) noexcept:
+        """Let the write in flight end, then the thread (in the process that started it: a
+        forked child has no such thread to join)."""
+        if self.s == NULL:
+            return
+        if getpid() == self.owner_pid:
             with nogil:
                 pthread_mutex_lock(&self.s.lock)
                 while self.s.state == WRITE_PENDING:
@@ -186,4 +182,4 @@ cdef class BackgroundWriter:
             pthread_cond_destroy(&self.s.cond)
             pthread_mutex_destroy(&self.s.lock)
             free(self.s)
-            self.s = NULL
+        self.s = NULL

@@ -28,8 +28,8 @@ cdef class JobGroups:
     # the nodes a group's home is chosen among (this one included), sorted; a lone node
     # has only itself, and is every group's home
     cdef public tuple nodes
-    cdef public tuple node_hashes       # each node's half of its rendezvous weights
-    # the same halves as C integers, and room to rank the nodes (sized by set_nodes)
+    # each node's half of its rendezvous weights, and room to rank the nodes (sized by
+    # set_nodes)
     cdef uint64_t *c_hashes
     cdef uint64_t *c_weights
     cdef Py_ssize_t *c_order

@@ -165,7 +165,6 @@ cdef class JobGroups:
         self.count = 0
         self.members = 0
         self.nodes = ()
-        self.node_hashes = ()
         self.me = b""
         self.epoch = 1
 
@@ -194,9 +193,8 @@ cdef class JobGroups:
         PyMem_Free(self.c_order)
         self.c_hashes, self.c_weights, self.c_order = hashes, weights, order
         self.nodes = nodes
-        self.node_hashes = tuple([node_hash(n) for n in nodes])
         for i in range(len(nodes)):
-            hashes[i] = self.node_hashes[i]
+            hashes[i] = node_hash(nodes[i])
         self.me = me
         self.epoch += 1
         return True
@@ -227,16 +225,7 @@ cdef class JobGroups:
 
     cpdef bytes home_of(self, bytes queue, bytes key):
         """The first node of the group's ranking."""
-        cdef Py_ssize_t n = len(self.nodes), i, best = 0
-        if n <= 1:
-            return self.nodes[0] if n else self.me
-        cdef uint64_t g = group_hash(queue, key), w, top = 0
-        for i in range(n):
-            w = fmix64(g ^ self.c_hashes[i])
-            if i == 0 or w >= top:
-                top = w
-                best = i
-        return self.nodes[best]
+        return self.ranking(queue, key)[0]
 
     cpdef bint is_home(self, Job job) except -1:
         """Whether this node is the home of `job`'s group, the node that queues its head."""

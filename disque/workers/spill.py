@@ -379,9 +379,10 @@ class Spill:
             return locs, None
 
     def load(self, slots):
-        """Bring jobs back into RAM, as they were; returns them (empty on a read error)."""
+        """Bring jobs back into RAM, as they were; returns them (empty on a read error).
+        The slots may have been taken before the write in flight settled: a batch whose
+        write failed brought its jobs back itself, and its slots are skipped."""
         self.settle()
-        # a batch whose write failed just now brought its jobs back itself
         slots = [s for s in slots if self.index.location(s)[2]]
         if not slots:
             return []
@@ -439,7 +440,6 @@ class Spill:
 
     def refill(self, q, want):
         """A consumer found the head of `q` short: load up to `want` jobs now."""
-        self.settle()
         ring = q.cold
         if ring is None or not ring.live:
             return
@@ -450,7 +450,6 @@ class Spill:
     def prefetch(self, deadline):
         """Refill the head of every queue with spilled jobs, ahead of its consumers, as far
         as RAM under the limit allows (a head refilled past it would be spilled again)."""
-        self.settle()
         shard = self.shard
         limited = self.limit != NO_LIMIT
         if limited:
