@@ -166,3 +166,74 @@ def test_slots_given_back_after_one_was_freed_skip_it():
     reused = index.add(jid(99), 0, 99, 10, 10, 0, other, False, 100)
     assert reused == taken[1]
     assert index.peek(ring, 10) == [slots[0], slots[2]] and index.peek(other, 10) == [reused]
+
+
+def test_a_repacked_index_keeps_every_job_and_gives_the_rest_back():
+    """A partial drain: after three quarters of the jobs left, `repack` moves the rest to
+    the lowest slots. Every job is still found by ID and seq at its new slot, with its
+    location, and each ring keeps its order (entries made stale by removals dropped); the
+    records, tables and rings shrink, and the index grows again from there."""
+    from disque._fast.coldindex import REPACK_MIN_SLOTS
+    rng = random.Random(11)
+    index = ColdIndex()
+    rings = [index.new_ring("q%d" % k) for k in range(3)]
+    model = {}                      # id -> (ring number, seg, off, size, seq)
+    order = [[] for _ in rings]
+    n = REPACK_MIN_SLOTS * 2
+    for i in range(n):
+        j = jid(i)
+        k = rng.randrange(4)        # 3: a copy, in no ring
+        front = rng.random() < 0.2
+        index.add(j, i % 5, i * 8, 64 + i % 9, 10, 0 if k < 3 else 77,
+                  rings[k] if k < 3 else None, front, i + 1)
+        model[j] = (k, i % 5, i * 8, 64 + i % 9, i + 1)
+        if k < 3:
+            (order[k].insert(0, j) if front else order[k].append(j))
+    full = index.memory()
+    for k in range(3):              # drain from the fronts, as GETJOBs do
+        for j in order[k][:len(order[k]) * 4 // 5]:
+            index.remove(index.find(j))
+            del model[j]
+        order[k] = order[k][len(order[k]) * 4 // 5:]
+    copies = [j for j, v in model.items() if v[0] == 3]
+    for j in [j for i, j in enumerate(copies) if i % 4]:           # acked copies
+        index.remove(index.find(j))
+        del model[j]
+    assert index.sparse()
+    index.repack()
+    assert not index.sparse() and len(index) == len(model)
+    assert index.slot_limit == len(model) and index.memory() < full // 3
+
+    def check():
+        for j, (k, seg, off, size, seq) in model.items():
+            slot = index.find(j)
+            assert 0 <= slot < index.slot_limit
+            assert index.find_seq(seq) == slot and index.location(slot) == (seg, off, size)
+            assert index.is_queued(slot) == (k < 3)
+        for k, ring in enumerate(rings):
+            assert len(ring) == len(order[k])
+            assert [index.job_id(s) for s in index.peek(ring, len(order[k]) + 1)] == order[k]
+    check()
+    for i in range(n, n + 5000):    # it grows again, slots after the packed ones
+        j = jid(i)
+        index.add(j, 1, i, 100, 10, 0, rings[0], False, i + 1)
+        model[j] = (0, 1, i, 100, i + 1)
+        order[0].append(j)
+    check()
+    taken = index.take_front(rings[1], 10)
+    assert [index.job_id(s) for s in taken] == order[1][:10]
+
+
+def test_clear_forgets_every_spilled_job():
+    """FLUSHALL: nothing stays indexed, found or counted (it used to keep them all)."""
+    index = ColdIndex()
+    ring = index.new_ring("q")
+    ids = [jid(i) for i in range(5000)]
+    for i, j in enumerate(ids):
+        index.add(j, 0, i, 10, 10, 0, ring, False, i + 1)
+    index.clear()
+    assert len(index) == 0 and len(ring) == 0 and index.slot_limit == 0
+    assert index.find(ids[7]) == -1 and index.find_seq(8) == -1
+    assert index.peek(ring, 10) == [] and index.memory() < 20_000
+    slot = index.add(ids[7], 0, 0, 10, 10, 0, ring, False, 8)
+    assert index.find(ids[7]) == slot and index.peek(ring, 10) == [slot]

@@ -61,6 +61,40 @@ def test_a_backlog_whose_index_outgrew_the_threshold_drains_without_writing_jobs
     assert rewritten <= n // 100 and reread <= n // 100, (before, after)
 
 
+def test_a_partly_drained_index_shrinks_and_keeps_every_job_through_a_rewrite(start_server):
+    """Four fifths of a spilled backlog drained: the index repacks its records into the
+    slots left (its memory falls with the jobs, not only once empty), and the rest still
+    answer: an AOF rewrite walks them by slot after the repack, and a restart from that
+    file drains every body. DEBUG FLUSHALL then forgets every spilled job."""
+    srv = start_server(workers=1, extra_args=["--maxmemory", "40mb"])
+    c = spill_helpers.client(srv)
+    n = 200_000
+    ids, crc, _ = spill_helpers.fill([c], n, QUEUES, maxmemory=40 * MB)
+    before = spill_helpers.memory(c)
+    assert before["spilled_jobs"] > n // 2, before
+    crc1, seen1 = spill_helpers.drain([c], n * 4 // 5, QUEUES)
+    wait_until(lambda: spill_helpers.memory(c)["spill_index_bytes"]
+               < before["spill_index_bytes"] // 2, timeout=30)
+    assert c.execute_command("CONFIG", "SET", "appendonly", "yes")
+    wait_until(lambda: c.info("persistence")["aof_rewrite_in_progress"] == 0
+               and c.info("persistence")["aof_enabled"] == 1, timeout=60)
+    srv.stop()
+    aof_helpers.restart(srv, extra_args=srv.extra_args + ["--appendonly", "yes",
+                                                          "--aof-enqueue-jobs-once", "yes"])
+    c = spill_helpers.client(srv)
+    wait_until(lambda: c.info("persistence")["loading"] == 0, timeout=60)
+    rest = n - len(seen1)
+    assert sum(c.execute_command("QLEN", q) for q in QUEUES) == rest
+    crc2, seen2 = spill_helpers.drain([c], rest, QUEUES)
+    assert seen1 | seen2 == set(ids) and crc1 ^ crc2 == crc
+    spill_helpers.fill([c], 60_000, QUEUES, salt=b"flushed-")
+    assert spill_helpers.memory(c)["spilled_jobs"] > 0
+    assert c.execute_command("DEBUG", "FLUSHALL")
+    info = spill_helpers.memory(c)
+    assert info["spilled_jobs"] == 0 and info["spill_index_bytes"] < 1 * MB, info
+    assert sum(c.execute_command("QLEN", q) for q in QUEUES) == 0
+
+
 def test_a_mostly_dead_log_is_compacted_as_spilling_goes_on_and_loses_nothing(start_server):
     """Four queues spilled together, three drained: most of every segment is dead.
     Compaction copies the live records, past the batches' padding, never more bytes than

@@ -154,3 +154,35 @@ def test_a_background_append_that_fails_is_cut_back_and_its_batch_handed_over(tm
         assert bytes(rec) == data[at:at + z]
         at += z
     spill_log.close()
+
+
+def totals_match(spill_log):
+    segs = spill_log.segs.values()
+    return (spill_log.size_total, spill_log.live_total) == (
+        sum(s.size for s in segs), sum(s.live_bytes for s in segs))
+
+
+def test_the_log_keeps_its_totals_as_records_come_and_go(tmp_path, monkeypatch):
+    """compact_candidate reads two totals instead of summing every segment at each pass:
+    they follow the segments through appends, rolls, records forgotten (a segment
+    deleted, the active one emptied), a background write that failed and FLUSHALL."""
+    import disque.workers.spill_log as spill_log_mod
+    monkeypatch.setattr(spill_log_mod, "SEGMENT_BYTES", 64 * 1024)
+    spill_log = SpillLog(str(tmp_path), "t")
+    spill_log.lost = lambda *args: None
+    rng = random.Random(5)
+    written = write_batches(spill_log, rng, 60)
+    assert len(spill_log.segs) > 3 and totals_match(spill_log)
+    for seg_n, off, rec in written[::2] + written[1::2][:len(written) // 3]:
+        spill_log.forget(seg_n, len(rec))
+        assert totals_match(spill_log)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, spill_log.active.fd)
+    os.close(full)
+    data, sizes = codec.spill_records([job(rng, n) for n in range(4)])
+    spill_log.append(data, sizes, background=True)
+    spill_log.settle()
+    assert totals_match(spill_log)
+    spill_log.remove_all()
+    assert (spill_log.size_total, spill_log.live_total) == (0, 0)
+    spill_log.close()

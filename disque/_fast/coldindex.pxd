@@ -1,5 +1,6 @@
 from libc.stdint cimport uint32_t, uint64_t
 
+from disque._fast.coldring cimport ColdRing
 from disque._fast.job cimport Job
 
 # One spilled job in RAM (docs/design.md, "Spilled jobs"): its ID, where its record is in the
@@ -15,18 +16,6 @@ cdef struct ColdRec:
     uint32_t ring       # ColdRing.ref + 1 of its queue; 0 = not queued
     uint32_t gen        # bumped when the slot is freed: ring entries of an old job go stale
     uint64_t seq        # its entry in the shard's job scan log (JSCAN), kept while spilled
-
-cdef class ColdRing:
-    cdef uint64_t *items        # slot << 32 | gen, oldest job first
-    cdef Py_ssize_t head, count, cap
-    cdef public Py_ssize_t live     # entries whose job is still spilled
-    cdef public uint64_t back_ctime # the newest job's ctime at the back (0: empty)
-    cdef public uint32_t ref
-    cdef public object queue        # the Queue (disque/_fast/shardcore.pyx) it belongs to
-
-    cdef int grow(self) except -1
-    cdef int push_back(self, uint64_t entry) except -1
-    cdef int push_front(self, uint64_t entry) except -1
 
 cdef class ColdIndex:
     cdef ColdRec **blocks          # records in fixed blocks (no reallocation slack)
@@ -48,6 +37,8 @@ cdef class ColdIndex:
     cdef Py_ssize_t seq_bucket(self, uint64_t seq) noexcept
     cdef uint64_t slot_hash(self, uint32_t e, bint by_seq) noexcept
     cdef int grow(self, bint by_seq) except -1
+    cdef int fill_table(self, bint by_seq, Py_ssize_t cap) except -1
+    cdef int repack_ring(self, ColdRing ring, uint32_t *moved) except -1
     cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept
     cpdef Py_ssize_t find(self, bytes jid)
     cpdef Py_ssize_t add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size,

@@ -15,6 +15,7 @@ from libc.string cimport memcpy, memcmp
 from libc.stdint cimport uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
+from disque._fast.coldring cimport ColdRing
 from disque._fast.job cimport Job
 
 DEF ID_LEN = 40
@@ -26,54 +27,9 @@ DEF BLOCK_SLOTS = 1 << BLOCK_BITS
 DEF SLOT_BITS = 26
 DEF SLOT_MASK = (1 << SLOT_BITS) - 1
 MAX_SLOTS = SLOT_MASK           # slot + 1 must fit in SLOT_BITS
-
-
-cdef class ColdRing:
-    """A queue's spilled jobs, oldest first: a ring of (slot, gen) entries. An entry whose
-    slot was freed (its job loaded back or deleted) is stale and skipped when reached."""
-
-    def __cinit__(self):
-        self.items = NULL
-        self.head = self.count = self.cap = 0
-        self.live = 0
-        self.back_ctime = 0
-
-    def __dealloc__(self):
-        free(self.items)
-
-    def __len__(self):
-        return self.live
-
-    cdef int grow(self) except -1:
-        cdef Py_ssize_t cap = 16 if self.cap == 0 else self.cap + self.cap // 2, i
-        cdef uint64_t *p = <uint64_t *>malloc(cap * sizeof(uint64_t))
-        if p == NULL:
-            raise MemoryError()
-        for i in range(self.count):
-            p[i] = self.items[(self.head + i) % self.cap]
-        free(self.items)
-        self.items = p
-        self.cap = cap
-        self.head = 0
-        return 0
-
-    cdef int push_back(self, uint64_t entry) except -1:
-        if self.count == self.cap:
-            self.grow()
-        self.items[(self.head + self.count) % self.cap] = entry
-        self.count += 1
-        return 0
-
-    cdef int push_front(self, uint64_t entry) except -1:
-        if self.count == self.cap:
-            self.grow()
-        self.head = (self.head + self.cap - 1) % self.cap
-        self.items[self.head] = entry
-        self.count += 1
-        return 0
-
-    def memory(self):
-        return 64 + self.cap * 8
+# a repack moves every live record: worth it only once the index is large and mostly free
+REPACK_MIN_SLOTS = 64 * BLOCK_SLOTS
+DEF MIN_TABLE = 1024
 
 
 cdef extern from *:
@@ -105,15 +61,24 @@ cdef inline uint32_t hash_tag(uint64_t h) noexcept:
     return <uint32_t>(h >> 58) << SLOT_BITS
 
 
+cdef Py_ssize_t table_cap(Py_ssize_t n) noexcept:
+    """Buckets for a table remade for `n` jobs: room for twice as many before it grows
+    (at 70% full)."""
+    cdef Py_ssize_t cap = MIN_TABLE
+    while cap * 7 < n * 20:
+        cap *= 2
+    return cap
+
+
 cdef class ColdIndex:
     def __cinit__(self):
         self.blocks = NULL
         self.nblocks_cap = 0
         self.cap = self.used_slots = 0
         self.free_head = 0
-        self.tcap = 1024
+        self.tcap = MIN_TABLE
         self.table = <uint32_t *>calloc(self.tcap, sizeof(uint32_t))
-        self.stcap = 1024
+        self.stcap = MIN_TABLE
         self.stable = <uint32_t *>calloc(self.stcap, sizeof(uint32_t))
         if self.table == NULL or self.stable == NULL:
             raise MemoryError()
@@ -210,12 +175,16 @@ cdef class ColdIndex:
         return seq_hash(r.seq) if by_seq else id_hash(r.id)
 
     cdef int grow(self, bint by_seq) except -1:
-        """Double one of the two tables (by ID, or by scan-log seq) and fill it from the
-        records, read in slot order: walking the old buckets read each one's record at
-        random, a cache and TLB miss per spilled job. Every live record (size > 0) is in
-        the ID table, and in the seq table when it has a seq (one spilled job per seq)."""
-        cdef Py_ssize_t cap = (self.stcap if by_seq else self.tcap) * 2, slot, b
-        cdef Py_ssize_t mask = cap - 1
+        """Double one of the two tables (by ID, or by scan-log seq)."""
+        return self.fill_table(by_seq, (self.stcap if by_seq else self.tcap) * 2)
+
+    cdef int fill_table(self, bint by_seq, Py_ssize_t cap) except -1:
+        """Make one of the two tables anew with `cap` buckets (a power of two) and fill it
+        from the records, read in slot order: walking the old buckets read each one's
+        record at random, a cache and TLB miss per spilled job. Every live record (size > 0)
+        is in the ID table, and in the seq table when it has a seq (one spilled job per
+        seq)."""
+        cdef Py_ssize_t mask = cap - 1, slot, b
         cdef uint32_t *t = <uint32_t *>calloc(cap, sizeof(uint32_t))
         cdef ColdRec *r
         cdef uint64_t h
@@ -522,34 +491,85 @@ cdef class ColdIndex:
 
     def clear(self):
         """Forget everything (FLUSHALL); the rings' queues drop theirs."""
+        cdef Py_ssize_t slot
+        for slot in range(self.used_slots):
+            self.rec(slot).size = 0
         for r in self.rings:
             if r is not None:
-                (<ColdRing>r).head = (<ColdRing>r).count = (<ColdRing>r).live = 0
-                (<ColdRing>r).back_ctime = 0
-        self.shrink()
+                (<ColdRing>r).live = 0
+        self.count = 0
+        self.repack()
 
     def shrink(self):
         """With no spilled job left, give the arrays back (used_memory falls with them)."""
-        if self.count:
-            return
-        cdef uint32_t *t = <uint32_t *>calloc(1024, sizeof(uint32_t))
-        if t == NULL:
-            raise MemoryError()
-        free(self.table)
-        self.table = t
-        self.tcap = 1024
-        t = <uint32_t *>calloc(1024, sizeof(uint32_t))
-        if t == NULL:
-            raise MemoryError()
-        free(self.stable)
-        self.stable = t
-        self.stcap = 1024
-        for r in self.rings:
-            if r is not None and (<ColdRing>r).live == 0:
-                free((<ColdRing>r).items)
-                (<ColdRing>r).items = NULL
-                (<ColdRing>r).head = (<ColdRing>r).count = (<ColdRing>r).cap = 0
-        self.free_blocks()
-        self.used_slots = 0
+        if self.count == 0:
+            self.repack()
+
+    def sparse(self):
+        """Whether `repack` would give back most of the records' memory: three quarters of
+        the slots ever used (and at least REPACK_MIN_SLOTS) are free."""
+        return self.used_slots >= REPACK_MIN_SLOTS and self.count * 4 <= self.used_slots
+
+    def repack(self):
+        """Move the live records down to the lowest slots, in slot order, and give back the
+        blocks, buckets and ring entries left over: the index shrinks with a partial drain,
+        not only once empty. Every live job's slot changes, so no slot may be held across
+        it (taken from a ring, or a walk's cursor: the caller starts its walks again)."""
+        cdef Py_ssize_t used = self.used_slots, slot, k = 0, i, nblocks
+        cdef uint32_t *moved = NULL
+        cdef ColdRec *r
+        if used:
+            moved = <uint32_t *>malloc(used * sizeof(uint32_t))
+            if moved == NULL:
+                raise MemoryError()
+        try:
+            for slot in range(used):            # where each live record goes
+                if self.rec(slot).size:
+                    moved[slot] = <uint32_t>k
+                    k += 1
+            for r_ in self.rings:
+                if r_ is not None:
+                    self.repack_ring(<ColdRing>r_, moved)
+            for slot in range(used):            # k <= slot: nothing unread is overwritten
+                r = self.rec(slot)
+                if r.size and moved[slot] != slot:
+                    memcpy(self.rec(moved[slot]), r, sizeof(ColdRec))
+        finally:
+            free(moved)
+        nblocks = (k + BLOCK_SLOTS - 1) >> BLOCK_BITS
+        for i in range(nblocks, self.cap >> BLOCK_BITS):
+            free(self.blocks[i])
+            self.blocks[i] = NULL
+        self.cap = nblocks << BLOCK_BITS
+        if nblocks == 0:
+            free(self.blocks)
+            self.blocks = NULL
+            self.nblocks_cap = 0
+        self.used_slots = k
         self.free_head = 0
-        self.count = 0
+        self.fill_table(False, table_cap(k))
+        self.fill_table(True, table_cap(k))
+
+    cdef int repack_ring(self, ColdRing ring, uint32_t *moved) except -1:
+        """A ring's live entries renamed to their records' new slots, in their order; stale
+        ones dropped, and the array cut to fit."""
+        cdef Py_ssize_t i, n = 0, live = 0
+        cdef uint64_t e
+        cdef uint64_t *items = NULL
+        for i in range(ring.count):
+            if self.entry_live(ring.items[(ring.head + i) % ring.cap]):
+                live += 1
+        if live:
+            items = <uint64_t *>malloc(live * sizeof(uint64_t))
+            if items == NULL:
+                raise MemoryError()
+            for i in range(ring.count):
+                e = ring.items[(ring.head + i) % ring.cap]
+                if self.entry_live(e):
+                    items[n] = (<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
+                    n += 1
+        else:
+            ring.back_ctime = 0
+        free(ring.items)
+        ring.items, ring.head, ring.count, ring.cap = items, 0, n, n
+        return 0

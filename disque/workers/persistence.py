@@ -403,6 +403,12 @@ class Persistence:
         self.aof_state = "off"
         self.aof_busy = self.aof_rw is not None or self.aof_loader is not None
 
+    def walks_spilled(self):
+        """Whether a rewrite is walking the spilled jobs by slot: their index must not
+        repack under it (disque/workers/spill.py)."""
+        rw = self.aof_rw
+        return rw is not None and rw.cold_pos >= 0
+
     # ---- background work (the worker loop, after sending each batch's replies) ------------
 
     def aof_has_slices(self):

@@ -151,6 +151,9 @@ class Spill:
             self.prefetch(share)
         if compacting:
             self.compaction.step(deadline)
+        if self.index.sparse() and not self.shard.persistence.walks_spilled():
+            self.index.repack()         # a partial drain gives the index's memory back
+            self.sweep_pos = 0          # slots moved: the sweep starts again
         self.account()
 
     def account(self):

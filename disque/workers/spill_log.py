@@ -93,6 +93,8 @@ class SpillLog:
         self.bytes_written = self.bytes_read = 0
         self.records_written = self.records_read = 0
         self.segments_deleted = 0
+        self.size_total = 0             # every segment's size, and of that the live records'
+        self.live_total = 0             # bytes: kept as they change, for compact_candidate
         self.direct = bool(O_DIRECT)    # cleared when the file system refuses O_DIRECT
         self.wbuf = None                # the page-aligned write buffer, grown as needed
         self.writer = None              # the thread of background appends (one at a time)
@@ -171,6 +173,8 @@ class SpillLog:
         seg.size += total
         seg.live += len(sizes)
         seg.live_bytes += len(data)
+        self.size_total += total
+        self.live_total += len(data)
         self.bytes_written += len(data)
         self.records_written += len(sizes)
         if background:
@@ -229,6 +233,8 @@ class SpillLog:
                 os.ftruncate(seg.fd, start)
             except OSError:
                 pass
+        self.size_total -= seg.size - start
+        self.live_total -= len(data)
         seg.size = start
         seg.live -= len(sizes)
         seg.live_bytes -= len(data)
@@ -255,10 +261,13 @@ class SpillLog:
             return
         seg.live -= 1
         seg.live_bytes -= size
+        self.live_total -= size
         if seg.live <= 0:
             if seg is self.active:
                 try:
                     os.ftruncate(seg.fd, 0)
+                    self.size_total -= seg.size
+                    self.live_total -= seg.live_bytes
                     seg.size = seg.live = seg.live_bytes = 0
                 except OSError:
                     pass
@@ -266,7 +275,9 @@ class SpillLog:
                 self.delete(seg)
 
     def delete(self, seg):
-        self.segs.pop(seg.n, None)
+        if self.segs.pop(seg.n, None) is seg:
+            self.size_total -= seg.size
+            self.live_total -= seg.live_bytes
         os.close(seg.fd)
         if seg.rfd is not None:
             os.close(seg.rfd)
@@ -315,9 +326,7 @@ class SpillLog:
         """The closed segment with the smallest live share, under half, once the log
         holds more than twice its live bytes (plus a segment): a queue being drained
         frees its segments by itself, and copying them would only write twice."""
-        total = sum(s.size for s in self.segs.values())
-        live = sum(s.live_bytes for s in self.segs.values())
-        if total <= 2 * live + SEGMENT_BYTES:
+        if self.size_total <= 2 * self.live_total + SEGMENT_BYTES:
             return None
         best, best_share = None, 0.5
         for seg in self.segs.values():
@@ -330,7 +339,7 @@ class SpillLog:
 
     def files(self):
         """(segments, bytes on disk) for INFO."""
-        return len(self.segs), sum(s.size for s in self.segs.values())
+        return len(self.segs), self.size_total
 
     def close(self):
         self.settle()
@@ -342,6 +351,7 @@ class SpillLog:
             if seg.rfd is not None:
                 os.close(seg.rfd)
         self.segs.clear()
+        self.size_total = self.live_total = 0
         self.active = None
         if self.wbuf is not None:
             self.wbuf.close()
