@@ -16,39 +16,13 @@ trim) took: the heap's books never cost more than 1% of a process. What stays
 is memory still in use, free chunks smaller than a page between live ones, and the
 interpreter's small-object arenas (freed whole when they empty, by Python itself).
 """
-import ctypes
 import time
+
+from disque._fast import procctl
+from disque._fast.procctl import heap_free_bytes
 
 TRIM_STEP = 1 << 20         # bytes freed since the last trim's low point before trimming
 CHECK_BUDGET = 100          # a check waits at least this many times the last one's cost
-
-
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-
-def _libc():
-    try:
-        # by its soname: ctypes.util.find_library runs ldconfig, tens of ms at start-up
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = _Mallinfo2
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        return libc
-    except (OSError, AttributeError):    # not glibc (musl), or glibc before 2.33
-        return None
-
-
-_LIBC = _libc()
-
-
-def heap_free_bytes():
-    """Bytes the C heap holds free (every arena's free chunks), or 0 without glibc."""
-    if _LIBC is None:
-        return 0
-    info = _LIBC.mallinfo2()
-    return info.fordblks + info.fsmblks
 
 
 class HeapTrim:
@@ -62,7 +36,7 @@ class HeapTrim:
         self.next_at = 0.0
 
     def cron(self):
-        if _LIBC is None:
+        if not procctl.has_heap_calls:
             return False
         start = self.clock()
         if start < self.next_at:
@@ -79,7 +53,7 @@ class HeapTrim:
             self.low = free
         if free - self.low < TRIM_STEP:
             return False
-        _LIBC.malloc_trim(0)
+        procctl.malloc_trim()
         self.trims += 1
         # the chunks stay free in malloc's books (their pages are gone): the next trim
         # waits for as much again to be freed

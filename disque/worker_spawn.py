@@ -7,7 +7,6 @@ interpreter takes, and shares the interpreter's pages with the front-end (docs/d
 "Starting the workers"). A worker started later (one that died, `worker-link zmq`, whose
 link the front-end opens with ZeroMQ before any worker) is a new interpreter, as before.
 """
-import ctypes
 import gc
 import logging
 import os
@@ -16,6 +15,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from disque._fast import procctl
 
 # A new interpreter imports the same `disque` the front-end runs: `python -m` would put the
 # current directory first on sys.path, and started from inside a source checkout the worker
@@ -26,8 +27,6 @@ WORKER_BOOT = ("import os, sys\n"
                "from disque.workers.process import main\n"
                "main()\n")
 
-
-PR_SET_NAME = 15
 
 
 class ForkedWorker:
@@ -70,15 +69,6 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
 
-def name_process(name):
-    """The name `ps -o comm` and top show (a fork keeps the front-end's command line)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name[:15]),
-                                                       0, 0, 0)
-    except OSError:
-        pass
-
-
 def exec_worker(args, fds):
     """A worker in a new interpreter, its options on the command line."""
     cmd = [sys.executable, "-c", WORKER_BOOT] + args.argv()
@@ -115,7 +105,7 @@ def fork_worker(args, fds):
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         random.seed()                   # not the front-end's sequence
-        name_process(b"disque-worker-%d" % args.index)
+        procctl.set_name(b"disque-worker-%d" % args.index)   # not the front-end's name
         code = process.serve(args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1

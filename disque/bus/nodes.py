@@ -8,7 +8,6 @@ membership, addresses or FAIL/LEAVING change; because a rename replaces the inod
 lock that stops two nodes from sharing it is held on a sidecar `<file>.lock`.
 """
 import fcntl
-import ipaddress
 import os
 
 from disque import nodeclock
@@ -40,6 +39,7 @@ def node_address(ip, port, cport=0):
         return None
     if cport == port + BUS_PORT_OFFSET:
         cport = 0
+    import ipaddress            # the first node met pays for it, not every start
     try:
         return str(ipaddress.ip_address(ip)), port, cport
     except ValueError:

@@ -13,7 +13,6 @@ The same secret also gives the TLS identity of the workers' direct job links
 (LINK_KDF_SALT), so neither key tells anything about the other. Every secret stretched in
 this project is stretched here, by `stretch`.
 """
-import hashlib
 import os
 
 import zmq
@@ -41,6 +40,7 @@ class Keypair:
 
 def stretch(secret, salt):
     """32 bytes from `secret` (str) for one use, named by `salt` (scrypt: slow on purpose)."""
+    import hashlib              # a secured node only
     return hashlib.scrypt(secret.encode("utf-8", "surrogateescape"), salt=salt,
                           n=KDF_N, r=KDF_R, p=KDF_P, dklen=32)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import re
 from typing import Any, Callable, Iterable, NamedTuple
@@ -365,6 +364,7 @@ def _check_ip_literal(text: str) -> None:
     or empty: not set."""
     if not text:
         return
+    import ipaddress            # only for this directive: not on every start's path
     try:
         ipaddress.ip_address(text)
     except ValueError:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from disque.config.constants import BUS_PORT_OFFSET, REWRITE_SIGNATURE
@@ -206,6 +205,7 @@ def _write_atomically(path: str, content: str) -> None:
         mode = os.stat(path).st_mode & 0o7777
     except FileNotFoundError:
         pass
+    import tempfile                 # CONFIG REWRITE only
     handle, temp_path = tempfile.mkstemp(prefix=".disque-conf-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", errors="surrogateescape") as temp_file:

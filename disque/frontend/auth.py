@@ -4,8 +4,6 @@
 The per-command check is a flag of the Cython core (`auth_required`); plain HELLO is
 Disque's own command (NodeCommands.cmd_hello).
 """
-import hmac
-
 from disque import replies
 from disque import VERSION
 from disque._fast import resp
@@ -38,6 +36,7 @@ class Auth:
         self.fe.auth_required = self.requirepass is not None
 
     def password_ok(self, password):
+        import hmac                 # a node with requirepass only
         return self.requirepass is not None and hmac.compare_digest(password, self.requirepass)
 
     def cmd_auth(self, client, argv):

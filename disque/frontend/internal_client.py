@@ -11,7 +11,6 @@ and handed to the callbacks in order. It is never handed over to a worker (its
 import logging
 from collections import deque
 
-import hiredis
 
 from disque._fast.frontcore import Client
 
@@ -69,6 +68,7 @@ class InternalClient(Client):
         self.authenticated = True
         self.affine_need = NEVER_HANDED
         self.transport = ReplySink(self)
+        import hiredis              # the first console query pays for it, not every start
         self.reader = hiredis.Reader(replyError=CommandError)
         self.todo = deque()            # (argv, done) not sent yet
         self.current = None            # the callback of the command in flight

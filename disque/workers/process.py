@@ -6,8 +6,6 @@ loop's own parts: WorkerLoop (the turn), Batches (the front-end's requests, cont
 for the controls), Crons, IdleTick and the Outbox (the order things leave in). `serve`
 runs one, in a new interpreter (main) or in a fork of the front-end (disque/worker_spawn.py).
 """
-import argparse
-import ctypes
 import json
 import logging
 import os
@@ -18,6 +16,7 @@ import time
 
 from disque import log as dlog
 from disque import nodeclock
+from disque._fast import procctl
 from disque._fast.clock import PeriodicTimer
 from disque.contracts import worker_link as link_msg
 from disque.contracts.worker_args import WorkerArgs
@@ -32,17 +31,13 @@ from disque.workers.served_clients import ServedClients
 from disque.workers.shard import Shard
 from disque.workers.worker_loop import WorkerLoop
 
-PR_SET_PDEATHSIG = 1
 log = logging.getLogger("disque.worker")
 
 
 def die_with_parent():
-    """Ask the kernel to SIGTERM us when the front-end dies, even by SIGKILL (Linux)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass  # not Linux: the loop also polls getppid()
+    """Ask the kernel to SIGTERM us when the front-end dies, even by SIGKILL (the loop
+    also polls getppid())."""
+    procctl.die_with_parent(signal.SIGTERM)
 
 
 class Worker:
@@ -114,6 +109,7 @@ class Worker:
 
 def parse_args(argv=None):
     """A new interpreter's command line (disque/worker_spawn.py, WorkerArgs.argv)."""
+    import argparse             # not in a forked worker, which gets WorkerArgs as they are
     ap = argparse.ArgumentParser(prog="disque-worker")
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--workers", type=int, required=True)
