@@ -22,6 +22,7 @@ from disque.contracts import worker_link as link_msg
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, read_hello
 
 from disque.workers.tls_pump import TLS_ERRORS
+from ssl import SSLWantReadError, SSLZeroReturnError
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport errno, EAGAIN, EINTR
@@ -214,7 +215,9 @@ cdef class JobLinkPath:
     cpdef write_frame(self, OutLink link, bytes data):
         """A frame to a link: as it is, or as the records of its TLS session."""
         if self.secured:
-            data = link.tls.encrypt(data)
+            pump = link.tls         # TlsPump.encrypt, without its Python frame
+            pump.sslobj.write(data)
+            data = pump.out.read()
         self.write_raw(link, data)
 
     cpdef write_raw(self, OutLink link, bytes data):
@@ -311,8 +314,10 @@ cdef class JobLinkPath:
         if n <= 0:
             self.close_in(link)
             return
-        pump = link.tls
-        pump.feed(memoryview(buf)[:n])
+        pump = link.tls         # TlsPump's feed, has_input and read, without their frames
+        inc = pump.inc
+        sslobj = pump.sslobj
+        inc.write(memoryview(buf)[:n])
         if link.shaking:
             try:
                 done = pump.handshake()
@@ -330,14 +335,16 @@ cdef class JobLinkPath:
             link.shaking = False
         cdef list frames
         cdef Py_ssize_t got
-        while pump.has_input():
+        while inc.pending or sslobj.pending():
             try:
-                m = pump.read(TLS_READ_SIZE, buf)
+                m = sslobj.read(TLS_READ_SIZE, buf)
+            except SSLWantReadError:
+                return                  # a partial record: the rest comes with a later recv
+            except SSLZeroReturnError:
+                m = 0
             except TLS_ERRORS as e:
                 self.refuse(link, "a TLS error (%s)" % (getattr(e, "reason", None) or e))
                 return
-            if m is None:
-                return                  # a partial record: the rest comes with a later recv
             if not m:
                 self.close_in(link)     # close_notify
                 return

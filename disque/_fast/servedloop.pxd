@@ -28,8 +28,9 @@ cdef class ServedClient:
     cdef public int fwd_w           # the other worker its last commands were forwarded to
     cdef public int fwd_run         # how many in a row (a command run here resets it)
     cdef public bint following      # handed back to follow them there (BACK_FOLLOW)
-    # a TLS connection (disque/workers/tls_clients.py): the ssl.SSLObject of its TlsPump
-    # (disque/workers/tls_pump.py), whose read and write this loop calls
+    # a TLS connection (disque/workers/tls_clients.py): the C object of its TlsPump's
+    # ssl.SSLObject (`TlsPump.sslobj`, disque/workers/tls_pump.py), whose read, write and
+    # pending this loop calls
     cdef public object tls          # or None: plaintext
     cdef public object tls_pump     # the TlsPump itself (the pump takes it back)
     cdef public object tls_in, tls_out  # its MemoryBIOs: records received, records made

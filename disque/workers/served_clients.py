@@ -118,7 +118,7 @@ class ServedClients(ServedCore):
         if tls is not None:
             pump, c.pump, c.tls_pending = tls
             c.tls_pump = pump
-            c.tls, c.tls_in, c.tls_out = pump.obj, pump.inc, pump.out
+            c.tls, c.tls_in, c.tls_out = pump.sslobj, pump.inc, pump.out
         self.clients[c.fd] = c
         self.by_id[cid] = c
         self.ep.register(c.fd, EPOLLIN)

@@ -18,15 +18,18 @@ TLS_ERRORS = (ssl.SSLError, OSError, ValueError)
 
 
 class TlsPump:
-    __slots__ = ("obj", "inc", "out")
+    __slots__ = ("obj", "sslobj", "inc", "out")
 
     def __init__(self, context, server_side, server_hostname=None):
         self.inc = ssl.MemoryBIO()
         self.out = ssl.MemoryBIO()
-        # ssl.SSLObject: the public object; the served loop (servedloop.pyx) calls its
-        # read and write too
         self.obj = context.wrap_bio(self.inc, self.out, server_side=server_side,
                                     server_hostname=server_hostname)
+        # the C object whose methods ssl.SSLObject's read, write and pending pass their
+        # arguments to as they are: called directly, per record, here and by the served
+        # loop and the job links (servedloop.pyx, joblinkpath.pyx), without a Python frame
+        # (the SSLObject itself, which has the same methods, if a Python has no such object)
+        self.sslobj = getattr(self.obj, "_sslobj", self.obj)
 
     def handshake(self):
         """A step of the handshake: True once it is done, False while it waits for the
@@ -44,14 +47,14 @@ class TlsPump:
 
     def has_input(self):
         """Whether records (or decrypted bytes) wait to be read."""
-        return self.inc.pending or self.obj.pending()
+        return self.inc.pending or self.sslobj.pending()
 
     def read(self, size=READ_SIZE, buffer=None):
         """Plaintext of the records fed so far, at most `size` bytes (into `buffer`: the
         count); None while a record is incomplete; b"" (or 0) at the peer's close_notify.
         Raises one of TLS_ERRORS on a bad record."""
         try:
-            return self.obj.read(size, buffer) if buffer is not None else self.obj.read(size)
+            return self.sslobj.read(size, buffer) if buffer is not None else self.sslobj.read(size)
         except ssl.SSLWantReadError:
             return None
         except ssl.SSLZeroReturnError:
@@ -60,7 +63,7 @@ class TlsPump:
     def encrypt(self, data):
         """The records for `data` (whole: a memory BIO takes everything), with anything
         OpenSSL had waiting before them."""
-        self.obj.write(data)
+        self.sslobj.write(data)
         return self.out.read()
 
     def take(self):
