@@ -6,10 +6,12 @@ redis-py producer, 1,000 ADDJOB per round trip over 4 queues), drained (GETJOB C
 ACKJOB), and --after seconds of rest. A thread samples the processes' RSS every 100 ms from
 the first ADDJOB to the end. Printed: the fresh node, the peak, the end, and both against the
 bounds issue 47 sets: peak <= 1.1 x maxmemory + fresh RSS; after the drain <= 1.2 x fresh +
-16 MB.
+16 MB. With --pause-at F the drain stops for --after seconds once a fraction F of the jobs
+came back, and prints used_memory, the spill index and RSS there (a backlog partly drained).
 
     python bench/bench_rss.py                         # 600,000 x 1 KB on maxmemory 256mb
     python bench/bench_rss.py --jobs 10000000 --maxmemory 2gb
+    python bench/bench_rss.py --jobs 2000000 --pause-at 0.8
 """
 import argparse
 import os
@@ -79,7 +81,7 @@ class Sampler(threading.Thread):
             self.done.wait(SAMPLE_S)
 
 
-def fill_and_drain(port, n, body_size, sampler, info_every):
+def fill_and_drain(port, n, body_size, sampler, info_every, pause_at=None, pause_s=0.0):
     c = redis.Redis(host="127.0.0.1", port=port, socket_timeout=120)
     pad = os.urandom(body_size)
     pipe = c.pipeline(transaction=False)
@@ -99,7 +101,19 @@ def fill_and_drain(port, n, body_size, sampler, info_every):
     sampler.phase = "drain"
     seen = 0
     t0 = time.monotonic()
+    paused = 0.0
     while seen < n:
+        if pause_at is not None and seen >= pause_at * n:
+            pause_at = None
+            p0 = time.monotonic()
+            time.sleep(pause_s)
+            m = c.info("memory")
+            print("  drain paused at %d/%d for %.0f s: used %.1f MB, spill index %.1f MB, "
+                  "spilled %d, RSS %.1f MB" % (seen, n, pause_s, m["used_memory"] / MB,
+                                               m.get("spill_index_bytes", 0) / MB,
+                                               m.get("spilled_jobs", 0), sampler.last / MB),
+                  flush=True)
+            paused = time.monotonic() - p0
         jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", GETJOB_COUNT, "FROM", *QUEUES)
         if not jobs:
             time.sleep(0.001)
@@ -108,7 +122,7 @@ def fill_and_drain(port, n, body_size, sampler, info_every):
         seen += len(jobs)
         if seen % info_every < GETJOB_COUNT:
             print("  drain %d/%d rss %.0f MB" % (seen, n, sampler.last / MB), flush=True)
-    drain_s = time.monotonic() - t0
+    drain_s = time.monotonic() - t0 - paused
     c.close()
     return add_s, drain_s
 
@@ -122,6 +136,8 @@ def main():
     ap.add_argument("--after", type=float, default=3.0, help="seconds of rest after the drain")
     ap.add_argument("--extra", default="", help="more server options, space separated")
     ap.add_argument("--trace", default=None, help="write every sample (MB per process) here")
+    ap.add_argument("--pause-at", type=float, default=None,
+                    help="pause the drain for --after seconds once this fraction came back")
     a = ap.parse_args()
     maxmem = parse_size(a.maxmemory)
     workdir = tempfile.mkdtemp(prefix="bench-rss-")
@@ -138,7 +154,7 @@ def main():
             sampler = Sampler(node)
             sampler.start()
             add_s, drain_s = fill_and_drain(node.port, a.jobs, a.body, sampler,
-                                            max(PIPELINE, a.jobs // 10))
+                                            max(PIPELINE, a.jobs // 10), a.pause_at, a.after)
             sampler.phase = "rest"
             time.sleep(a.after)
             end = node_rss(node.pid)
