@@ -11,8 +11,8 @@ free (`mallinfo2`, a walk of the bins and no system call) and trims when that fi
 grown by TRIM_STEP since its lowest point after the last trim. The cost is at most one
 trim per TRIM_STEP freed, and nothing on a node whose memory does not shrink. The walk
 grows with the free chunks: in a worker spilling ten million jobs it took 3% of the
-worker's time, so a check waits at least CHECK_BUDGET times what the last one (and its
-trim) took: the heap's books never cost more than 1% of a process. What stays
+worker's time, so a check waits at least CHECK_BUDGET times what the last walk took: the
+heap's books never cost more than 1% of a process. What stays
 is memory still in use, free chunks smaller than a page between live ones, and the
 interpreter's small-object arenas (freed whole when they empty, by Python itself).
 """
@@ -42,13 +42,15 @@ class HeapTrim:
         if start < self.next_at:
             return False
         self.checks += 1
-        trimmed = self.check()
-        end = self.clock()
-        self.next_at = end + (end - start) * CHECK_BUDGET
-        return trimmed
-
-    def check(self):
         free = heap_free_bytes()
+        # the walk is what a check costs; a trim costs what it gives back (at most one per
+        # TRIM_STEP freed), and counting it put the check after a big one off by seconds:
+        # the last pages of a drain came back that much later
+        walked = self.clock()
+        self.next_at = walked + (walked - start) * CHECK_BUDGET
+        return self.check(free)
+
+    def check(self, free):
         if free < self.low:
             self.low = free
         if free - self.low < TRIM_STEP:

@@ -130,3 +130,24 @@ def test_heap_trim_checks_cost_at_most_a_hundredth_of_the_time():
     now[0] = 10.21
     trim.cron()
     assert trim.checks == 2
+
+
+def test_a_long_trim_does_not_put_off_the_next_check(monkeypatch):
+    """Only the walk of the free lists counts against CHECK_BUDGET: a trim that gave back a
+    lot (a second here) used to put the next check off by a hundred times that, so the
+    last pages of a drain came back that much later."""
+    from disque import heap_trim
+    now = [0.0]
+    free = [0]
+
+    def slow_trim():
+        now[0] += 1.0
+
+    monkeypatch.setattr(heap_trim.procctl, "malloc_trim", slow_trim)
+    monkeypatch.setattr(heap_trim, "heap_free_bytes", lambda: free[0])
+    trim = heap_trim.HeapTrim(clock=lambda: now[0])
+    now[0], free[0] = 5.0, 64 * MB
+    assert trim.cron() and trim.trims == 1 and now[0] == 6.0
+    assert trim.next_at == 5.0                  # the walk took no time
+    free[0] = 64 * MB + 2 * MB                  # more freed since: the next cron trims again
+    assert trim.cron() and trim.trims == 2
