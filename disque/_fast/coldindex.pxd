@@ -38,7 +38,8 @@ cdef class ColdIndex:
     cdef uint64_t slot_hash(self, uint32_t e, bint by_seq) noexcept
     cdef int grow(self, bint by_seq) except -1
     cdef int fill_table(self, bint by_seq, Py_ssize_t cap) except -1
-    cdef int repack_ring(self, ColdRing ring, uint32_t *moved) except -1
+    cdef void fill(self, bint by_seq, uint32_t *t, Py_ssize_t cap) noexcept
+    cdef void repack_ring(self, ColdRing ring, uint32_t *moved) noexcept
     cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept
     cpdef Py_ssize_t find(self, bytes jid)
     cpdef Py_ssize_t add(self, bytes jid, uint32_t seg, uint32_t off, uint32_t size,

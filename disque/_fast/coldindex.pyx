@@ -30,6 +30,7 @@ MAX_SLOTS = SLOT_MASK           # slot + 1 must fit in SLOT_BITS
 # a repack moves every live record: worth it only once the index is large and mostly free
 REPACK_MIN_SLOTS = 64 * BLOCK_SLOTS
 DEF MIN_TABLE = 1024
+DEF STALE_ENTRY = 0xffffffff00000000ULL    # a ring entry whose slot no index reaches
 
 
 cdef extern from *:
@@ -179,17 +180,21 @@ cdef class ColdIndex:
         return self.fill_table(by_seq, (self.stcap if by_seq else self.tcap) * 2)
 
     cdef int fill_table(self, bint by_seq, Py_ssize_t cap) except -1:
-        """Make one of the two tables anew with `cap` buckets (a power of two) and fill it
-        from the records, read in slot order: walking the old buckets read each one's
-        record at random, a cache and TLB miss per spilled job. Every live record (size > 0)
-        is in the ID table, and in the seq table when it has a seq (one spilled job per
-        seq)."""
-        cdef Py_ssize_t mask = cap - 1, slot, b
+        """Make one of the two tables anew with `cap` buckets (a power of two)."""
         cdef uint32_t *t = <uint32_t *>calloc(cap, sizeof(uint32_t))
-        cdef ColdRec *r
-        cdef uint64_t h
         if t == NULL:
             raise MemoryError()
+        self.fill(by_seq, t, cap)
+        return 0
+
+    cdef void fill(self, bint by_seq, uint32_t *t, Py_ssize_t cap) noexcept:
+        """Fill the zeroed table `t` of `cap` buckets from the records, read in slot order
+        (walking the old buckets read each one's record at random, a cache and TLB miss per
+        spilled job), and put it in place of the old one. Every live record (size > 0) is
+        in the ID table, and in the seq table when it has a seq (one spilled job per seq)."""
+        cdef Py_ssize_t mask = cap - 1, slot, b
+        cdef ColdRec *r
+        cdef uint64_t h
         for slot in range(self.used_slots):
             r = self.rec(slot)
             if r.size == 0 or (by_seq and r.seq == 0):
@@ -205,7 +210,6 @@ cdef class ColdIndex:
         else:
             free(self.table)
             self.table, self.tcap = t, cap
-        return 0
 
     cdef void close_gap(self, bint by_seq, Py_ssize_t i) noexcept:
         """Empty bucket i of one table and shift back the entries after it (linear probing
@@ -514,28 +518,35 @@ cdef class ColdIndex:
         """Move the live records down to the lowest slots, in slot order, and give back the
         blocks, buckets and ring entries left over: the index shrinks with a partial drain,
         not only once empty. Every live job's slot changes, so no slot may be held across
-        it (taken from a ring, or a walk's cursor: the caller starts its walks again)."""
-        cdef Py_ssize_t used = self.used_slots, slot, k = 0, i, nblocks
-        cdef uint32_t *moved = NULL
+        it (taken from a ring, or a walk's cursor: the caller starts its walks again).
+        What it needs is allocated first: out of memory, it changes nothing."""
+        cdef Py_ssize_t used = self.used_slots, slot, k = 0, i, nblocks, cap
         cdef ColdRec *r
-        if used:
-            moved = <uint32_t *>malloc(used * sizeof(uint32_t))
-            if moved == NULL:
-                raise MemoryError()
-        try:
-            for slot in range(used):            # where each live record goes
-                if self.rec(slot).size:
-                    moved[slot] = <uint32_t>k
-                    k += 1
-            for r_ in self.rings:
-                if r_ is not None:
-                    self.repack_ring(<ColdRing>r_, moved)
-            for slot in range(used):            # k <= slot: nothing unread is overwritten
-                r = self.rec(slot)
-                if r.size and moved[slot] != slot:
-                    memcpy(self.rec(moved[slot]), r, sizeof(ColdRec))
-        finally:
+        for slot in range(used):
+            if self.rec(slot).size:
+                k += 1
+        cap = table_cap(k)
+        cdef uint32_t *moved = <uint32_t *>malloc((used if used else 1) * sizeof(uint32_t))
+        cdef uint32_t *by_id = <uint32_t *>calloc(cap, sizeof(uint32_t))
+        cdef uint32_t *by_seq = <uint32_t *>calloc(cap, sizeof(uint32_t))
+        if moved == NULL or by_id == NULL or by_seq == NULL:
             free(moved)
+            free(by_id)
+            free(by_seq)
+            raise MemoryError()
+        k = 0
+        for slot in range(used):                # where each live record goes
+            if self.rec(slot).size:
+                moved[slot] = <uint32_t>k
+                k += 1
+        for r_ in self.rings:
+            if r_ is not None:
+                self.repack_ring(<ColdRing>r_, moved)
+        for slot in range(used):                # k <= slot: nothing unread is overwritten
+            r = self.rec(slot)
+            if r.size and moved[slot] != slot:
+                memcpy(self.rec(moved[slot]), r, sizeof(ColdRec))
+        free(moved)
         nblocks = (k + BLOCK_SLOTS - 1) >> BLOCK_BITS
         for i in range(nblocks, self.cap >> BLOCK_BITS):
             free(self.blocks[i])
@@ -547,13 +558,14 @@ cdef class ColdIndex:
             self.nblocks_cap = 0
         self.used_slots = k
         self.free_head = 0
-        self.fill_table(False, table_cap(k))
-        self.fill_table(True, table_cap(k))
+        self.fill(False, by_id, cap)
+        self.fill(True, by_seq, cap)
 
-    cdef int repack_ring(self, ColdRing ring, uint32_t *moved) except -1:
-        """A ring's live entries renamed to their records' new slots, in their order; stale
-        ones dropped, and the array cut to fit."""
-        cdef Py_ssize_t i, n = 0, live = 0
+    cdef void repack_ring(self, ColdRing ring, uint32_t *moved) noexcept:
+        """A ring's live entries renamed to their records' new slots, in their order, and
+        stale ones dropped: in a new array cut to fit, or (out of memory) in place, a stale
+        entry then naming no slot."""
+        cdef Py_ssize_t i, pos, n = 0, live = 0
         cdef uint64_t e
         cdef uint64_t *items = NULL
         for i in range(ring.count):
@@ -561,15 +573,19 @@ cdef class ColdIndex:
                 live += 1
         if live:
             items = <uint64_t *>malloc(live * sizeof(uint64_t))
-            if items == NULL:
-                raise MemoryError()
+        if live and items == NULL:
             for i in range(ring.count):
-                e = ring.items[(ring.head + i) % ring.cap]
-                if self.entry_live(e):
-                    items[n] = (<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
-                    n += 1
-        else:
+                pos = (ring.head + i) % ring.cap
+                e = ring.items[pos]
+                ring.items[pos] = ((<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
+                                   if self.entry_live(e) else STALE_ENTRY)
+            return
+        for i in range(ring.count):
+            e = ring.items[(ring.head + i) % ring.cap]
+            if self.entry_live(e):
+                items[n] = (<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
+                n += 1
+        if n == 0:
             ring.back_ctime = 0
         free(ring.items)
         ring.items, ring.head, ring.count, ring.cap = items, 0, n, n
-        return 0
