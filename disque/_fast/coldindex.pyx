@@ -522,23 +522,21 @@ cdef class ColdIndex:
         What it needs is allocated first: out of memory, it changes nothing."""
         cdef Py_ssize_t used = self.used_slots, slot, k = 0, i, nblocks, cap
         cdef ColdRec *r
-        for slot in range(used):
-            if self.rec(slot).size:
-                k += 1
-        cap = table_cap(k)
         cdef uint32_t *moved = <uint32_t *>malloc((used if used else 1) * sizeof(uint32_t))
-        cdef uint32_t *by_id = <uint32_t *>calloc(cap, sizeof(uint32_t))
-        cdef uint32_t *by_seq = <uint32_t *>calloc(cap, sizeof(uint32_t))
-        if moved == NULL or by_id == NULL or by_seq == NULL:
-            free(moved)
-            free(by_id)
-            free(by_seq)
+        if moved == NULL:
             raise MemoryError()
-        k = 0
         for slot in range(used):                # where each live record goes
             if self.rec(slot).size:
                 moved[slot] = <uint32_t>k
                 k += 1
+        cap = table_cap(k)
+        cdef uint32_t *by_id = <uint32_t *>calloc(cap, sizeof(uint32_t))
+        cdef uint32_t *by_seq = <uint32_t *>calloc(cap, sizeof(uint32_t))
+        if by_id == NULL or by_seq == NULL:
+            free(moved)
+            free(by_id)
+            free(by_seq)
+            raise MemoryError()
         for r_ in self.rings:
             if r_ is not None:
                 self.repack_ring(<ColdRing>r_, moved)

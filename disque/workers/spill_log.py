@@ -170,11 +170,7 @@ class SpillLog:
         for size in sizes:
             out.append((n, off))
             off += size
-        seg.size += total
-        seg.live += len(sizes)
-        seg.live_bytes += len(data)
-        self.size_total += total
-        self.live_total += len(data)
+        self.count(seg, total, len(sizes), len(data))
         self.bytes_written += len(data)
         self.records_written += len(sizes)
         if background:
@@ -183,6 +179,15 @@ class SpillLog:
             self.writer.submit(seg.fd, buf, total, start)
             self.in_flight = (seg, start, total, data, sizes, out)
         return out
+
+    def count(self, seg, size, live, live_bytes):
+        """A segment's size, live records and live bytes change, and the log's totals with
+        them (the one place either changes)."""
+        seg.size += size
+        seg.live += live
+        seg.live_bytes += live_bytes
+        self.size_total += size
+        self.live_total += live_bytes
 
     def write_out(self, seg, start, total):
         """The buffer's first `total` bytes at `start` of `seg`; cut back on an error."""
@@ -233,11 +238,7 @@ class SpillLog:
                 os.ftruncate(seg.fd, start)
             except OSError:
                 pass
-        self.size_total -= seg.size - start
-        self.live_total -= len(data)
-        seg.size = start
-        seg.live -= len(sizes)
-        seg.live_bytes -= len(data)
+        self.count(seg, start - seg.size, -len(sizes), -len(data))
         self.bytes_written -= len(data)
         self.records_written -= len(sizes)
         self.lost(error, data, sizes, locs)
@@ -259,16 +260,12 @@ class SpillLog:
         seg = self.segs.get(n)
         if seg is None:
             return
-        seg.live -= 1
-        seg.live_bytes -= size
-        self.live_total -= size
+        self.count(seg, 0, -1, -size)
         if seg.live <= 0:
             if seg is self.active:
                 try:
                     os.ftruncate(seg.fd, 0)
-                    self.size_total -= seg.size
-                    self.live_total -= seg.live_bytes
-                    seg.size = seg.live = seg.live_bytes = 0
+                    self.count(seg, -seg.size, -seg.live, -seg.live_bytes)
                 except OSError:
                     pass
             else:
@@ -276,8 +273,7 @@ class SpillLog:
 
     def delete(self, seg):
         if self.segs.pop(seg.n, None) is seg:
-            self.size_total -= seg.size
-            self.live_total -= seg.live_bytes
+            self.count(seg, -seg.size, -seg.live, -seg.live_bytes)
         os.close(seg.fd)
         if seg.rfd is not None:
             os.close(seg.rfd)
