@@ -14,8 +14,9 @@ from support.waits import wait_until
 BAD_CURSOR = b"-ERR invalid cursor or option name\r\n"
 
 
-def scan_all(r, *args, count=None, max_calls=100000):
-    """Iterate QSCAN/JSCAN until cursor 0; return (results in order, number of calls)."""
+def scan_all(r, *args, count=None, max_calls=100000, between=None):
+    """Iterate QSCAN/JSCAN until cursor 0; return (results in order, number of calls).
+    `between(calls)` runs after each call that did not end the scan."""
     cursor = b"0"
     out = []
     calls = 0
@@ -34,6 +35,8 @@ def scan_all(r, *args, count=None, max_calls=100000):
         assert calls < max_calls
         if cursor == b"0":
             return out, calls
+        if between is not None:
+            between(calls)
 
 
 # ---------------------------------------------------------------------------
@@ -309,8 +312,16 @@ def test_jscan_qscan_under_concurrent_adds_and_removes(server3, count):
     try:
         wait_until(lambda: stats["added"] >= 500, timeout=10)
         added_before = stats["added"]
-        seen_jobs, jcalls = scan_all(r, "JSCAN", count=count)
-        seen_queues, qcalls = scan_all(r, "QSCAN", count=count)
+
+        def churn_a_batch(calls):
+            # a loaded machine can starve the churn thread for a whole scan:
+            # make sure jobs come and go in the middle of each scan
+            if calls == 2:
+                mark = stats["added"]
+                wait_until(lambda: stats["added"] > mark, timeout=10)
+
+        seen_jobs, jcalls = scan_all(r, "JSCAN", count=count, between=churn_a_batch)
+        seen_queues, qcalls = scan_all(r, "QSCAN", count=count, between=churn_a_batch)
         added_during = stats["added"] - added_before
     finally:
         stop.set()
