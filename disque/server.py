@@ -265,6 +265,10 @@ class Node:
         for k in range(self.nworkers):
             self.procs.append(None)
             self.spawn_worker(k)
+
+    def wait_for_workers(self):
+        """Until every worker said it is ready (they start while the bus opens)."""
+        links = self.links
         waiting = set(range(self.nworkers))
         deadline = time.monotonic() + WORKER_START_TIMEOUT
         while waiting:
@@ -375,6 +379,7 @@ class Node:
             self.may_fork = False       # the bus' ZeroMQ threads from here on
             self.open_bus()
             fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
+            self.wait_for_workers()
             fe.loop_name = loop_name
             fe.executable = os.path.abspath(sys.argv[0])
             fe.shutdown_cb = self.request_stop

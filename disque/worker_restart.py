@@ -37,6 +37,7 @@ WORKER_FATAL_EXIT = 3
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 LOST_REPLY = replies.WORKER_DIED
+ORDERLY_EXIT_GRACE_S = 0.25     # a worker that stopped cleanly: the node's own stop may follow
 STARTED = "started"
 
 
@@ -50,6 +51,7 @@ class WorkerRestarts:
         self.recent = []                # monotonic times of recent deaths
         self.aof_restarts = 0           # restarts after an AOF write error (appendfsync always)
         self.refuse = {}                # w -> why its next process refuses writes
+        self.graced = {}                # w that exited 0 -> when it may be replaced
 
     def info_fields(self):
         return [("worker_restarts", self.count),
@@ -70,6 +72,17 @@ class WorkerRestarts:
         except Exception:
             p.kill()
             code = p.wait()
+        if code == 0:
+            # a worker only exits 0 when a signal told it to stop. A SIGTERM to the whole
+            # process group (systemd's KillMode=control-group, pkill -f) reaches the
+            # workers before the front-end's loop has run its own: give that a moment
+            # before replacing the worker (the node stops, not restarts it)
+            if w not in self.graced:
+                self.graced[w] = now + ORDERLY_EXIT_GRACE_S
+                node.fe.loop.call_later(ORDERLY_EXIT_GRACE_S, self.died, w)
+            if now < self.graced[w]:
+                return
+        self.graced.pop(w, None)
         lost_reply = LOST_REPLY
         if code == WORKER_FATAL_EXIT:
             why = "worker %d could not write its append only file" % w

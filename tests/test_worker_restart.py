@@ -174,3 +174,45 @@ def test_worker_kill9_without_aof_jobs_come_back_from_their_copies(start_cluster
     got |= drain(c[0].port, q_dead, ids - got, timeout=5)
     assert ids <= got, f"{len(ids - got)} jobs lost"
     assert c[0].all_alive() and c[1].all_alive()
+
+
+def test_a_worker_stopped_alone_by_sigterm_is_replaced(start_server):
+    """A worker exits 0 only when a signal told it to stop; with no stop of the node after
+    it (ORDERLY_EXIT_GRACE_S), it is a dead worker like any other."""
+    srv = start_server(workers=2)
+    q0 = queues_on_distinct_workers("term", nworkers=2)[0]
+    blocked = RawConn(srv.port, timeout=10)
+    blocked.send(encode_command("GETJOB", "TIMEOUT", 0, "FROM", q0))
+    wait_until(lambda: int(srv.info_fields("clients")["blocked_clients"]) >= 1, 5)
+    pid0 = worker_pid(srv, 0)
+    os.kill(pid0, signal.SIGTERM)
+    srv._tracked.pop(pid0, None)
+    reply = blocked.read_parsed(timeout=5)
+    assert type(reply) is Err and b"worker process died" in reply, reply
+    blocked.close()
+    wait_until(lambda: int(server_info(srv)["worker_restarts"]) == 1 and
+               int(server_info(srv)["worker_restarting"]) == 0, timeout=15,
+               message="the worker was not replaced")
+    assert worker_pid(srv, 0) != pid0
+    with RawConn(srv.port) as r:
+        jid = addjob(r, q0, b"after")
+        assert r.execute("QLEN", q0) == 1, jid
+    assert "Worker 0 (pid %d) died (code 0)" % pid0 in srv.log_text()
+
+
+def test_sigterm_to_the_whole_process_group_stops_the_node_without_replacing_workers(
+        start_server):
+    """systemd (KillMode=control-group) and pkill signal every process at once: the
+    workers stop first, and the front-end must stop too, not start new ones."""
+    srv = start_server(workers=2)
+    pids = [worker_pid(srv, k) for k in range(2)]
+    for pid in pids + [srv.pid]:        # the workers first, as pkill's order has it
+        os.kill(pid, signal.SIGTERM)
+    rc = srv.wait_exit(10)
+    assert rc == 0, f"exit code {rc}; log:\n{srv.log_tail()}"
+    log_text = srv.log_text()
+    assert "starting a new one" not in log_text, log_text
+    assert log_text.count("ready") == log_text.count("Worker 0 ready") + \
+        log_text.count("Worker 1 ready") + 1, log_text      # + the front-end's line
+    assert log_text.count("Worker 0 ready") == 1, log_text
+    assert not srv.surviving_descendants(timeout=5)

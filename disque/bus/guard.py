@@ -15,6 +15,7 @@ summed up in at most one log line per LOG_EVERY_S seconds.
 import logging
 import socket
 import struct
+import threading
 import time
 
 import zmq
@@ -48,7 +49,16 @@ class BusGuard:
         self.unlocated = False          # a refusal whose address must come from the kernel
         self.last_log = 0.0
         self.pending_since = 0.0        # when the first refusal not logged yet came
-        self.time_wait = closed_peers(bus_port)     # baseline: older closes are not ours
+        # the baseline (older closes are not ours) costs the kernel ~7 ms of walking its
+        # TCP table on a big machine: read on a thread (the read drops the GIL), off the
+        # start's path, and waited for at the first refusal that needs it
+        self.time_wait = None
+        self.baseline = threading.Thread(target=self.read_baseline, name="bus-guard-baseline",
+                                         daemon=True)
+        self.baseline.start()
+
+    def read_baseline(self):
+        self.time_wait = closed_peers(self.bus_port)
 
     def fds(self):
         socks = [self.monitor] + ([self.zap] if self.zap is not None else [])
@@ -95,6 +105,7 @@ class BusGuard:
             return
         addrs = set(self.pending_addrs)
         if self.unlocated:
+            self.baseline.join()
             current = closed_peers(self.bus_port)
             found = {ip for ip, _port in current - self.time_wait}
             if not found and now - self.pending_since < LOCATE_WAIT_S:
