@@ -243,7 +243,7 @@ class Node:
 
     def start_workers(self):
         self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.node_port)
-        self.links = links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
+        self.links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
         self.job_listeners = job_link_listeners(self.cfg, self.cluster, self.nworkers)
         if self.job_listeners:
             ports = self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]

@@ -19,7 +19,6 @@ import threading
 import time
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 log = logging.getLogger("disque.bus")
 
@@ -70,6 +69,7 @@ class BusGuard:
             while self.zap.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 self.answer_zap(self.zap.recv_multipart(zmq.NOBLOCK))
         while self.monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            from zmq.utils.monitor import parse_monitor_message     # rare: off the start
             event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
             self.note(self.failure_reason(event["event"], event["value"]), None)
 
