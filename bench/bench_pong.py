@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Fresh start until the first +PONG: installs of ours against each other and the original,
+starts alternating, in one run (issue 46).
+
+Each start is in an empty directory: the process is started, then a PING is written every
+millisecond on a new connection until one answers +PONG; the time is from just before the
+process start. `--server` names a command of ours (any install: `label=command`, the
+command split on spaces, `--port` and `--workers` added), several times for several.
+
+    python bench/bench_pong.py --disque-binary <original>/src/disque-server
+    python bench/bench_pong.py --server before=/tmp/old/.venv/bin/disque-server \\
+        --server after=.venv/bin/disque-server --starts 15
+"""
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from disque.harness.node import original_argv, ping
+from disque.harness.ports import lease_port
+
+
+def one_start(argv, port, deadline_s=30.0):
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not ping("127.0.0.1", port, timeout=1.0):
+            if proc.poll() is not None:
+                raise RuntimeError("%s exited with %s" % (argv[0], proc.returncode))
+            if time.perf_counter() - t0 > deadline_s:
+                raise RuntimeError("no +PONG within %.0f s: %s" % (deadline_s, argv[0]))
+            time.sleep(0.001)
+        return time.perf_counter() - t0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", action="append", default=[], metavar="LABEL=COMMAND",
+                    help="a command of ours (default: ours=<this python> -m disque)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--disque-binary", help="the original's disque-server, started too")
+    ap.add_argument("--starts", type=int, default=11, help="starts of each, alternating")
+    args = ap.parse_args()
+    setups = []
+    for spec in args.server or ["ours=%s -m disque" % sys.executable]:
+        label, _, command = spec.partition("=")
+        if not command:
+            ap.error("--server takes LABEL=COMMAND")
+        setups.append((label, command.split()))
+    if args.disque_binary:
+        setups.append(("original", None))
+    times = {label: [] for label, _ in setups}
+    lease = lease_port()
+    try:
+        for k in range(args.starts):
+            for label, head in setups:
+                workdir = tempfile.mkdtemp(prefix="bench-pong-")
+                try:
+                    if head is None:
+                        argv = original_argv(args.disque_binary, lease.port, workdir)
+                    else:
+                        argv = head + ["--port", str(lease.port), "--workers", str(args.workers),
+                                       "--bind", "127.0.0.1", "--dir", workdir]
+                    times[label].append(one_start(argv, lease.port))
+                finally:
+                    shutil.rmtree(workdir, ignore_errors=True)
+            print("start %d/%d: %s" % (k + 1, args.starts, ", ".join(
+                "%s %.3f s" % (label, t[-1]) for label, t in times.items())), flush=True)
+    finally:
+        lease.release()
+    print("\nfresh start until +PONG, median of %d starts (min-max):" % args.starts)
+    for label, t in times.items():
+        print("  %-10s %.3f s (%.3f-%.3f)" % (label, statistics.median(t), min(t), max(t)))
+
+
+if __name__ == "__main__":
+    main()
