@@ -77,10 +77,12 @@ class WorkerRestarts:
             # process group (systemd's KillMode=control-group, pkill -f) reaches the
             # workers before the front-end's loop has run its own: give that a moment
             # before replacing the worker (the node stops, not restarts it)
-            if w not in self.graced:
+            until = self.graced.get(w)
+            if until is None:
                 self.graced[w] = now + ORDERLY_EXIT_GRACE_S
-                node.fe.loop.call_later(ORDERLY_EXIT_GRACE_S, self.died, w)
-            if now < self.graced[w]:
+                node.fe.loop.call_later(ORDERLY_EXIT_GRACE_S, self.grace_over, w)
+                return
+            if now < until:
                 return
         self.graced.pop(w, None)
         lost_reply = LOST_REPLY
@@ -110,6 +112,13 @@ class WorkerRestarts:
             node.fe.persistence.worker_refusing(w, self.refuse[w])
         self.fail_in_flight(w, lost_reply)
         node.spawn_worker(w)
+
+    def grace_over(self, w):
+        """ORDERLY_EXIT_GRACE_S after a worker exited 0 (the loop's timer, whose clock may
+        run a little behind time.monotonic): replaced now unless the node stops."""
+        if w in self.graced:
+            self.graced[w] = 0.0
+            self.died(w)
 
     def note_death(self, now):
         """True when this death makes a crash loop."""

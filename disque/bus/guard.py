@@ -51,7 +51,7 @@ class BusGuard:
         # the baseline (older closes are not ours) costs the kernel ~7 ms of walking its
         # TCP table on a big machine: read on a thread (the read drops the GIL), off the
         # start's path, and waited for at the first refusal that needs it
-        self.time_wait = None
+        self.time_wait = set()
         self.baseline = threading.Thread(target=self.read_baseline, name="bus-guard-baseline",
                                          daemon=True)
         self.baseline.start()
