@@ -2,10 +2,10 @@
 """Fresh start until the first +PONG: installs of ours against each other and the original,
 starts alternating, in one run (issue 46).
 
-Each start is in an empty directory: the process is started, then a PING is written every
-millisecond on a new connection until one answers +PONG; the time is from just before the
-process start. `--server` names a command of ours (any install: `label=command`, the
-command split on spaces, `--port` and `--workers` added), several times for several.
+Each start is in an empty directory: the process is spawned, then a PING is written every
+millisecond on a new connection until one answers +PONG (`common.nodes.timed_start`, as
+in bench_restart.py). `--server` names a command of ours (any install: `label=command`,
+the command split on spaces, `--port` and `--workers` added), several times for several.
 
     python bench/bench_pong.py --disque-binary <original>/src/disque-server
     python bench/bench_pong.py --server before=/tmp/old/.venv/bin/disque-server \\
@@ -14,33 +14,12 @@ command split on spaces, `--port` and `--workers` added), several times for seve
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-from disque.harness.node import original_argv, ping
+from common.nodes import timed_start
+from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
-
-
-def one_start(argv, port, deadline_s=30.0):
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        while not ping("127.0.0.1", port, timeout=1.0):
-            if proc.poll() is not None:
-                raise RuntimeError("%s exited with %s" % (argv[0], proc.returncode))
-            if time.perf_counter() - t0 > deadline_s:
-                raise RuntimeError("no +PONG within %.0f s: %s" % (deadline_s, argv[0]))
-            time.sleep(0.001)
-        return time.perf_counter() - t0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main():
@@ -71,7 +50,8 @@ def main():
                     else:
                         argv = head + ["--port", str(lease.port), "--workers", str(args.workers),
                                        "--bind", "127.0.0.1", "--dir", workdir]
-                    times[label].append(one_start(argv, lease.port))
+                    with timed_start(argv, lease.port, workdir, label) as seconds:
+                        times[label].append(seconds)
                 finally:
                     shutil.rmtree(workdir, ignore_errors=True)
             print("start %d/%d: %s" % (k + 1, args.starts, ", ".join(

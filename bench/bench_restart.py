@@ -18,39 +18,22 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 import redis
 
-from disque.harness.node import Node, disque_argv, original_argv, ping
+from common.nodes import timed_start
+from disque.harness.node import Node, disque_argv, original_argv
 from disque.harness.ports import lease_port
 
 QUEUES = 16
 AOF = ("--appendonly", "yes", "--appendfsync", "no")
 
 
-def until_pong(port, deadline_s=120.0):
-    """Seconds until PING answers +PONG (a refused connection or -LOADING: again 1 ms later)."""
-    t0 = time.monotonic()
-    while not ping("127.0.0.1", port, timeout=5):
-        if time.monotonic() - t0 > deadline_s:
-            raise RuntimeError("no +PONG on port %d within %.0f s" % (port, deadline_s))
-        time.sleep(0.001)
-    return time.monotonic() - t0
-
-
-def timed_start(argv_of, port, workdir, label):
+def restart_timed(argv_of, port, workdir, label):
     """(seconds to the first +PONG, registered jobs) of one start in `workdir` on `port`
     (the AOF files are named by the port)."""
-    node = Node(argv_of(port, workdir), port=port, cwd=workdir,
-                log_path=os.path.join(workdir, "%s.log" % label))
-    try:
-        node.spawn()
-        seconds = until_pong(port)
-        jobs = int(redis.Redis(port=port, protocol=2).info("jobs")["registered_jobs"])
-        return seconds, jobs
-    finally:
-        node.stop()
+    with timed_start(argv_of(port, workdir), port, workdir, label) as seconds:
+        return seconds, int(redis.Redis(port=port, protocol=2).info("jobs")["registered_jobs"])
 
 
 def fill(argv_of, port, workdir, label, children, njobs):
@@ -105,8 +88,8 @@ def main():
             for label, children, argv_of in (plan if rnd % 2 == 0 else plan[::-1]):
                 empty = os.path.join(root, "%s-empty-%d" % (label, rnd))
                 os.makedirs(empty)
-                fresh, _ = timed_start(argv_of, ports[label], empty, label)
-                restart, jobs = timed_start(argv_of, ports[label], dirs[label], label)
+                fresh, _ = restart_timed(argv_of, ports[label], empty, label)
+                restart, jobs = restart_timed(argv_of, ports[label], dirs[label], label)
                 if jobs != args.jobs:
                     sys.exit("%s: %d jobs after the restart, %d before" % (label, jobs, args.jobs))
                 rows.setdefault(label, []).append((fresh, restart))

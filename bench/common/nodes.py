@@ -3,10 +3,11 @@ memory: what the single-node scripts (bench_idle, bench_queues, bench_rss, bench
 share."""
 import contextlib
 import os
+import time
 
 import psutil
 
-from disque.harness.node import Node, disque_argv, original_argv
+from disque.harness.node import Node, disque_argv, original_argv, ping
 from disque.harness.ports import lease_port
 
 
@@ -41,6 +42,28 @@ def node_cpu(pid):
         except psutil.Error:
             pass
     return total
+
+
+def until_pong(port, deadline_s=120.0):
+    """Seconds until PING answers +PONG (a refused connection or -LOADING: again 1 ms later)."""
+    t0 = time.monotonic()
+    while not ping("127.0.0.1", port, timeout=5):
+        if time.monotonic() - t0 > deadline_s:
+            raise RuntimeError("no +PONG on port %d within %.0f s" % (port, deadline_s))
+        time.sleep(0.001)
+    return time.monotonic() - t0
+
+
+@contextlib.contextmanager
+def timed_start(argv, port, workdir, label):
+    """A node of `argv` spawned in `workdir` on `port`: yields the seconds from its process
+    start to its first +PONG, and stops it on the way out (bench_restart, bench_pong)."""
+    node = Node(argv, port=port, cwd=workdir, log_path=os.path.join(workdir, "%s.log" % label))
+    try:
+        node.spawn()
+        yield until_pong(port)
+    finally:
+        node.stop()
 
 
 @contextlib.contextmanager
