@@ -62,6 +62,11 @@ cdef inline uint32_t hash_tag(uint64_t h) noexcept:
     return <uint32_t>(h >> 58) << SLOT_BITS
 
 
+cdef inline uint64_t renamed(uint64_t e, uint32_t *moved) noexcept:
+    """A ring entry (slot << 32 | gen) with its record's slot after a repack."""
+    return (<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
+
+
 cdef Py_ssize_t table_cap(Py_ssize_t n) noexcept:
     """Buckets for a table remade for `n` jobs: room for twice as many before it grows
     (at 70% full)."""
@@ -575,13 +580,12 @@ cdef class ColdIndex:
             for i in range(ring.count):
                 pos = (ring.head + i) % ring.cap
                 e = ring.items[pos]
-                ring.items[pos] = ((<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
-                                   if self.entry_live(e) else STALE_ENTRY)
+                ring.items[pos] = renamed(e, moved) if self.entry_live(e) else STALE_ENTRY
             return
         for i in range(ring.count):
             e = ring.items[(ring.head + i) % ring.cap]
             if self.entry_live(e):
-                items[n] = (<uint64_t>moved[e >> 32] << 32) | (e & 0xffffffffULL)
+                items[n] = renamed(e, moved)
                 n += 1
         if n == 0:
             ring.back_ctime = 0
