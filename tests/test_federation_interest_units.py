@@ -2,6 +2,7 @@
 moves: what a node whose consumers wait tells the others, and what a node told keeps."""
 import pytest
 
+from disque._fast.codec import serialize
 from disque.contracts import bus_messages as bus_msg
 from disque.workers.shard import Shard
 from disque.contracts.getjob_options import GetjobRequest
@@ -104,6 +105,30 @@ def test_needjobs_pulls_but_leaves_no_interest():
     s.replication.on_bus([[OTHER, bus_msg.NEEDJOBS, 0, [b"q", 5]]])
     assert len(sent(s, bus_msg.YOURJOBS)) == 1
     assert s.queues[b"q"].remote is None
+
+
+def test_a_node_importing_a_queue_answers_interest_but_not_needjobs():
+    """Upstream's rule against ping-pong: while this node imports `q` itself (import rate above
+    0: a YOURJOBS within 5 s), a NEEDJOBS, which a node sends each time a fetch empties its
+    queue, gets nothing; an INTEREST, consumers waiting there now, gets what is queued here.
+    Answering every NEEDJOBS moved most jobs of a busy cluster from node to node: 1.3
+    YOURJOBS per job added in the fault harness' workload."""
+    sender = Shard(0, 1, OTHER)
+    sender.now_ms, sender.now_s = T0, T0 // 1000
+    copies = []
+    for body in (b"one", b"two", b"three"):
+        reply = sender.execute(1, [b"ADDJOB", b"q", body, b"0", b"REPLICATE", b"1"])
+        copies.append(serialize(sender.jobs[bytes(reply).strip(b"+\r\n")], False, sender.now_s))
+    s = clustered_shard()
+    s.replication.on_bus([[OTHER, bus_msg.YOURJOBS, 0, copies]])
+    assert len(s.queues[b"q"].jobs) == 3
+    s.replication.on_bus([[OTHER, bus_msg.NEEDJOBS, 0, [b"q", 1]]])
+    assert sent(s, bus_msg.YOURJOBS) == []              # importing: a pull gets nothing
+    s.replication.on_bus([[OTHER, bus_msg.INTEREST, 0, [b"q", 1]]])
+    assert len(sent(s, bus_msg.YOURJOBS)) == 1          # consumers wait there: handed over
+    move(s, T0 + 5001)                                  # no import for 5 s: the rate is 0
+    s.replication.on_bus([[OTHER, bus_msg.NEEDJOBS, 0, [b"q", 1]]])
+    assert len(sent(s, bus_msg.YOURJOBS)) == 1 and len(s.queues[b"q"].jobs) == 1
 
 
 @pytest.mark.parametrize("payload", [[1, 1], [b"q", "x"], [b"q"], [], None, [b"q", 1.5]])

@@ -156,12 +156,15 @@ class Federation:
                         self.needjobs(q)
 
     def on_needjobs(self, sender, mflags, payload):
-        """Upstream's pull: hand over some of what is queued here now; nothing is kept."""
+        """Upstream's pull: hand over some of what is queued here now; nothing is kept. As
+        upstream, not while this node imports the queue itself: every fetch that empties a
+        queue sends one, and answering them all moved jobs back and forth between busy nodes
+        (INTEREST, consumers waiting now, is answered whatever the import rate)."""
         name, count = payload[0], payload[1]
         if type(name) is not bytes or type(count) is not int or count <= 0:
             return
         q = self.shard.queues.get(name)
-        if q is not None:
+        if q is not None and self.import_rate(q) == 0:
             self.hand_over_queued(q, sender, count)
 
     def on_interest(self, sender, mflags, payload):
@@ -184,11 +187,10 @@ class Federation:
         self.hand_over_queued(q, sender, count)
 
     def hand_over_queued(self, q, node, count):
-        # Upstream also ignores NEEDJOBS while it imports the queue itself (import rate > 0),
-        # against ping-pong. Here a queued job means no consumer of ours waits for it, and the
-        # asking node's consumers do: hand it over. Moves stay bounded, as every one needs a
-        # waiting consumer (or its credit). Without this, a job pushed to a node whose
-        # consumer was meanwhile served elsewhere was stuck there for the 5 s of the rate.
+        # On INTEREST this runs even while this node imports the queue: a queued job means
+        # no consumer of ours waits for it, and the asking node's consumers do. Without that,
+        # a job pushed to a node whose consumer was meanwhile served elsewhere was stuck
+        # there for the 5 s of the import rate.
         qlen = len(q.jobs)
         if qlen and not q.paused & PAUSE_OUT:
             n = count if qlen >= 2 * count else max(1, qlen // 2)
