@@ -205,11 +205,11 @@ def _workers(fe, workers):
         lines.append(("worker%d" % w.get("index", 0),
                       "pid=%d,jobs=%d,queues=%d,queued=%d,blocked=%d,ops=%d,added=%d,delivered=%d,"
                       "acked=%d,nacked=%d,requeued=%d,expired=%d,rss=%d,used_memory=%d,cpu_user=%.2f,"
-                      "cpu_sys=%.2f,tick_ms=%d" % (
+                      "cpu_sys=%.2f,tick_ms=%d,loop_turns=%d" % (
                           w["pid"], w["jobs"], w["queues"], w["queued"], w["blocked"], w["ops"],
                           w["added"], w["delivered"], w["acked"], w["nacked"], w["requeued"],
                           w["expired"], w["rss"], w["used_memory"], w["cpu_user"], w["cpu_sys"],
-                          w.get("tick_ms", 10))))
+                          w.get("tick_ms", 10), w.get("loop_turns", 0))))
     return lines
 
 

@@ -96,3 +96,32 @@ def test_a_delayed_job_reaches_a_waiting_consumer_on_time_across_the_idle_tick(s
             late.append(round(late_by, 3))
     # a missed timer makes every round ~50 ms late; a loaded machine only delays some of them
     assert min(late) <= 0.035, f"delayed jobs handed to a waiting consumer late (s): {late}"
+
+
+def loop_turns(srv, index=0):
+    """Turns worker `index` took through its Python loop (INFO's workerN loop_turns)."""
+    fields = dict(kv.split("=", 1) for kv in srv.info_fields()["worker%d" % index].split(","))
+    return int(fields["loop_turns"])
+
+
+@pytest.mark.server
+def test_a_consumer_blocked_with_a_timeout_keeps_the_worker_serving_in_its_c_turn(start_server):
+    """A GETJOB blocked with a TIMEOUT leaves an entry in the deadlines heap until it is due.
+    The worker's C turn hands over to the Python loop only when the first deadline is due
+    (or the tick comes): with any entry, it had every wake-up go through the Python loop,
+    most of a worker's turns once consumers block with a timeout (docs/design.md, "The
+    worker's loop")."""
+    srv = start_server(workers=1)
+    commands = 2000
+    with RawConn(srv.port, timeout=120) as consumer, RawConn(srv.port) as producer:
+        consumer.send(encode_command("GETJOB", "TIMEOUT", 60000, "FROM", "waits"))
+        wait_until(lambda: producer.execute("QSTAT", "waits")[9] == 1, timeout=5,
+                   message="the consumer did not block")
+        before = loop_turns(srv)
+        for _ in range(commands):               # one wake-up of the worker each
+            assert producer.execute("ADDJOB", "other", "body", 0).startswith(b"D-")
+        turns = loop_turns(srv) - before
+        # the 10 ms tick still takes a turn each; a wake-up per command would be 2,000
+        assert turns < commands // 2, turns
+        jid = producer.execute("ADDJOB", "waits", "body", 0)
+        assert consumer.read_parsed()[0][1] == jid  # the blocked consumer is still served

@@ -246,7 +246,7 @@ cdef class ServedLoop:
             if self.link_ready or self.ticked or self.channel_ready or core.aof_on or self.idle:
                 return False
             core.tick()
-            if core.timers_due() or self.deadlines:
+            if core.timers_due() or self.deadline_due(core.now_ms):
                 return False            # the loop runs those before any command
             self.serve()                # the job links' frames too (their callbacks)
             # job messages for other nodes: to the direct links here, as the loop would (no
@@ -254,14 +254,22 @@ cdef class ServedLoop:
             # they stay in bus_out, which the loop below takes to the front-end
             if links_out is not None and core.bus_out:
                 links_out()
-            # what the loop does after serving: consumers to serve, INTEREST, bus messages
-            # and replies for the front-end, AOF rewrite or load slices
-            if (core.ready or core.out or core.bus_out or self.interest_due
-                    or persistence.aof_busy):
+            # what the loop does after serving: consumers to serve, bus messages and
+            # replies for the front-end, AOF rewrite or load slices. An INTEREST held back
+            # by its rate limit (interest_due, 50 ms) waits for the next tick's turn: every
+            # turn until then in the Python loop was most of a busy worker's turns
+            if core.ready or core.out or core.bus_out or persistence.aof_busy:
                 return False
             self.write_all()
             if not block:
                 return True
+
+    cdef bint deadline_due(self, long long now) except -1:
+        """A blocked consumer's GETJOB TIMEOUT has passed: the heap's first entry is due. A
+        consumer served before its timeout leaves its entry until then, so "any entry" held
+        every turn of a worker whose consumers block with a TIMEOUT in the Python loop."""
+        cdef list heap = self.deadlines
+        return len(heap) > 0 and <long long>(<tuple>heap[0])[0] <= now
 
     cdef bint poll(self, bint block) except -1:
         """False: a signal interrupted the wait (its Python handler has run)."""

@@ -17,7 +17,8 @@ def control_info(worker, _arg):
     info.update(pid=os.getpid(), rss=memstat.rss(), used_memory=shard.memory.memory_used(),
                 cpu_user=cpu.user, cpu_sys=cpu.system,
                 ops=worker.ops, index=worker.index, uptime_s=time.time() - worker.started,
-                tick_ms=worker.tick_ms(), aof=shard.persistence.aof_info())
+                tick_ms=worker.tick_ms(), loop_turns=worker.loop_turns,
+                aof=shard.persistence.aof_info())
     if worker.served is not None:
         info["served"] = worker.served.totals()
     if worker.job_links is not None:

@@ -53,6 +53,7 @@ class Worker:
         self.started = time.time()
         self.ops = 0                # requests from the front-end, controls included
         self.work = 0               # requests and job messages from the front-end (not control)
+        self.loop_turns = 0         # turns through the Python loop (WorkerLoop.turn), INFO
         self.peers = peers          # sockets to the other workers (disque/workers/peer_links.py)
         self.job_links_fd = job_links_fd    # listening socket for other nodes' workers
         self.job_links_tls = job_links_tls  # their TLS files on a secured cluster (a directory)

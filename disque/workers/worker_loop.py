@@ -49,6 +49,7 @@ class WorkerLoop:
             return True             # only served connections had news: the turn ran in C
         else:
             readable, ticked = served.link_ready, served.ticked
+        worker.loop_turns += 1
         shard.tick()
         # timers first and again between batches: a request never sees a job whose TTL
         # passed before the request came in, however long the batches take
