@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""The fault harness' workload on a fault-free cluster, without namespaces (issue 46): the
+nodes' CPU per job, split, and the job messages behind it, ours against the original.
+
+Five nodes listen on 127.0.0.1 to 127.0.0.5, one port for all, so the workload module of
+the fault harness (faults/workload.py: 4 producers sending REPLICATE 2 or 3 ADDJOBs to a
+random node and waiting for each, 4 consumers doing GETJOB TIMEOUT 300 COUNT 20 + ACKJOB
+on random nodes) runs against them unchanged. Per setup and round: the adds/s the
+workload counts (its fault-free rate), and over the middle of the run, per job added,
+the user and system CPU and context switches of the nodes' processes, the workload's own
+CPU, and for ours the job messages sent (INFO workerstats) and the turns the workers took
+through their Python loop (INFO workers, `loop_turns`). Setups alternate within a round.
+
+    python bench/bench_busy_cluster.py --disque-binary <original>/src/disque-server
+    python bench/bench_busy_cluster.py --server before=/tmp/old/.venv/bin/disque-server \\
+        --server after=.venv/bin/disque-server --rounds 3
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+from disque.harness import join
+from disque.harness.node import Node, original_argv
+from disque.harness.ports import lease_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOSTS = ["127.0.0.%d" % i for i in range(1, 6)]
+WARMUP_S = 1.0              # the workload's connections open: not measured
+
+
+def node_argv(head, host, port, workers, workdir, binary):
+    if head is None:
+        return original_argv(binary, port, workdir, host=host)
+    return head + ["--port", str(port), "--workers", str(workers), "--bind", host,
+                   "--dir", workdir]
+
+
+def processes(nodes):
+    out = []
+    for node in nodes:
+        try:
+            p = psutil.Process(node.proc.pid)
+            out += [p] + p.children(recursive=True)
+        except psutil.Error:
+            pass
+    return out
+
+
+def cpu_sample(procs):
+    """user s, system s, context switches over `procs` (their threads included)."""
+    user = system = switches = 0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            c = p.num_ctx_switches()
+        except psutil.Error:
+            continue
+        user += t.user
+        system += t.system
+        switches += c.voluntary + c.involuntary
+    return user, system, switches
+
+
+def worker_counters(nodes):
+    """(job messages sent, Python loop turns), summed over our nodes' workers."""
+    sent = turns = 0
+    for node in nodes:
+        text = node.call("INFO", "workers") + node.call("INFO", "workerstats")
+        for line in text.decode().splitlines():
+            key, _, value = line.partition(":")
+            if not key.startswith("worker"):
+                continue
+            if value.startswith("{"):
+                sent += sum(json.loads(value).get("bo", {}).values())
+            else:
+                fields = dict(kv.split("=", 1) for kv in value.split(","))
+                turns = None if turns is None or "loop_turns" not in fields else (
+                    turns + int(fields["loop_turns"]))      # None: an install without it
+    return sent, turns
+
+
+def one_run(label, head, args, workdir):
+    lease = lease_port()
+    nodes = []
+    try:
+        for i, host in enumerate(HOSTS):
+            d = os.path.join(workdir, "%s-n%d" % (label, i))
+            os.makedirs(d)
+            nodes.append(Node(node_argv(head, host, lease.port, args.workers, d, args.disque_binary),
+                              port=lease.port, host=host, cwd=d,
+                              log_path=os.path.join(d, "server.log")))
+        for node in nodes:
+            node.spawn()
+        for node in nodes:
+            node.wait_ready(30)
+        if not join(nodes, 30):
+            raise RuntimeError("the nodes did not form a cluster")
+        out = os.path.join(workdir, "%s-workload.json" % label)
+        workload = subprocess.Popen(
+            [sys.executable, "-m", "faults.workload", "--addrs", ",".join(HOSTS),
+             "--port", str(lease.port), "--warmup", str(args.seconds), "--quiet", "2",
+             "--out", out], cwd=REPO)
+        try:
+            procs = processes(nodes)
+            wl = psutil.Process(workload.pid)
+            time.sleep(WARMUP_S)
+            counters0 = None if head is None else worker_counters(nodes)
+            u0, s0, c0 = cpu_sample(procs)
+            w0 = sum(wl.cpu_times()[:2])
+            t0 = time.monotonic()
+            time.sleep(args.seconds - WARMUP_S - 0.5)
+            u1, s1, c1 = cpu_sample(procs)
+            w1 = sum(wl.cpu_times()[:2])
+            t1 = time.monotonic()
+            counters1 = None if head is None else worker_counters(nodes)
+            time.sleep(0.5)
+            workload.send_signal(signal.SIGUSR1)    # "healed": the workload drains and ends
+            workload.wait(timeout=120)
+        finally:
+            if workload.poll() is None:
+                workload.kill()
+        with open(out) as f:
+            rate = json.load(f)["baseline_rate"]
+        jobs = rate * (t1 - t0)
+        row = {"rate": rate, "user_us": (u1 - u0) / jobs * 1e6, "sys_us": (s1 - s0) / jobs * 1e6,
+               "switches": (c1 - c0) / jobs, "workload_us": (w1 - w0) / jobs * 1e6}
+        if counters0 is not None:
+            row["messages"] = (counters1[0] - counters0[0]) / jobs
+            if counters1[1] is not None:
+                row["loop_turns"] = (counters1[1] - counters0[1]) / jobs
+        return row
+    finally:
+        for node in nodes:
+            node.stop()
+        lease.release()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", action="append", default=[], metavar="LABEL=COMMAND",
+                    help="a command of ours (default: ours=<this python> -m disque)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--disque-binary", help="the original's disque-server, run too")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=6.0, help="the workload's fault-free run")
+    args = ap.parse_args()
+    setups = []
+    for spec in args.server or ["ours=%s -m disque" % sys.executable]:
+        label, _, command = spec.partition("=")
+        if not command:
+            ap.error("--server takes LABEL=COMMAND")
+        head = command.split()
+        if os.sep in head[0]:
+            head[0] = os.path.abspath(head[0])     # the nodes run in directories of their own
+        setups.append((label, head))
+    if args.disque_binary:
+        setups.append(("original", None))
+    rows = collections.defaultdict(list)
+    workdir = tempfile.mkdtemp(prefix="bench-busy-")
+    try:
+        for rnd in range(args.rounds):
+            for label, head in (setups if rnd % 2 == 0 else setups[::-1]):
+                row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
+                rows[label].append(row)
+                print("round %d %-9s %s" % (rnd + 1, label, "  ".join(
+                    "%s %.1f" % kv for kv in row.items())), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    base = statistics.median(r["rate"] for r in rows["original"]) if "original" in rows else None
+    print("\n5 nodes, --workers %d: medians of %d rounds, per job added (CPU in us)"
+          % (args.workers, args.rounds))
+    for label, runs in rows.items():
+        med = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0]}
+        ratio = " (%.2fx the original)" % (med["rate"] / base) if base and label != "original" else ""
+        print("  %-9s %s%s" % (label, "  ".join("%s %.1f" % kv for kv in med.items()), ratio))
+
+
+if __name__ == "__main__":
+    main()
