@@ -115,7 +115,7 @@ def test_a_consumer_blocked_with_a_timeout_keeps_the_worker_serving_in_its_c_tur
     commands = 2000
     with RawConn(srv.port, timeout=120) as consumer, RawConn(srv.port) as producer:
         consumer.send(encode_command("GETJOB", "TIMEOUT", 60000, "FROM", "waits"))
-        wait_until(lambda: producer.execute("QSTAT", "waits")[9] == 1, timeout=5,
+        wait_until(lambda: (producer.execute("QSTAT", "waits") or [0] * 10)[9] == 1, timeout=5,
                    message="the consumer did not block")
         before = loop_turns(srv)
         for _ in range(commands):               # one wake-up of the worker each

@@ -256,8 +256,8 @@ cdef class ServedLoop:
                 links_out()
             # what the loop does after serving: consumers to serve, bus messages and
             # replies for the front-end, AOF rewrite or load slices. An INTEREST held back
-            # by its rate limit (interest_due, 50 ms) waits for the next tick's turn: every
-            # turn until then in the Python loop was most of a busy worker's turns
+            # by its rate limit (interest_due, 50 ms) waits for the next tick's turn (the
+            # tick stays at 10 ms meanwhile), not for a Python turn per wake-up
             if core.ready or core.out or core.bus_out or persistence.aof_busy:
                 return False
             self.write_all()
@@ -265,9 +265,10 @@ cdef class ServedLoop:
                 return True
 
     cdef bint deadline_due(self, long long now) except -1:
-        """A blocked consumer's GETJOB TIMEOUT has passed: the heap's first entry is due. A
-        consumer served before its timeout leaves its entry until then, so "any entry" held
-        every turn of a worker whose consumers block with a TIMEOUT in the Python loop."""
+        """A blocked consumer's GETJOB TIMEOUT has passed: the heap's first entry is due. Not
+        "the heap has an entry": a consumer served before its timeout leaves its entry until
+        then, so where consumers block with a TIMEOUT the heap is seldom empty, and each
+        wake-up would take a turn of the Python loop."""
         cdef list heap = self.deadlines
         return len(heap) > 0 and <long long>(<tuple>heap[0])[0] <= now
 
