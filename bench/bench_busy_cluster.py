@@ -29,6 +29,7 @@ import time
 
 import psutil
 
+from common.options import add_server_options, server_setups
 from disque.harness import join
 from disque.harness.node import Node, original_argv
 from disque.harness.ports import lease_port
@@ -147,24 +148,11 @@ def one_run(label, head, args, workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", action="append", default=[], metavar="LABEL=COMMAND",
-                    help="a command of ours (default: ours=<this python> -m disque)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--disque-binary", help="the original's disque-server, run too")
+    add_server_options(ap)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=6.0, help="the workload's fault-free run")
     args = ap.parse_args()
-    setups = []
-    for spec in args.server or ["ours=%s -m disque" % sys.executable]:
-        label, _, command = spec.partition("=")
-        if not command:
-            ap.error("--server takes LABEL=COMMAND")
-        head = command.split()
-        if os.sep in head[0]:
-            head[0] = os.path.abspath(head[0])     # the nodes run in directories of their own
-        setups.append((label, head))
-    if args.disque_binary:
-        setups.append(("original", None))
+    setups = server_setups(ap, args)
     rows = collections.defaultdict(list)
     workdir = tempfile.mkdtemp(prefix="bench-busy-")
     try:

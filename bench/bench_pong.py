@@ -14,30 +14,20 @@ the command split on spaces, `--port` and `--workers` added), several times for 
 import argparse
 import shutil
 import statistics
-import sys
 import tempfile
 
 from common.nodes import timed_start
+from common.options import add_server_options, server_setups
 from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", action="append", default=[], metavar="LABEL=COMMAND",
-                    help="a command of ours (default: ours=<this python> -m disque)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--disque-binary", help="the original's disque-server, started too")
+    add_server_options(ap)
     ap.add_argument("--starts", type=int, default=11, help="starts of each, alternating")
     args = ap.parse_args()
-    setups = []
-    for spec in args.server or ["ours=%s -m disque" % sys.executable]:
-        label, _, command = spec.partition("=")
-        if not command:
-            ap.error("--server takes LABEL=COMMAND")
-        setups.append((label, command.split()))
-    if args.disque_binary:
-        setups.append(("original", None))
+    setups = server_setups(ap, args)
     times = {label: [] for label, _ in setups}
     lease = lease_port()
     try:

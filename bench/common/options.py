@@ -1,11 +1,13 @@
 """The options of the single-node loads (sizes, servers, binaries), shared by the scripts
 that run those loads: bench_single_node.py's command line, and the defaults the others take
-(`parse_args(["--quick"])`)."""
+(`parse_args(["--quick"])`); and the `--server` option of the scripts that compare
+installs."""
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import sys
 
 
 def parse_args(argv=None, description=None):
@@ -75,3 +77,31 @@ def parse_args(argv=None, description=None):
         args.workers_list = []
     return args
 
+
+
+def add_server_options(ap, workers=2):
+    """`--server LABEL=COMMAND` (installs of ours side by side), `--workers` and
+    `--disque-binary`: the options of the scripts that compare installs (bench_pong,
+    bench_busy_cluster); `server_setups` reads them."""
+    ap.add_argument("--server", action="append", default=[], metavar="LABEL=COMMAND",
+                    help="a command of ours (default: ours=<this python> -m disque)")
+    ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--disque-binary", help="the original's disque-server, run too")
+
+
+def server_setups(ap, args):
+    """[(label, command head)] for every --server, then ("original", None) with
+    --disque-binary. A command's path is made absolute: nodes run in directories of their
+    own."""
+    setups = []
+    for spec in args.server or ["ours=%s -m disque" % sys.executable]:
+        label, _, command = spec.partition("=")
+        if not command:
+            ap.error("--server takes LABEL=COMMAND")
+        head = command.split()
+        if os.sep in head[0]:
+            head[0] = os.path.abspath(head[0])
+        setups.append((label, head))
+    if args.disque_binary:
+        setups.append(("original", None))
+    return setups
