@@ -10,13 +10,12 @@ part of `disque.frontend.Frontend`, listed in its PARTS; None when the Cython co
 parts; None for node-level commands). Both dispatch tables are built from these names,
 so the two halves of a command are found from one line here.
 """
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from disque.contracts.routes import ALL, GETJOB, ID, IDS, LOCAL, QUEUE, WORKER_ROUTES
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):      # immutable; no dataclasses to import at start
     name: str
     arity: int
     flags: str

@@ -2,10 +2,8 @@
 
     disque-server [config-file] [--workers N] [--<directive> value ...]
 """
-import asyncio
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,21 +11,18 @@ import sys
 import tempfile
 import time
 
-import zmq
 
 from disque import commands as commands_mod
 from disque import config as config_mod
 from disque import log as dlog
 from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
-from disque.frontend.pace import CronPace
 from disque.bus import announce as announce_mod
 from disque.bus.cluster import Cluster
 from disque.bus.link_keys import write_link_files
 from disque.bus.nodes import ConfigFileError
 from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.frontend.persistence_phases import worker_config as aof_worker_config
-from disque.frontend import Frontend
 from disque.listen import bind_tcp
 from disque.contracts.tls_settings import TlsConfigError, https_context, server_context, settings_of
 from disque.contracts.worker_args import WorkerArgs
@@ -50,12 +45,17 @@ class StartupError(Exception):
 
 
 def new_event_loop():
-    """uvloop when installed (measured faster for this front-end), else asyncio's."""
+    """uvloop when installed (measured faster for this front-end), else asyncio's; set as
+    the thread's loop. Imported here, after the workers are forked (Node.run): they run no
+    asyncio, and the front-end imports it while they start."""
+    import asyncio
     try:
         import uvloop
-        return uvloop.new_event_loop(), "uvloop"
+        loop, name = uvloop.new_event_loop(), "uvloop"
     except ImportError:
-        return asyncio.new_event_loop(), "asyncio"
+        loop, name = asyncio.new_event_loop(), "asyncio"
+    asyncio.set_event_loop(loop)
+    return loop, name
 
 
 def listen_sockets(cfg):
@@ -228,6 +228,7 @@ class Node:
         self.metrics = None             # disque.metrics.endpoint.MetricsEndpoint with metrics-port
         self.serving = False
         self.fe = None
+        self.loop = None                # the front-end's event loop, made after the forks
         self.restarts = WorkerRestarts(self)
         self.job_listeners = []         # per worker: direct job links (job_link_listeners)
         self.job_link_tls = None        # their TLS files' directory on a secured bus
@@ -335,6 +336,7 @@ class Node:
     def open_bus(self):
         if self.cluster is None:
             return
+        import zmq                      # after the forks (Node.run), as the bus itself
         try:
             self.cluster.open_bus()
         except zmq.ZMQError as e:
@@ -352,6 +354,7 @@ class Node:
         if self.cron_timer is not None:
             self.cron_timer.close()
         if self.ipc_dir is not None:
+            import shutil               # at the stop only: not a start's import
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def run(self):
@@ -371,12 +374,17 @@ class Node:
             for s in socks + tls_socks + metrics_socks:
                 s.close()
             raise
-        loop, loop_name = new_event_loop()
-        asyncio.set_event_loop(loop)
+        loop = None
         try:
             self.start_cluster()
             self.start_workers()
             self.may_fork = False       # the bus' ZeroMQ threads from here on
+            # the front-end's own modules and its loop while the workers start: a fork
+            # shares only what was imported before it, and the workers need none of these
+            from disque.frontend.node import Frontend
+            from disque.frontend.pace import CronPace
+            loop, loop_name = new_event_loop()
+            self.loop = loop
             self.open_bus()
             fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
             self.wait_for_workers()
@@ -435,7 +443,8 @@ class Node:
                 unix_sock.close()
                 remove_unix_socket(cfg.unixsocket)
             self.cleanup()
-            loop.close()
+            if loop is not None:
+                loop.close()
         log.info("Disque is now ready to exit, bye bye...")
         return self.exit_code
 
@@ -479,7 +488,8 @@ class Node:
                 self.cluster.goodbye()  # the others stop counting on this node now
             if self.fe is not None:
                 self.fe.handover.stop()
-            asyncio.get_event_loop().stop()
+            if self.loop is not None:
+                self.loop.stop()
 
     def worker_lost(self, w):
         if not self.stopping:

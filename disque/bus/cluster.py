@@ -8,12 +8,9 @@ time, entries unchecked; the front-end routes them to the owning worker.
 import logging
 import random
 
-import zmq
-
 from disque.contracts import bus_messages as bus_msg
 from disque.bus.announce import BUS_PORT_OFFSET, announce as default_announce
 from disque.bus.nodes import Node, NodesFile, node_address, now_ms, random_id
-from disque.bus.transport import Transport
 
 HEADER_FLAGS = bus_msg.LEAVING | bus_msg.PRESSURE | bus_msg.STOPPING  # a sender's own flags
 GOODBYE_LINGER_MS = 200      # how long a stopping node's goodbye may take to leave
@@ -80,7 +77,11 @@ class Cluster:
 
     def open_bus(self):
         """The bus socket on port + 10000 (ZeroMQ starts its threads here), linked to every
-        node of the table. ZMQError when the port cannot be bound."""
+        node of the table. ZMQError when the port cannot be bound. ZeroMQ is imported
+        here: a node opens its bus after it forked its workers (disque/server.py,
+        Node.run), which never use it."""
+        import zmq
+        from disque.bus.transport import Transport
         keys = self.keys
         if self.ctx is None:
             self.ctx = zmq.Context(1)

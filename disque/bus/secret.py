@@ -15,8 +15,6 @@ this project is stretched here, by `stretch`.
 """
 import os
 
-import zmq
-from zmq.utils import z85
 
 from disque.config import MAX_PASSWORD_LENGTH as MAX_SECRET_LENGTH, MIN_SECRET_LENGTH
 
@@ -35,6 +33,7 @@ class Keypair:
     def __init__(self, public, secret):
         self.public = public            # Z85 (40 bytes), as the ZeroMQ socket options take them
         self.secret = secret
+        from zmq.utils import z85      # ZeroMQ: a secured node only
         self.public_raw = z85.decode(public)    # 32 bytes, as ZAP requests carry them
 
 
@@ -47,6 +46,8 @@ def stretch(secret, salt):
 
 def derive_keypair(secret):
     """The CURVE keypair every node knowing `secret` (str) derives."""
+    import zmq                  # a secured node only
+    from zmq.utils import z85
     secret_z85 = z85.encode(stretch(secret, KDF_SALT))
     return Keypair(zmq.curve_public(secret_z85), secret_z85)
 
@@ -125,6 +126,7 @@ def bus_keys_from_config(cfg):
         return None
     if previous == secret:
         previous = None
+    import zmq
     if not zmq.has("curve"):
         raise SecretError("cluster-secret needs CURVE support in ZeroMQ, and this pyzmq's "
                           "libzmq was built without it")

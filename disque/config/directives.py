@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from disque.config.constants import MAX_HZ, MAX_PASSWORD_LENGTH, MAX_PORT, MIN_HZ
 from disque.config.kinds import _check_bare_filename, _check_ip_literal, AddressList, Bool, ClientOutputBufferLimit, CommandRenames, Directory, Enum, Include, Integer, KeepaliveInteger, Kind, Memory, Octal, OutputBufferLimits, Secret, String
 
 
-
-@dataclass(frozen=True)
-class Directive:
+# a NamedTuple, not a dataclass: dataclasses (and inspect) would be a node's only reason
+# to import them before it forks its workers
+class Directive(NamedTuple):
     name: str
     kind: Kind
     default: Any  # a value, or a zero-argument callable for defaults known only at run time

@@ -1,0 +1,37 @@
+"""A start's order (docs/design.md, "A start's order"): the workers are forked before the
+front-end imports its own parts, its event loop and ZeroMQ (for its bus), so they start
+while it imports them, and carry none of them.
+
+Which extension modules a process holds is read from the kernel (/proc/<pid>/maps): asyncio's
+C part, uvloop's loop and pyzmq's backend are shared objects, mapped by every process that
+imported them.
+"""
+import re
+
+import psutil
+import pytest
+
+FRONT_END_ONLY = re.compile(r"_asyncio\.cpython|uvloop/loop\.cpython|zmq/backend/cython/_zmq\.")
+
+
+def mapped_front_end_modules(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return sorted(set(m.group(0) for m in FRONT_END_ONLY.finditer(f.read())))
+
+
+@pytest.mark.server
+def test_workers_are_forked_before_the_front_end_imports_its_loop(start_server):
+    srv = start_server(workers=2)
+    assert srv.execute("PING") == b"PONG"
+    front_end = psutil.Process(srv.proc.pid)
+    workers = front_end.children()
+    assert len(workers) == 2
+    assert len(mapped_front_end_modules(front_end.pid)) == 3, "its loop and its bus"
+    for w in workers:
+        assert mapped_front_end_modules(w.pid) == [], w.name()
+    # and the workers serve: a job added, fetched and acknowledged through each of them
+    for q in ("q-a", "q-b", "q-c", "q-d"):
+        jid = srv.execute("ADDJOB", q, "body", 0)
+        got = srv.execute("GETJOB", "NOHANG", "FROM", q)
+        assert got[0][1] == jid
+        assert srv.execute("ACKJOB", jid) == 1
