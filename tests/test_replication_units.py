@@ -41,3 +41,24 @@ def test_yourjobs_from_a_node_already_listed_does_not_list_it_twice():
     job.nodes_delivered = (ME,)
     s.federation.on_yourjobs(OTHER, 0, [copy])  # YOURJOBS adds its sender to that list
     assert job.nodes_delivered == (ME, OTHER)
+
+
+def test_the_copies_nodes_are_distinct_and_every_node_is_picked():
+    """ADDJOB's choice of nodes for its copies (replcore.pick_distinct, random.sample's
+    result): distinct nodes of the pool, each of them chosen, in every position."""
+    from collections import Counter
+
+    from disque._fast.replcore import pick_distinct
+    pool = tuple(b"%040d" % i for i in range(5))
+    firsts, chosen = Counter(), Counter()
+    for _ in range(2000):
+        got = pick_distinct(pool, 2)
+        assert len(got) == 2 and len(set(got)) == 2 and set(got) <= set(pool)
+        firsts[got[0]] += 1
+        chosen.update(got)
+    assert set(firsts) == set(pool) and min(firsts.values()) > 250     # 400 expected each
+    assert min(chosen.values()) > 600                                   # 800 expected each
+    assert pick_distinct(pool, 0) == ()
+    assert sorted(pick_distinct(pool, 5)) == sorted(pool)
+    with pytest.raises(ValueError):
+        pick_distinct(pool, 6)

@@ -51,10 +51,14 @@ class FedState:
 
     def import_rate(self, now):
         """SPEC 8.5: jobs/s imported over the current and previous 1 s windows."""
-        if not self.cur_count or now - self.cur_start > 5000:
+        if not self.importing(now):
             return 0
         return math.ceil((self.prev_count + self.cur_count) * 1000
                          / max(now - self.prev_start, 50))
+
+    def importing(self, now):
+        """import_rate(now) > 0, without computing it (every NEEDJOBS asks)."""
+        return self.cur_count > 0 and now - self.cur_start <= 5000
 
     def imported(self, now):
         if now - self.cur_start > 1000:
@@ -164,7 +168,7 @@ class Federation:
         if type(name) is not bytes or type(count) is not int or count <= 0:
             return
         q = self.shard.queues.get(name)
-        if q is not None and self.import_rate(q) == 0:
+        if q is not None and (q.fed is None or not q.fed.importing(self.shard.now_ms)):
             self.hand_over_queued(q, sender, count)
 
     def on_interest(self, sender, mflags, payload):
