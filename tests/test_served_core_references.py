@@ -34,6 +34,31 @@ def test_deadline_heap_compaction_keeps_the_list():
     assert same(before, shard)
 
 
+def test_the_deadline_heap_is_swept_again_only_once_it_doubled():
+    """A heap whose entries mostly still wait is not scanned at every expire (every turn of
+    a worker whose consumers block with a TIMEOUT): only once it doubled since the last
+    sweep."""
+    shard = Shard(0, 1, b"a" * 40, {})
+    deadlines = shard.consumers.deadlines
+    waiting = []
+    for seq in range(3000):
+        b = Blocked(None, seq, [], False, False, 10 ** 12)
+        waiting.append(b)
+        deadlines.append((10 ** 12 + seq, seq, b))
+    shard.consumers.expire(0)
+    assert len(deadlines) == 3000           # swept, all still wait: nothing dropped
+    for b in waiting:
+        b.done = True                       # all served before their timeout
+    shard.consumers.expire(0)
+    assert len(deadlines) == 3000           # not swept again yet
+    for seq in range(3000, 6001):
+        b = Blocked(None, seq, [], False, False, 10 ** 12)
+        b.done = True
+        deadlines.append((10 ** 12 + seq, seq, b))
+    shard.consumers.expire(0)
+    assert len(deadlines) == 0              # doubled: swept
+
+
 def test_misconf_swap_and_restore_change_the_handlers_in_place():
     shard = Shard(0, 1, b"a" * 40, {})
     before = held(shard)

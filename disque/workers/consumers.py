@@ -15,6 +15,7 @@ from disque.workers.replication import LEAVING_ERROR
 from disque.workers.queues import PAUSE_OUT
 
 NULL_ARRAY = resp.NULL_ARRAY
+DEADLINES_SWEEP_MIN = 1024     # entries of the deadlines heap before served ones are swept
 
 
 class Blocked:
@@ -50,6 +51,7 @@ class Consumers:
         self.shard = shard
         self.by_client = {}
         self.deadlines = []             # heap of (deadline_ms, seq, Blocked); never replaced
+        self.sweep_above = DEADLINES_SWEEP_MIN     # its size that makes expire sweep it
         self.seq = 0
 
     def fetch_or_block(self, request):
@@ -223,9 +225,12 @@ class Consumers:
             if not b.done:
                 self.unblock(b)
                 self.answer(b, NULL_ARRAY, None)
-        if len(deadlines) > 1024:
-            # consumers served before their timeout leave an entry behind: drop them in bulk
+        if len(deadlines) > self.sweep_above:
+            # consumers served before their timeout leave an entry behind: drop them in bulk,
+            # and sweep again only once the heap doubled (not at every call while most of
+            # its entries still wait)
             live = [e for e in deadlines if not e[2].done]
             if len(live) * 2 < len(deadlines):
                 heapq.heapify(live)
                 deadlines[:] = live     # in place: the served core holds this list
+            self.sweep_above = max(DEADLINES_SWEEP_MIN, 2 * len(deadlines))
