@@ -11,7 +11,6 @@ import sys
 import tempfile
 import time
 
-
 from disque import commands as commands_mod
 from disque import config as config_mod
 from disque import log as dlog

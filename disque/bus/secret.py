@@ -15,7 +15,6 @@ this project is stretched here, by `stretch`.
 """
 import os
 
-
 from disque.config import MAX_PASSWORD_LENGTH as MAX_SECRET_LENGTH, MIN_SECRET_LENGTH
 
 KDF_SALT = b"disque cluster bus curve25519 key v1"
@@ -31,9 +30,9 @@ class Keypair:
     __slots__ = ("public", "secret", "public_raw")
 
     def __init__(self, public, secret):
+        from zmq.utils import z85      # ZeroMQ: a secured node only
         self.public = public            # Z85 (40 bytes), as the ZeroMQ socket options take them
         self.secret = secret
-        from zmq.utils import z85      # ZeroMQ: a secured node only
         self.public_raw = z85.decode(public)    # 32 bytes, as ZAP requests carry them
 
 

@@ -14,7 +14,6 @@ import logging
 import select
 import socket
 
-
 from disque.contracts import worker_link as link_msg
 from disque.contracts.connection_handover import HandoverChannel, Peer
 from disque.contracts.worker_link import RECV_SIZE, FrameReader, FrameTooLong, frame
