@@ -4,7 +4,7 @@ A worker (disque/workers/) never imports front-end or bus code, and the front-en
 imports a worker's internals: what both sides must agree on lives in disque/contracts/
 (link messages and framing, bus message types, the job codec, the AOF format). The one
 exception is the link transport itself, disque/workers/link.py (with its ZeroMQ variant,
-zmq_link.py, which it imports), whose two ends (front-end and worker side) are one concern
+zmq_link.py, and what both share, link_base.py), whose two ends (front-end and worker side) are one concern
 kept together, and the worker's entry point, which
 disque/worker_spawn.py imports to fork a worker from the front-end at start-up.
 """

@@ -4,7 +4,7 @@ on the default link never imports ZeroMQ before it forks its workers."""
 import zmq
 
 from disque.contracts import worker_link as link_msg
-from disque.workers.link import HeldSends, poll_waiter
+from disque.workers.link_base import HeldSends, poll_waiter
 
 
 class ZmqLinks(HeldSends):
