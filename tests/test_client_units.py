@@ -112,6 +112,21 @@ def test_failover_tries_every_address_then_pauses_until_its_deadline():
     assert pauses[:3] == [0.05, 0.1, 0.2]
 
 
+def test_failover_tries_every_address_once_even_past_a_short_deadline():
+    """Each address takes longer to fail than the whole deadline (nodes that do not answer
+    within the connect timeout): every one is still tried once, then the failover ends."""
+    clock = Clock()
+    table = NodeTable([("s", 1), ("s", 2), ("s", 3), ("s", 4)], clock=clock)
+    attempt = Failover(table, ("s", 1), timeout=0.25)
+    tried = []
+    for step in attempt:
+        assert not isinstance(step, float), "no pause once the deadline has passed"
+        tried.append(step)
+        clock.now += 2.0                    # a connect timeout
+        attempt.failed(step, OSError("timed out"))
+    assert sorted(tried) == [("s", 2), ("s", 3), ("s", 4)]
+
+
 # -- switching ---------------------------------------------------------------------------
 def test_a_consumer_moves_when_another_node_produces_its_jobs():
     sources = JobSources(SwitchRule(window=10, margin=0.5))

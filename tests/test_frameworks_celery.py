@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -497,6 +498,26 @@ def test_a_cluster_runs_1000_tasks_once_each_and_loses_none_when_a_node_dies(
     assert all(p.poll() is None for p in procs), "a worker died with the node"
 
 
+def test_a_worker_whose_cluster_is_down_stops_on_sigterm_before_its_failover_timeout(
+        start_cluster, workers):
+    """Every node stopped under a consuming worker, then SIGTERM (a deploy, a scale-down):
+    its fetch and its reconnects try each node once (kombu.wait_failover), so Celery's
+    warm shutdown ends it long before the 60 s of failover_timeout that a publish gets.
+    Before, the fetch kept failing over for all of it, and the worker with it."""
+    cluster = start_cluster(3)
+    nodes = cluster.nodes
+    conf = {"broker_transport_options": {"failover_timeout": 60}}
+    proc = workers.start(broker_url(*nodes), conf=conf)
+    workers.wait_ready(proc)
+    for node in nodes:
+        node.stop()
+    proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: proc.poll() is not None, timeout=30,
+               message="the worker did not stop on SIGTERM with its cluster down")
+    assert proc.returncode == 0, workers.log(proc)
+    assert "Warm shutdown" in workers.log(proc)
+
+
 # -- failures a user sees ----------------------------------------------------------------
 def test_a_bad_url_and_an_unreachable_cluster_give_one_clear_line(workers):
     lease = lease_port()            # a port nothing listens on
@@ -510,8 +531,9 @@ def test_a_bad_url_and_an_unreachable_cluster_give_one_clear_line(workers):
         assert len(lines) == 1 and "Unrecoverable error: ServerSpecError(" in lines[0], lines
         assert ("bad Disque broker URL disque://127.0.0.1:notaport: bad port 'notaport'"
                 in lines[0])
+        # a connection tries the nodes for at most MAX_BLOCK (kombu.wait_failover)
         line = "consumer: Cannot connect to disque://:**@127.0.0.1:%d: no Disque node " \
-               "answered within 0.5 s" % lease.port
+               "answered within 0.25 s" % lease.port
         wait_until(lambda: line in workers.log(unreachable), timeout=40,
                    message="no 'Cannot connect' line")
         assert "s3cret" not in workers.log(unreachable)

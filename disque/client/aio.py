@@ -24,19 +24,21 @@ class AsyncDisque(ClientBase):
 
     _make_pool = staticmethod(async_pool)
 
-    async def _run(self, args, block=None, moves_on=ASYNC_UNAVAILABLE):
-        address = self._current if self._clock() < self._hello_due else await self._ready()
+    async def _run(self, args, block=None, moves_on=ASYNC_UNAVAILABLE, failover_timeout=None):
+        address = (self._current if self._clock() < self._hello_due
+                   else await self._ready(failover_timeout=failover_timeout))
         try:
             return await self._send(address, args, block), address
         except moves_on as exc:
-            return await self._failover(args, address, exc, block)
+            return await self._failover(args, address, exc, block, failover_timeout)
 
     async def _call(self, args, parse):
         reply = (await self._run(args))[0]
         return reply if parse is None else parse(reply)
 
-    async def _fetch(self, args, block):
-        return self._jobs(*await self._run(args, block, (*FETCH_MOVES_ON, asyncio.TimeoutError)))
+    async def _fetch(self, args, block, failover_timeout=None):
+        return self._jobs(*await self._run(args, block, (*FETCH_MOVES_ON, asyncio.TimeoutError),
+                                           failover_timeout))
 
     async def _call_for_jobs(self, name, jobs, tail=(), parse=int):
         results = []
@@ -77,22 +79,22 @@ class AsyncDisque(ClientBase):
         reply = await self._send(address, ("HELLO",), control=True)
         return self._adopt(self._hello_reply(reply, address), address)
 
-    async def _ready(self, force=False):
+    async def _ready(self, force=False, failover_timeout=None):
         address = self._current
         if address is not None and (force or self._clock() >= self._hello_due):
             self._hello_due = self._clock() + self.hello_interval   # one HELLO, not one per thread
             try:
                 await self._hello_at(address)
             except ASYNC_UNAVAILABLE as exc:
-                await self._failover(None, address, exc)
+                await self._failover(None, address, exc, failover_timeout=failover_timeout)
         elif address is None:
-            await self._failover(None, None, None)
+            await self._failover(None, None, None, failover_timeout=failover_timeout)
         return self._current
 
-    async def _failover(self, args, failed, error, block=None):
+    async def _failover(self, args, failed, error, block=None, failover_timeout=None):
         if failed is not None:
             self._note_failure(failed, error)
-        attempt = Failover(self._table, failed, self.failover_timeout)
+        attempt = Failover(self._table, failed, self._failover_timeout(failover_timeout))
         attempt.last_error = error
         for step in attempt:
             if isinstance(step, float):
@@ -104,7 +106,7 @@ class AsyncDisque(ClientBase):
             except (LeavingError, *ASYNC_UNAVAILABLE) as exc:
                 attempt.failed(step, exc)
         error = attempt.last_error
-        raise UnavailableError(self._unavailable_message(error)) from error
+        raise UnavailableError(self._unavailable_message(error, failover_timeout)) from error
 
     async def scan_queues(self, **filters):
         cursor = None
@@ -120,8 +122,8 @@ class AsyncDisque(ClientBase):
             for item in items:
                 yield item
 
-    async def connect(self):
-        await self._ready(force=self._current is not None)
+    async def connect(self, failover_timeout=None):
+        await self._ready(force=self._current is not None, failover_timeout=failover_timeout)
         return self._current_id
 
     async def aclose(self):

@@ -128,11 +128,16 @@ class ClientBase(JobCommands):
         log.warning("disque client: node at %s:%s failed (%s), trying the next one",
                     address[0], address[1], error)
 
-    def _unavailable_message(self, error=None):
+    def _failover_timeout(self, override):
+        """A failover's deadline in s: the call's own (`failover_timeout=` of get_jobs and
+        connect), else the client's."""
+        return self.failover_timeout if override is None else override
+
+    def _unavailable_message(self, error=None, failover_timeout=None):
         """UnavailableError's text; it names the last error (a refused TLS certificate
         shows there as itself)."""
-        return "no Disque node answered within %.1f s (tried %s)%s" % (
-            self.failover_timeout,
+        return "no Disque node answered within %.3g s (tried %s)%s" % (
+            self._failover_timeout(failover_timeout),
             ", ".join("%s:%s" % a for a in self._table.connect_order()) or "nothing",
             "; last error: %s" % error if error is not None else "")
 

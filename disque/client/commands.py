@@ -111,12 +111,13 @@ class JobCommands:
 
     # -- consuming -------------------------------------------------------------
     def get_jobs(self, *queues, count=1, timeout=None, nohang=False, withcounters=False,
-                 from_prefix=None):
+                 from_prefix=None, failover_timeout=None):
         """GETJOB: up to `count` jobs from the queues (or from every queue named
         `from_prefix*`), as a list of `Job`; empty when none came.
 
         `timeout` is how long to block (seconds); None blocks until a job comes, 0 or
-        `nohang=True` does not block."""
+        `nohang=True` does not block. `failover_timeout`: how long this call tries other
+        nodes when its node fails (None: the client's)."""
         if bool(queues) == (from_prefix is not None):
             raise ValueError("get_jobs needs queue names or from_prefix, not both")
         args = ["GETJOB"]
@@ -133,7 +134,7 @@ class JobCommands:
         else:
             args += ("FROM", *queues)
         block = None if (nohang or timeout == 0) else (timeout or 0)
-        return self._fetch(args, block)
+        return self._fetch(args, block, failover_timeout)
 
     def get_job(self, *queues, timeout=None, withcounters=False, from_prefix=None):
         """One job or None: `get_jobs` with count 1."""

@@ -127,7 +127,9 @@ class NodeTable:
 class Failover:
     """One failover: which address to try next, and how long to pause when every address
     failed, until the deadline. Iterate it: it yields an address or a pause in seconds,
-    and raises `deadline_error` once the deadline has passed."""
+    and ends once the deadline has passed. Every address but the failed one is tried once
+    whatever the deadline: a short one (kombu's, MAX_BLOCK) must not give up on a cluster
+    because its first address does not answer before the timeout."""
 
     FIRST_PAUSE = 0.05
     MAX_PAUSE = 1.0
@@ -148,11 +150,13 @@ class Failover:
         self.last_error = error
 
     def __iter__(self):
+        first_pass = True
         while True:
             for address in self.table.connect_order(exclude=self.tried):
                 yield address
-                if self.table.clock() > self.deadline:
+                if not first_pass and self.table.clock() > self.deadline:
                     return
+            first_pass = False
             left = self.deadline - self.table.clock()
             if left <= 0:
                 return

@@ -23,21 +23,23 @@ class Disque(ClientBase):
     _make_pool = staticmethod(sync_pool)
 
     # -- the I/O the typed methods use ------------------------------------------
-    def _run(self, args, block=None, moves_on=UNAVAILABLE):
+    def _run(self, args, block=None, moves_on=UNAVAILABLE, failover_timeout=None):
         """Send to the node in use (HELLO first when due); on an error of `moves_on`, to the
-        next node that answers. Returns (reply, address)."""
-        address = self._current if self._clock() < self._hello_due else self._ready()
+        next node that answers, for at most `failover_timeout` (None: the client's).
+        Returns (reply, address)."""
+        address = (self._current if self._clock() < self._hello_due
+                   else self._ready(failover_timeout=failover_timeout))
         try:
             return self._send(address, args, block), address
         except moves_on as exc:
-            return self._failover(args, address, exc, block)
+            return self._failover(args, address, exc, block, failover_timeout)
 
     def _call(self, args, parse):
         reply = self._run(args)[0]
         return reply if parse is None else parse(reply)
 
-    def _fetch(self, args, block):
-        return self._jobs(*self._run(args, block, FETCH_MOVES_ON))
+    def _fetch(self, args, block, failover_timeout=None):
+        return self._jobs(*self._run(args, block, FETCH_MOVES_ON, failover_timeout))
 
     def _call_for_jobs(self, name, jobs, tail=(), parse=int):
         results = []
@@ -92,7 +94,7 @@ class Disque(ClientBase):
         reply = self._send(address, ("HELLO",), control=True)
         return self._adopt(self._hello_reply(reply, address), address)
 
-    def _ready(self, force=False):
+    def _ready(self, force=False, failover_timeout=None):
         """The address to use: connect on first use, HELLO again when due."""
         address = self._current
         if address is not None and (force or self._clock() >= self._hello_due):
@@ -100,17 +102,17 @@ class Disque(ClientBase):
             try:
                 self._hello_at(address)
             except UNAVAILABLE as exc:
-                self._failover(None, address, exc)
+                self._failover(None, address, exc, failover_timeout=failover_timeout)
         elif address is None:
-            self._failover(None, None, None)
+            self._failover(None, None, None, failover_timeout=failover_timeout)
         return self._current
 
-    def _failover(self, args, failed, error, block=None):
+    def _failover(self, args, failed, error, block=None, failover_timeout=None):
         """Try the other nodes, best first, until one answers HELLO (and `args`, if any)
         or the deadline passes. Returns (reply, address)."""
         if failed is not None:
             self._note_failure(failed, error)
-        attempt = Failover(self._table, failed, self.failover_timeout)
+        attempt = Failover(self._table, failed, self._failover_timeout(failover_timeout))
         attempt.last_error = error
         for step in attempt:
             if isinstance(step, float):
@@ -122,7 +124,7 @@ class Disque(ClientBase):
             except (LeavingError, *UNAVAILABLE) as exc:
                 attempt.failed(step, exc)
         error = attempt.last_error
-        raise UnavailableError(self._unavailable_message(error)) from error
+        raise UnavailableError(self._unavailable_message(error, failover_timeout)) from error
 
     # -- scans and lifetime --------------------------------------------------------
     def scan_queues(self, **filters):
@@ -139,9 +141,10 @@ class Disque(ClientBase):
             cursor, items = self.jscan(cursor or 0, **filters)
             yield from items
 
-    def connect(self):
-        """Connect now (commands otherwise connect on first use); returns the node's ID."""
-        self._ready(force=self._current is not None)
+    def connect(self, failover_timeout=None):
+        """Connect now (commands otherwise connect on first use); returns the node's ID.
+        `failover_timeout`: how long to try the nodes (None: the client's)."""
+        self._ready(force=self._current is not None, failover_timeout=failover_timeout)
         return self._current_id
 
     def close(self):
