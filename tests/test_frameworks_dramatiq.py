@@ -108,13 +108,15 @@ class DramatiqWorkers(WorkerProcesses):
         super().__init__(tmp_path)
         (tmp_path / "actors.py").write_text(ACTORS)
 
-    def start(self, *nodes, servers=None, retry=60, failover=10.0, threads=4, wait=True):
+    def start(self, *nodes, servers=None, retry=60, failover=10.0, threads=4, wait=True,
+              shutdown_timeout_ms=5000):
         env = dict(os.environ, RECORD=str(self.record), PYTHONUNBUFFERED="1",
                    DISQUE_SERVERS=servers or ",".join(address(n) for n in nodes),
                    DISQUE_RETRY=str(retry), DISQUE_FAILOVER=str(failover))
         proc = self.launch(
             [sys.executable, "-m", "dramatiq", "actors", "--processes", "1", "--threads",
-             str(threads), "--path", str(self.dir), "--worker-shutdown-timeout", "5000"],
+             str(threads), "--path", str(self.dir), "--worker-shutdown-timeout",
+             str(shutdown_timeout_ms)],
             env, "dramatiq%d.log" % len(self.procs))
         if wait:
             wait_until(lambda: READY_LINE in self.log(proc), timeout=30,
@@ -429,6 +431,21 @@ def test_a_node_killed_under_replicate_2_loses_no_message(start_cluster, workers
     print("node killed after %d of 300 messages; %d ran twice (at-least-once)"
           % (done_at_kill, duplicates))
     broker.close()
+
+
+def test_a_worker_whose_cluster_is_down_stops_on_sigterm_before_its_failover_timeout(
+        start_cluster, workers):
+    """Every node stopped under a consuming worker, then SIGTERM: a fetch fails over for
+    at most the consumer's timeout (1 s), so the worker stops within `stop`'s 30 s, long
+    before the 60 s of failover_timeout (its shutdown timeout, 120 s, never cuts it short).
+    Before, each consumer thread kept failing over for all of it."""
+    cluster = start_cluster(3)
+    proc = workers.start(*cluster.nodes, failover=60.0, shutdown_timeout_ms=120000)
+    for node in cluster.nodes:
+        node.stop()
+    assert workers.stop(proc) == 0, workers.log(proc)
+    log = workers.log(proc)
+    assert "Worker has been shut down." in log, log
 
 
 def test_a_bad_server_address_is_one_error_line(workers):

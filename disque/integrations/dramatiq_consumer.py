@@ -64,6 +64,10 @@ class DisqueConsumer(Consumer):
         self.queue_name = queue_name
         self.prefetch = max(1, int(prefetch))
         self.timeout = max(MIN_BLOCK, timeout / 1000.0)
+        # a fetch fails over for at most the consumer's timeout, not the client's whole
+        # failover_timeout: the consumer thread sees a worker's stop between two fetches,
+        # and with every node down Dramatiq's restart of the consumer does the waiting
+        self.failover = min(self.client.failover_timeout, self.timeout)
         self.leases = broker.leases_of(queue_name)
         self.ready = deque()            # due, not yielded yet
         self.waiting = []               # heap of (eta, n, proxy): held until their eta
@@ -83,7 +87,8 @@ class DisqueConsumer(Consumer):
             self.leases.wait_for_release(block)
             return None
         with as_broker_errors():
-            jobs = self.client.get_jobs(self.queue_name, count=room, timeout=block)
+            jobs = self.client.get_jobs(self.queue_name, count=room, timeout=block,
+                                        failover_timeout=self.failover)
         for job in jobs:
             self._receive(job)
         return self._take_due()
