@@ -56,9 +56,8 @@ cpdef tuple pick_distinct(tuple pool, Py_ssize_t k):
     if k > n:
         raise ValueError("pick_distinct: %d of %d" % (k, n))
     for i in range(k):
+        # random() < 1.0, and a double below 1 times a count stays below it: j < n
         j = i + <Py_ssize_t>(<double>uniform() * (n - i))
-        if j >= n:
-            j = n - 1
         items[i], items[j] = items[j], items[i]
     return tuple(items[:k])
 

@@ -78,6 +78,9 @@ class Federation:
     def import_rate(self, q):
         return q.fed.import_rate(self.shard.now_ms) if q.fed is not None else 0
 
+    def importing(self, q):
+        return q.fed is not None and q.fed.importing(self.shard.now_ms)
+
     def needjobs(self, q, reached_zero=False):
         """Ask other nodes for jobs of `q` (SPEC 8.4); tell them how many consumers wait."""
         if self.shard.leaving or self.shard.cluster_size < 2:
@@ -168,7 +171,7 @@ class Federation:
         if type(name) is not bytes or type(count) is not int or count <= 0:
             return
         q = self.shard.queues.get(name)
-        if q is not None and (q.fed is None or not q.fed.importing(self.shard.now_ms)):
+        if q is not None and not self.importing(q):
             self.hand_over_queued(q, sender, count)
 
     def on_interest(self, sender, mflags, payload):
