@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from disque import commands as commands_mod
@@ -18,7 +17,6 @@ from disque import nodeclock
 from disque._fast.clock import PeriodicTimer
 from disque.bus import announce as announce_mod
 from disque.bus.cluster import Cluster
-from disque.bus.link_keys import write_link_files
 from disque.bus.nodes import ConfigFileError
 from disque.bus.secret import SecretError, bus_keys_from_config, file_is_private
 from disque.frontend.persistence_phases import worker_config as aof_worker_config
@@ -216,7 +214,7 @@ class Node:
         self.nworkers = cfg.workers
         self.node_id = None             # from the cluster config file (start_cluster)
         self.cluster = None
-        self.ipc_dir = None             # made by start_workers, removed by cleanup
+        self.ipc_dir = None             # made by private_dir when needed, removed by cleanup
         self.links = None
         self.procs = []
         self.exit_code = 0
@@ -241,9 +239,17 @@ class Node:
         return {"loglevel": cfg.loglevel, "logfile": cfg.logfile or "",
                 "clock_base_ns": nodeclock.BASE_NS, **aof_worker_config(cfg)}
 
+    def private_dir(self):
+        """The node's private directory (mkdtemp: 0700; removed at the stop), made when first
+        needed: by the ZeroMQ worker link's endpoint, or the job links' TLS files. A node
+        on the default link and an open bus has none (nor a start's tempfile import)."""
+        if self.ipc_dir is None:
+            import tempfile
+            self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.node_port)
+        return self.ipc_dir
+
     def start_workers(self):
-        self.ipc_dir = tempfile.mkdtemp(prefix="disque-%d-" % self.cfg.node_port)
-        self.links = front_end_links(self.cfg.worker_link, self.nworkers, self.ipc_dir)
+        self.links = front_end_links(self.cfg.worker_link, self.nworkers, self.private_dir)
         self.job_listeners = job_link_listeners(self.cfg, self.cluster, self.nworkers)
         if self.job_listeners:
             ports = self.cluster.job_ports = [s.getsockname()[1] for s in self.job_listeners]
@@ -251,7 +257,8 @@ class Node:
             keys = self.cluster.keys
             if keys is not None:        # the derived key and certificates, not the secret
                 try:
-                    self.job_link_tls = write_link_files(self.ipc_dir, keys.link_seeds)
+                    from disque.bus.link_keys import write_link_files     # a secured bus only
+                    self.job_link_tls = write_link_files(self.private_dir(), keys.link_seeds)
                 except ImportError:
                     raise StartupError("direct job links on a secured cluster need the "
                                        "`cryptography` package (pip install cryptography), "

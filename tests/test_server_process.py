@@ -114,6 +114,26 @@ def test_sigterm_as_soon_as_it_answers_stops_it_cleanly(start_server):
         lease.release()
 
 
+@pytest.mark.parametrize("link", ["unix", "zmq"])
+def test_the_private_directory_is_made_only_when_needed_and_removed_at_the_stop(start_server, link):
+    """The ZeroMQ worker link's endpoint lives in the node's private directory; the default
+    link and an open bus need none, so a start makes none (nor imports tempfile for it)."""
+    lease = lease_port()
+    try:
+        before = ipc_dirs(lease.port)
+        srv = start_server(workers=2, port=lease.port, extra_args=["--worker-link", link])
+        made = ipc_dirs(lease.port) - before
+        assert len(made) == (1 if link == "zmq" else 0), made
+        for d in made:
+            assert os.stat(d).st_mode & 0o777 == 0o700
+        os.kill(srv.pid, signal.SIGTERM)
+        rc = srv.wait_exit(10)
+        assert rc == 0, f"exit code {rc}; log:\n{srv.log_tail()}"
+        assert ipc_dirs(lease.port) == before
+    finally:
+        lease.release()
+
+
 @pytest.mark.parametrize("workers", [1, 3])
 def test_shutdown_command(start_server, workers):
     srv = start_server(workers=workers)

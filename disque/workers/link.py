@@ -245,10 +245,12 @@ class UnixLinks(HeldSends):
             s.close()
 
 
-def front_end_links(kind, nworkers, ipc_dir):
+def front_end_links(kind, nworkers, private_dir):
+    """The front-end's ends of the worker links; `private_dir()` makes (once) the directory
+    of the ZeroMQ link's endpoint."""
     if kind == "zmq":
         from disque.workers.zmq_link import ZmqLinks    # ZeroMQ only for worker-link zmq
-        return ZmqLinks(nworkers, ipc_dir)
+        return ZmqLinks(nworkers, private_dir())
     return UnixLinks(nworkers)
 
 
