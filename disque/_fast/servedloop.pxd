@@ -50,7 +50,7 @@ cdef class ServedLoop:
     cdef public Epoll ep
     cdef public dict clients        # fd -> ServedClient
     cdef public dict by_id          # client id -> ServedClient
-    cdef public list deadlines      # the shard's consumers' GETJOB deadlines (never replaced)
+    cdef public list deadlines      # the heap of the shard's consumers' Deadlines (never replaced)
     cdef public set interest_due    # the shard's (never replaced)
     cdef public object persistence  # the shard's
     cdef public list ready          # client fds readable after the last wait

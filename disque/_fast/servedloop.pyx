@@ -265,10 +265,11 @@ cdef class ServedLoop:
                 return True
 
     cdef bint deadline_due(self, long long now) except -1:
-        """A blocked consumer's GETJOB TIMEOUT has passed: the heap's first entry is due. Not
-        "the heap has an entry": a consumer served before its timeout leaves its entry until
-        then, so where consumers block with a TIMEOUT the heap is seldom empty, and each
-        wake-up would take a turn of the Python loop."""
+        """Deadlines.due (disque/deadlines.py) on the heap it holds, without a call: a
+        blocked consumer's GETJOB TIMEOUT has passed. Not "the heap has an entry": a
+        consumer served before its timeout leaves its entry until then, so where consumers
+        block with a TIMEOUT the heap is seldom empty, and each wake-up would take a turn of
+        the Python loop."""
         cdef list heap = self.deadlines
         return len(heap) > 0 and <long long>(<tuple>heap[0])[0] <= now
 

@@ -13,12 +13,12 @@ other offer or extra job is returned to its worker (RETURN), and each worker ack
 the front-end's UNBLOCK as the last word about that request, so a job is never given twice
 or lost, even when the client times out or disconnects at the same moment.
 """
-import heapq
 import time
 
 from disque._fast import resp
 from disque.contracts import worker_link as link_msg
 from disque.contracts.getjob_options import parse_getjob, queue_owners
+from disque.deadlines import Deadlines
 
 NULL_ARRAY = resp.NULL_ARRAY
 
@@ -72,8 +72,7 @@ class Getjobs:
         self.blocked_count = 0          # cross-worker GETJOBs blocked now (INFO blocked_clients)
         self.blocked_on_one = {}        # reqid -> (argv, queues) of GETJOBs blocked on one worker
         self.restarts = set()           # ... of those, the ones queue_elsewhere takes back
-        self.deadlines = []             # heap of (monotonic deadline, seq, MultiGet)
-        self.seq = 0
+        self.deadlines = Deadlines()    # of MultiGet, in monotonic seconds (disque/deadlines.py)
 
     def getjob(self, client, argv, slot=None):
         fe = self.fe
@@ -113,8 +112,7 @@ class Getjobs:
             self.ask(m, w, part)
         if o.timeout and not o.nohang:
             m.timer = time.monotonic() + o.timeout / 1000.0
-            self.seq += 1
-            heapq.heappush(self.deadlines, (m.timer, self.seq, m))
+            self.deadlines.add(m.timer, m)
 
     def ask(self, m, w, queues):
         """One worker's share of a cross-worker GETJOB (proxy: its jobs come back here,
@@ -213,22 +211,11 @@ class Getjobs:
 
     def expire(self):
         """Cron: time out cross-worker GETJOBs (a single-worker one times out in its worker)."""
-        now = time.monotonic()
-        deadlines = self.deadlines
-        expired = False
-        while deadlines and deadlines[0][0] <= now:
-            m = heapq.heappop(deadlines)[2]
-            if not m.done:
-                self.finish(m)
-                expired = True
+        expired = self.deadlines.take_due(time.monotonic())
+        for m in expired:
+            self.finish(m)
         if expired:
             self.fe.flush_replies()
-        if len(deadlines) > 1024:
-            # GETJOBs that ended early leave their entry behind: drop them in bulk
-            live = [e for e in deadlines if not e[2].done]
-            if len(live) * 2 < len(deadlines):
-                heapq.heapify(live)
-                self.deadlines = live
 
 
 class PartReply:

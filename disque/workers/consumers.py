@@ -6,16 +6,15 @@ for the front-end's GETJOBs. A connection this worker serves parks its GETJOB he
 (ServedClients.getjob), under a negative wait id: its reply goes to that connection
 (`answer`), not to the front-end.
 """
-import heapq
 
 from disque._fast import resp
 from disque._fast.jobreply import encode_job, encode_jobs, encode_jobs_pieces
 from disque.contracts import worker_link as link_msg
+from disque.deadlines import Deadlines
 from disque.workers.replication import LEAVING_ERROR
 from disque.workers.queues import PAUSE_OUT
 
 NULL_ARRAY = resp.NULL_ARRAY
-DEADLINES_SWEEP_MIN = 1024     # entries of the deadlines heap before served ones are swept
 
 
 class Blocked:
@@ -50,9 +49,7 @@ class Consumers:
     def __init__(self, shard):
         self.shard = shard
         self.by_client = {}
-        self.deadlines = []             # heap of (deadline_ms, seq, Blocked); never replaced
-        self.sweep_above = DEADLINES_SWEEP_MIN     # its size that makes expire sweep it
-        self.seq = 0
+        self.deadlines = Deadlines()    # of Blocked, in ms (disque/deadlines.py)
 
     def fetch_or_block(self, request):
         """A GetjobRequest (contracts/getjob_options.py): jobs now, or the consumer waits."""
@@ -147,8 +144,7 @@ class Consumers:
         for q in queues:
             q.add_waiter(b)
         if deadline:
-            self.seq += 1
-            heapq.heappush(self.deadlines, (deadline, self.seq, b))
+            self.deadlines.add(deadline, b)
         if clustered:
             for q in queues:
                 self.shard.federation.needjobs(q)
@@ -219,18 +215,6 @@ class Consumers:
 
     def expire(self, now):
         """Consumers whose GETJOB TIMEOUT passed get a null reply."""
-        deadlines = self.deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _, _, b = heapq.heappop(deadlines)
-            if not b.done:
-                self.unblock(b)
-                self.answer(b, NULL_ARRAY, None)
-        if len(deadlines) > self.sweep_above:
-            # consumers served before their timeout leave an entry behind: drop them in bulk,
-            # and sweep again only once the heap doubled (not at every call while most of
-            # its entries still wait)
-            live = [e for e in deadlines if not e[2].done]
-            if len(live) * 2 < len(deadlines):
-                heapq.heapify(live)
-                deadlines[:] = live     # in place: the served core holds this list
-            self.sweep_above = max(DEADLINES_SWEEP_MIN, 2 * len(deadlines))
+        for b in self.deadlines.take_due(now):
+            self.unblock(b)
+            self.answer(b, NULL_ARRAY, None)

@@ -62,7 +62,7 @@ class ServedClients(ServedCore):
         self.shard = shard
         self.handlers = shard.handlers
         # what turn() checks on every turn, held: no attribute lookups through the shard
-        self.deadlines = shard.consumers.deadlines
+        self.deadlines = shard.consumers.deadlines.heap
         self.interest_due = shard.interest_due
         self.persistence = shard.persistence
         self.channel = channel

@@ -227,7 +227,7 @@ class Shard(ShardCore):
                 self.gc(job)
             else:
                 self.schedule(job)
-        if self.consumers.deadlines:
+        if self.consumers.deadlines.due(now):
             self.consumers.expire(now)
 
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------

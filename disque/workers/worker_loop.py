@@ -53,7 +53,7 @@ class WorkerLoop:
         shard.tick()
         # timers first and again between batches: a request never sees a job whose TTL
         # passed before the request came in, however long the batches take
-        if shard.timers_due() or shard.consumers.deadlines:
+        if shard.timers_due() or shard.consumers.deadlines.due(shard.now_ms):
             shard.run_timers()
         if readable:
             self.batches()
