@@ -501,7 +501,7 @@ def test_a_cluster_runs_1000_tasks_once_each_and_loses_none_when_a_node_dies(
 def test_a_worker_whose_cluster_is_down_stops_on_sigterm_before_its_failover_timeout(
         start_cluster, workers):
     """Every node stopped under a consuming worker, then SIGTERM (a deploy, a scale-down):
-    its fetch and its reconnects try each node once (kombu.wait_failover), so Celery's
+    its fetch and its reconnects try each node once (Disque.consumer_failover), so Celery's
     warm shutdown ends it long before the 60 s of failover_timeout that a publish gets.
     Before, the fetch kept failing over for all of it, and the worker with it."""
     cluster = start_cluster(3)
@@ -531,7 +531,7 @@ def test_a_bad_url_and_an_unreachable_cluster_give_one_clear_line(workers):
         assert len(lines) == 1 and "Unrecoverable error: ServerSpecError(" in lines[0], lines
         assert ("bad Disque broker URL disque://127.0.0.1:notaport: bad port 'notaport'"
                 in lines[0])
-        # a connection tries the nodes for at most MAX_BLOCK (kombu.wait_failover)
+        # a connection tries the nodes for at most MAX_BLOCK (Disque.consumer_failover)
         line = "consumer: Cannot connect to disque://:**@127.0.0.1:%d: no Disque node " \
                "answered within 0.25 s" % lease.port
         wait_until(lambda: line in workers.log(unreachable), timeout=40,

@@ -133,6 +133,13 @@ class ClientBase(JobCommands):
         connect), else the client's."""
         return self.failover_timeout if override is None else override
 
+    def consumer_failover(self, wait):
+        """The failover deadline of a consumer's fetch that waits at most `wait` s: no longer
+        than that wait (nor than failover_timeout). A framework's worker sees its stop only
+        between two fetches; with every node down, its reconnect or restart loop, which does
+        stop for a shutdown, does the waiting (docs/client.md, "Failover")."""
+        return min(self.failover_timeout, wait)
+
     def _unavailable_message(self, error=None, failover_timeout=None):
         """UnavailableError's text; it names the last error (a refused TLS certificate
         shows there as itself)."""

@@ -64,10 +64,7 @@ class DisqueConsumer(Consumer):
         self.queue_name = queue_name
         self.prefetch = max(1, int(prefetch))
         self.timeout = max(MIN_BLOCK, timeout / 1000.0)
-        # a fetch fails over for at most the consumer's timeout, not the client's whole
-        # failover_timeout: the consumer thread sees a worker's stop between two fetches,
-        # and with every node down Dramatiq's restart of the consumer does the waiting
-        self.failover = min(self.client.failover_timeout, self.timeout)
+        self.failover = self.client.consumer_failover(self.timeout)
         self.leases = broker.leases_of(queue_name)
         self.ready = deque()            # due, not yielded yet
         self.waiting = []               # heap of (eta, n, proxy): held until their eta

@@ -42,14 +42,6 @@ MAX_FETCH = 100                     # the largest GETJOB COUNT a consumer asks f
 PURGE_BATCH = 100                   # jobs taken per GETJOB NOHANG while purging
 
 
-def wait_failover(settings):
-    """How long a consumer's fetch and a new connection try the nodes (each once at
-    least, docs/client.md "Failover"): at most MAX_BLOCK, not the failover_timeout a
-    publish gets. With every node down the call ends with a connection error, and the
-    worker's reconnect loop, which stops for a warm shutdown, does the waiting."""
-    return min(settings.failover_timeout, MAX_BLOCK)
-
-
 class BrokerAuthenticationError(DisqueError):
     """The nodes refused the broker URL's password (or asked for one)."""
 
@@ -133,10 +125,11 @@ class Channel(virtual.Channel):
     def _get_many(self, queues, timeout=None):
         """One GETJOB over every consumed queue: COUNT as many as the prefetch limit allows,
         blocking at most MAX_BLOCK (NOHANG when `timeout` is 0), failing over for at most
-        as long (wait_failover)."""
-        jobs = self.disque.get_jobs(*dict.fromkeys(queues), count=self._fetch_count(),
-                                    timeout=self._block_time(timeout), withcounters=True,
-                                    failover_timeout=wait_failover(self.connection.settings))
+        as long (consumer_failover)."""
+        client = self.disque
+        jobs = client.get_jobs(*dict.fromkeys(queues), count=self._fetch_count(),
+                               timeout=self._block_time(timeout), withcounters=True,
+                               failover_timeout=client.consumer_failover(MAX_BLOCK))
         if not jobs:
             raise Empty()
         self._deliver_jobs(jobs)
@@ -353,7 +346,8 @@ class Transport(virtual.Transport):
                         failover_timeout=settings.failover_timeout)
         try:
             try:
-                client.connect(failover_timeout=wait_failover(settings))
+                # a worker's reconnect loop does the waiting, and stops for a shutdown
+                client.connect(failover_timeout=client.consumer_failover(MAX_BLOCK))
             except AuthenticationError as exc:
                 raise BrokerAuthenticationError("Disque refused the password of %s: %s" % (
                     masked_uri(self.client.hostname), exc)) from exc
