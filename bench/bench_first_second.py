@@ -50,6 +50,25 @@ def node_switches(servers) -> int:
     return total
 
 
+def node_cpu(servers) -> tuple[float, float]:
+    """User and system CPU seconds of every process of `servers` (threads included)."""
+    user = system = 0.0
+    for srv in servers:
+        for p in srv.procs():
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            user += t.user
+            system += t.system
+    return user, system
+
+
+def cpu_per_job(before, after, jobs) -> list[float]:
+    """[user, system] µs per job between two node_cpu readings."""
+    return [round((b - a) / jobs * 1e6, 1) for a, b in zip(before, after)]
+
+
 def first_ack(client, body, deadline) -> float:
     """Retry the first replicated ADDJOB until a node acknowledges it; its time."""
     while True:
@@ -84,8 +103,12 @@ def one_cluster(args, kind, label, workers, opts):
         for c in args.settled_clients:
             n = args.jobs * 4 if c == 1 else args.jobs * 8 * min(c, 8)
             s0 = node_switches(servers)
+            # the node the benchmark talks to (it sends the copies) and the two that take them
+            p0, c0 = node_cpu(servers[:1]), node_cpu(servers[1:])
             r = redis_benchmark(servers[0].port, n, c, cmd)
             r["switches_per_job"] = round((node_switches(servers) - s0) / n, 2)
+            r["producer_cpu_us"] = cpu_per_job(p0, node_cpu(servers[:1]), n)
+            r["replicas_cpu_us"] = cpu_per_job(c0, node_cpu(servers[1:]), n)
             settled[c] = r
         return {"runs": runs, "settled": settled}
     finally:
@@ -152,7 +175,8 @@ def report(args, results):
             print(f"  {label:<9} lowest run {min(lows):.2f}x, first runs "
                   + ", ".join(f"{r['runs'][0]['rps'] / base:.2f}x" for r in rounds))
     print(f"\nsettled, {args.settle:g} s later (median over rounds: jobs/s, p50/p99 ms, "
-          "switches per job):")
+          "switches per job, CPU per job: user + system µs of the node the benchmark talks "
+          "to, and of the two replicas together):")
     for c in args.settled_clients:
         ref = statistics.median(r["settled"][c]["rps"] for r in results["original"]) \
             if "original" in results else None
@@ -162,8 +186,12 @@ def report(args, results):
             p99 = statistics.median(r["settled"][c]["p99_ms"] for r in rounds)
             sw = statistics.median(r["settled"][c]["switches_per_job"] for r in rounds)
             ratio = f" ({rps / ref:.2f}x)" if ref else ""
+            cpu = {role: [statistics.median(r["settled"][c][role][k] for r in rounds)
+                          for k in (0, 1)] for role in ("producer_cpu_us", "replicas_cpu_us")}
             print(f"  c{c:<3} {label:<9} {rps:>9,.0f}/s{ratio:<9} p50 {p50:.3f} p99 {p99:.3f}"
-                  f"  {sw:.2f} sw/job")
+                  f"  {sw:.2f} sw/job  producer {cpu['producer_cpu_us'][0]:.0f} + "
+                  f"{cpu['producer_cpu_us'][1]:.0f} µs, replicas {cpu['replicas_cpu_us'][0]:.0f} + "
+                  f"{cpu['replicas_cpu_us'][1]:.0f} µs")
 
 
 if __name__ == "__main__":

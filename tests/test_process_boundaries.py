@@ -23,7 +23,7 @@ PACKAGE = ROOT / "disque"
 WORKER_ALLOWED = ("disque.workers", "disque.contracts", "disque._fast", "disque.commands",
                   "disque.replies", "disque.log", "disque.config", "disque.memstat",
                   "disque.heap_trim", "disque.stats_collect", "disque.statslog",
-                  "disque.nodeclock")
+                  "disque.nodeclock", "disque.deadlines")
 # the front-end may use the link transport, nothing else of the workers
 FRONT_ALLOWED_FROM_WORKERS = ("disque.workers.link",)
 # ... and the spawner the worker's entry point (its `serve`), to fork a worker
