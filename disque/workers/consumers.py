@@ -6,7 +6,6 @@ for the front-end's GETJOBs. A connection this worker serves parks its GETJOB he
 (ServedClients.getjob), under a negative wait id: its reply goes to that connection
 (`answer`), not to the front-end.
 """
-
 from disque._fast import resp
 from disque._fast.jobreply import encode_job, encode_jobs, encode_jobs_pieces
 from disque.contracts import worker_link as link_msg
