@@ -5,7 +5,8 @@ Flags follow SPEC 2: w write, r read-only, m deny on OOM, a admin, l allowed whi
 loading, F fast. `route` says who executes the command (disque/contracts/routes.py);
 the dispatch kernel (disque/_fast/dispatch.pyx) builds both command loops' tables from
 this one, after rename-command. `front` names the front-end handler as "part.method" (a
-part of `disque.frontend.node.Frontend`, listed in its PARTS; None when the Cython core forwards the command by route alone),
+part of `disque.frontend.node.Frontend`, listed in its PARTS; None when the Cython core
+forwards the command by route alone),
 `worker` the worker method (`disque.workers.shard.Shard`, or "part.method" of one of its
 parts; None for node-level commands). Both dispatch tables are built from these names,
 so the two halves of a command are found from one line here.

@@ -380,7 +380,6 @@ class Node:
             for s in socks + tls_socks + metrics_socks:
                 s.close()
             raise
-        loop = None
         try:
             self.start_cluster()
             self.start_workers()
@@ -390,7 +389,7 @@ class Node:
             from disque.frontend.node import Frontend
             from disque.frontend.pace import CronPace
             loop, loop_name = new_event_loop()
-            self.loop = loop
+            self.loop = loop            # request_stop stops it; `loop` is its name in here
             self.open_bus()
             fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
             self.wait_for_workers()
@@ -449,8 +448,8 @@ class Node:
                 unix_sock.close()
                 remove_unix_socket(cfg.unixsocket)
             self.cleanup()
-            if loop is not None:
-                loop.close()
+            if self.loop is not None:
+                self.loop.close()
         log.info("Disque is now ready to exit, bye bye...")
         return self.exit_code
 

@@ -44,7 +44,7 @@ cdef bytes NOT_ENOUGH_NODES = (b"-NOREPL Not enough reachable nodes for the requ
 cdef bytes HOME_UNREACHABLE = (b"-NOREPL The home node of this job's group is not reachable "
                                b"now: try again once the cluster settles (docs/job-groups.md)\r\n")
 cdef object choice = random.choice
-cdef object uniform = random.random
+cdef object random_below_one = random.random
 
 
 cpdef tuple pick_distinct(tuple pool, Py_ssize_t k):
@@ -57,7 +57,7 @@ cpdef tuple pick_distinct(tuple pool, Py_ssize_t k):
         raise ValueError("pick_distinct: %d of %d" % (k, n))
     for i in range(k):
         # random() < 1.0, and a double below 1 times a count stays below it: j < n
-        j = i + <Py_ssize_t>(<double>uniform() * (n - i))
+        j = i + <Py_ssize_t>(<double>random_below_one() * (n - i))
         items[i], items[j] = items[j], items[i]
     return tuple(items[:k])
 
