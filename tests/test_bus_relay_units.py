@@ -71,6 +71,26 @@ def test_destinations_without_a_link_up_are_left_for_the_bus():
     assert leftover == [[(C,), bus_msg.SETACK, 0, [on_w0, 1]], [(B, C), bus_msg.SETACK, 0, [on_w1, 2]]]
 
 
+def test_a_copy_is_routed_by_the_id_it_carries_and_a_short_one_is_dropped():
+    """REPLJOB's ID is read in place (busrelay.owner): a payload too short to hold one, or
+    whose ID is malformed, is dropped; YOURJOBS of a short first job goes to worker 0."""
+    ids = IdMaker(ME)
+    jids = [ids.make(queue_slot(b"q%d" % i), 60, 5) for i in range(64)]
+    msgs = [[bus_msg.REPLJOB, 0, b"\0" * 4 + jid + b"body"] for jid in jids]
+    msgs += [[bus_msg.REPLJOB, 0, b"\0" * 4 + jids[0][:39]],          # 43 bytes: no ID
+             [bus_msg.REPLJOB, 0, b"\0" * 4 + b"X" + jids[0][1:]],     # not 'D-'
+             [bus_msg.REPLJOB, 0, b""],
+             [bus_msg.YOURJOBS, 0, [b"\0" * 4 + jids[1][:20]]]]
+    inbox = {}
+    route_job_messages(msgs, ME, 3, inbox, FORWARD_COPIES, [])
+    routed = {w: [m[3] for m in got] for w, got in inbox.items()}
+    for jid in jids:
+        w = queue_slot(b"q%d" % jids.index(jid)) % 3
+        assert b"\0" * 4 + jid + b"body" in routed[w]
+    assert sum(len(v) for v in routed.values()) == len(jids) + 1
+    assert routed[0][-1] == [b"\0" * 4 + jids[1][:20]]
+
+
 # ---- reading job link frames (disque/_fast/frames.pyx) -------------------------------
 
 def framed(payload):

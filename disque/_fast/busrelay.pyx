@@ -15,7 +15,9 @@ Everything here comes from the network, so this module keeps Cython's bounds che
 (setup.py turns them off for the others): an index past the end of a peer's list must be
 an IndexError, not a read past the end of memory.
 """
-from disque._fast.jobid cimport id_worker, queue_worker, valid_id
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+from disque._fast.jobid cimport id_worker, id_worker_at, queue_worker, valid_id_at
 
 from disque.contracts import bus_messages as _bus
 # the job messages' shapes (JobMessage, Inbound, Outbound) are bus_messages' named types,
@@ -71,19 +73,25 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
     slot its job ID carries (worker 0 for an ID without one; the worker drops what it does
     not know). -1: malformed, dropped here."""
     cdef object jid
+    cdef const unsigned char *at
     if mtype == REPLJOB or mtype == GROUPSEQ:
         # a copy is answered from here: nothing that is not one gets a GOTJOB (a group
-        # job's home answers GROUPSEQ itself, with the job's place)
-        if type(payload) is not bytes:
+        # job's home answers GROUPSEQ itself, with the job's place). The ID is read where
+        # it lies in the serialized job (codec.pyx: 4 bytes, then the ID), not sliced out
+        if type(payload) is not bytes or PyBytes_GET_SIZE(payload) < 44:
             return -1
-        jid = (<bytes>payload)[4:44]
-        if not valid_id(<bytes>jid):
+        at = <const unsigned char *>PyBytes_AS_STRING(payload) + 4
+        if not valid_id_at(at):
             return -1
+        return id_worker_at(at, nworkers)
     elif mtype == YOURJOBS:
         # serialized jobs, all of one queue; the worker's codec checks each one
         if type(payload) is not list or not payload or type((<list>payload)[0]) is not bytes:
             return -1
-        jid = (<bytes>(<list>payload)[0])[4:44]
+        jid = (<list>payload)[0]
+        if PyBytes_GET_SIZE(jid) < 44:
+            return 0
+        return id_worker_at(<const unsigned char *>PyBytes_AS_STRING(jid) + 4, nworkers)
     elif not valid_pair(payload, MAX_SEQ if mtype == GOTJOB or mtype == PLACED else MAX_AUX):
         return -1
     elif mtype == NEEDJOBS or mtype == PAUSE or mtype == INTEREST:

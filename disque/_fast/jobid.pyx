@@ -50,15 +50,20 @@ cpdef unsigned int queue_slot(bytes queue):
 
 cpdef bint valid_id(bytes jid):
     """Upstream's check: 40 chars, 'D-' prefix, dashes at 10 and 35; nothing else."""
-    if len(jid) != 40:
-        return False
-    cdef const unsigned char *p = jid
+    return len(jid) == 40 and valid_id_at(jid)
+
+
+cdef bint valid_id_at(const unsigned char *p) noexcept nogil:
+    """valid_id for the 40 bytes at p (a job message's payload holds its ID at an offset)."""
     return p[0] == b'D' and p[1] == b'-' and p[10] == b'-' and p[35] == b'-'
 
 
 cpdef int id_slot(bytes jid):
     """Slot carried by a valid ID, or -1 when its slot characters are not base64."""
-    cdef const unsigned char *p = jid
+    return id_slot_at(jid)
+
+
+cdef int id_slot_at(const unsigned char *p) noexcept nogil:
     cdef int hi = B64_DECODE[p[11]], lo = B64_DECODE[p[12]]
     if hi < 0 or lo < 0:
         return -1
@@ -73,7 +78,12 @@ cpdef int queue_worker(bytes queue, int nworkers):
 cpdef int id_worker(bytes jid, int nworkers):
     """The worker that owns the job of a 40-character ID: its slot's, worker 0 for an ID
     whose slot characters do not decode (another implementation's)."""
-    cdef int slot = id_slot(jid)
+    return id_worker_at(jid, nworkers)
+
+
+cdef int id_worker_at(const unsigned char *p, int nworkers) noexcept nogil:
+    """id_worker for the 40 bytes at p."""
+    cdef int slot = id_slot_at(p)
     return (slot if slot >= 0 else 0) % nworkers
 
 

@@ -14,6 +14,8 @@ import logging
 from ssl import SSLWantReadError
 
 from cpython.exc cimport PyErr_SetFromErrno, PyErr_CheckSignals
+from cpython.pystate cimport (PyInterpreterState_Head, PyInterpreterState_ThreadHead,
+                              PyThreadState_Next)
 from libc.errno cimport errno, EAGAIN, EINTR
 
 from disque._fast.resp cimport RequestParser
@@ -203,6 +205,13 @@ cdef class ServedClient:
         return rest
 
 
+cdef inline bint only_thread():
+    """No other Python thread exists (none could want the GIL): a blocking wait keeps it,
+    which spares a release and a take at every wake-up. Read with the GIL held, as every
+    thread state is made and dropped under it."""
+    return PyThreadState_Next(PyInterpreterState_ThreadHead(PyInterpreterState_Head())) == NULL
+
+
 cdef class ServedLoop:
     """Offers: turn (the worker loop's poll), serve_ready, read, flush. Needs
     from the subclass: run_input, resume_unblocked; from the Python half, its hooks."""
@@ -280,8 +289,11 @@ cdef class ServedLoop:
         cdef unsigned int ev
         cdef bint link_ready = False, ticked = False
         if block and not self.unblocked:
-            with nogil:         # the AOF's fsync thread runs while this worker waits
+            if only_thread():
                 n = epoll_wait(epfd, evs, MAX_EVENTS, -1)
+            else:
+                with nogil:     # the AOF's fsync thread runs while this worker waits
+                    n = epoll_wait(epfd, evs, MAX_EVENTS, -1)
         else:
             n = epoll_wait(epfd, evs, MAX_EVENTS, 0)
         self.link_ready = self.ticked = False
