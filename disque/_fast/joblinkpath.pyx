@@ -29,6 +29,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 
 from disque._fast cimport sysio
 from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
+from disque._fast.msgframe cimport framed_box
 from disque._fast.sysio cimport c_recv
 
 log = logging.getLogger("disque.worker")
@@ -39,7 +40,6 @@ cdef int EPOLLIN = 0x001
 cdef int EPOLLOUT = 0x004
 TLS_READ_SIZE = 262144          # one TLS read's buffer (a record is at most 16 KiB)
 
-cdef object packb = msgpack.Packer().pack   # one Packer: packb makes a new one per call
 cdef object unpackb = msgpack.unpackb
 cdef object encode_bus_out = link_msg.BusOut.encode
 
@@ -194,17 +194,24 @@ cdef class JobLinkPath:
         record is written, as on the bus)."""
         cdef OutLink link
         cdef list box
+        cdef list full = None
         if not self.pending:
             return
         self.pending = False
-        for link in list(self.links.values()):
+        for link in self.links.values():
+            if link.box and link.up:
+                if full is None:
+                    full = []
+                full.append(link)   # written after the walk: a failing write drops its link
+        if full is None:
+            return
+        for link in full:
             box = link.box
-            if box and link.up:
-                data = sysio.framed(packb(box))
-                self.sent_msgs += len(box)
-                self.sent_frames += 1
-                del box[:]              # the same list stays in self.boxes
-                self.write_frame(link, data)
+            data = framed_box(box)
+            self.sent_msgs += len(box)
+            self.sent_frames += 1
+            del box[:]              # the same list stays in self.boxes
+            self.write_frame(link, data)
 
     cpdef messages_out(self):
         """ServedCore.turn, after serving, with job messages to send and no AOF (the turn
