@@ -8,7 +8,8 @@ that record's first byte, where the reference parser (disque/contracts/aof_forma
 .read_records) takes over and gives the exact error with its offset.
 
 restore_slice: the surviving jobs back in the shard, as their records say."""
-from disque._fast.codec import CodecError, deserialize
+from disque._fast.codec cimport deserialize
+from disque._fast.codec import CodecError
 from disque._fast.job cimport (JOB_FLAG_BCAST_QUEUED, JOB_FLAG_DELIVERED, JOB_QUEUED, Job,
                                JobOptions, mark_active)
 from disque._fast.jobid cimport id_worker

@@ -101,8 +101,8 @@ cdef int owner(long mtype, object payload, int nworkers) except -2:
     return id_worker(<bytes>jid, nworkers) if len(<bytes>jid) == 40 else 0
 
 
-def route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int copies,
-                       list gotjobs):
+cpdef route_job_messages(list msgs, bytes sender, int nworkers, dict inbox, int copies,
+                         list gotjobs):
     """The job messages of one JOBS frame from a known node: each well-formed one is
     appended to inbox[worker] as an Inbound [sender, type, flags, payload]; anything else in the frame
     is dropped on its own, like any bad bus message. `copies` is one of the *_COPIES
@@ -178,7 +178,7 @@ def group_by_node(list entries, dict outbox, str myid, object everyone, dict nod
     return queued
 
 
-def group_by_link(list entries, dict boxes, bytes myid, tuple everyone, list leftover):
+cpdef group_by_link(list entries, dict boxes, bytes myid, tuple everyone, list leftover):
     """A worker's job messages for its direct job links (docs/design.md, "Direct job
     links"), [destinations, type, flags, payload] each. `boxes` maps a node id to one slot
     per worker of that node: the list its link from here collects [type, flags, payload]

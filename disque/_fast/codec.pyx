@@ -76,7 +76,7 @@ cdef Py_ssize_t job_size(Job job) except -1:
     return total
 
 
-def serialize(Job job, bint storage, long long now_s):
+cpdef bytes serialize(Job job, bint storage, long long now_s):
     """Bytes of `job` in storage form (AOF) or message form (bus)."""
     cdef Py_ssize_t total = job_size(job)
     cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
@@ -190,8 +190,8 @@ cdef void write_job(Job job, bint storage, long long now_s, char *p, Py_ssize_t 
             memcpy(p + pos + 12, PyBytes_AS_STRING(ext.group), len(ext.group))
 
 
-def deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long long now_ms,
-                long long jitter=0):
+cpdef tuple deserialize(data, Py_ssize_t offset, bint storage, long long now_s, long long now_ms,
+                        long long jitter=0):
     """(Job, next offset) from `data` (bytes) at `offset`; CodecError on any inconsistency.
     See disque.contracts.job_codec.deserialize for the rules."""
     cdef bytes buf = data if type(data) is bytes else bytes(data)

@@ -16,8 +16,7 @@ import time
 
 import msgpack
 
-from disque._fast.busrelay import FORWARD_COPIES, group_by_link, route_job_messages
-from disque._fast.replcore import count_types
+from disque._fast.busrelay import FORWARD_COPIES
 from disque.contracts import worker_link as link_msg
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, read_hello
 
@@ -28,8 +27,10 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport errno, EAGAIN, EINTR
 
 from disque._fast cimport sysio
+from disque._fast.busrelay cimport group_by_link, route_job_messages
 from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
 from disque._fast.msgframe cimport framed_box
+from disque._fast.replcore cimport ReplicationCore, count_types
 from disque._fast.sysio cimport c_recv
 
 log = logging.getLogger("disque.worker")
@@ -143,7 +144,7 @@ cdef class JobLinkPath:
     cdef public int index
     cdef public int nworkers
     cdef public object shard
-    cdef public object replication
+    cdef public ReplicationCore replication
     cdef public object ep
     cdef public dict extra_fds
     cdef public bytes myid
@@ -267,7 +268,7 @@ cdef class JobLinkPath:
 
     cdef bint on_frame(self, InLink link, data) except -1:
         try:
-            msgs = unpackb(data, use_list=True)
+            msgs = unpackb(data)     # lists: msgpack's default (use_list, >= 1.0)
         except Exception:
             self.refuse(link, "a frame that is not msgpack")
             return False
@@ -287,7 +288,7 @@ cdef class JobLinkPath:
             self.refuse(link, "a frame that is not a list")
             return False
         self.received_frames += 1
-        replication = self.replication
+        cdef ReplicationCore replication = self.replication
         if self.drop or link.sender not in replication.known or link.sender == self.myid:
             return True                 # cut off (DEBUG BUS), or not (yet) a node we know
         cdef dict inbox = {}

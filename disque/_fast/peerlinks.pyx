@@ -124,7 +124,7 @@ cdef class PeerLinks:
                 self.lost(w)
                 return
             for data in frames:
-                self.entries(p, unpackb(data, use_list=True))
+                self.entries(p, unpackb(data))    # lists: msgpack's default
             if n < FRAMES_READ_SIZE or self.peers.get(w) is not p:
                 return
 

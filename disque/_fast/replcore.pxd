@@ -2,6 +2,9 @@ from disque._fast.addjob cimport ReplWait
 from disque._fast.job cimport Job
 from disque._fast.shardcore cimport ShardCore
 
+cpdef count_types(list entries, dict counts)
+
+
 cdef class ReplicationCore:
     cdef public ShardCore shard
     cdef public tuple reachable         # other nodes that can get copies (bytes ids)
@@ -12,6 +15,7 @@ cdef class ReplicationCore:
     cdef public dict repl_by_reqid      # reqid -> ReplWait
     cdef public dict bus_in             # messages received / sent, by type
     cdef public dict bus_sent
+    cdef public object served           # the worker's ServedCore, when it serves connections
     # Hooks: the Python handlers of the job messages not handled here, bound once by
     # disque.workers.replication.Replication (REPLICATION_HOOKS there); a C field holding
     # the bound method, None until bound (tested). Each takes (sender, mflags, payload).
@@ -27,6 +31,7 @@ cdef class ReplicationCore:
     cdef public object yourjobs_msg     # (sender, mflags, payload) YOURJOBS (federation)
     cdef public object interest_msg     # (sender, mflags, payload) INTEREST (federation)
 
+    cpdef on_bus(self, list msgs)
     cpdef send_bus(self, dest, long mtype, payload, long mflags=*)
     cdef object message_hook(self, long mtype)
     cpdef replicate_new(self, long long reqid, ReplWait wait)

@@ -11,14 +11,20 @@ of the first node's worker (perf: half its CPU in the interpreter).
 """
 import random
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.set cimport PySet_Add
+from libc.string cimport memcpy
+
 from disque._fast.addjob cimport ReplWait
 from disque._fast.groups cimport JobGroup
 from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL,
                                JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
+from disque._fast.servedcore cimport ServedCore
 from disque._fast.shardcore cimport PAUSE_IN, Queue, ShardCore
 
-from disque._fast.codec import CodecError, deserialize, serialize
+from disque._fast.codec cimport deserialize, serialize
+from disque._fast.codec import CodecError
 from disque.contracts import bus_messages as _bus
 
 cdef long REPLJOB = _bus.REPLJOB
@@ -62,7 +68,19 @@ cpdef tuple pick_distinct(tuple pool, Py_ssize_t k):
     return tuple(items[:k])
 
 
-def count_types(list entries, dict counts):
+cdef bytes status_reply(bytes jid):
+    """+<ID>\r\n in one allocation (two concatenations made two bytes objects)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(jid)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 3)
+    cdef char *p = PyBytes_AS_STRING(out)
+    p[0] = b'+'
+    memcpy(p + 1, PyBytes_AS_STRING(jid), n)
+    p[n + 1] = b'\r'
+    p[n + 2] = b'\n'
+    return out
+
+
+cpdef count_types(list entries, dict counts):
     """Messages by type (INFO's bus_out): entries are (destinations, type, flags, payload)."""
     for e in entries:
         t = e[1]
@@ -86,7 +104,7 @@ cdef class ReplicationCore:
     cpdef send_bus(self, dest, long mtype, payload, long mflags=0):
         self.shard.bus_out.append((dest, mtype, mflags, payload))
 
-    def on_bus(self, list msgs):
+    cpdef on_bus(self, list msgs):
         """Job messages from other nodes, [sender, type, flags, payload] each, already
         checked for shape by the front-end or the job link (busrelay.route_job_messages)."""
         cdef dict counts = self.bus_in
@@ -259,11 +277,11 @@ cdef class ReplicationCore:
         else:
             job.nodes_confirmed = None
             self.activate(job)
-        reply = b"+" + job.id + b"\r\n"
+        reply = status_reply(job.id)
         # Shard.answer, without its Python frame: a served producer (negative wait id)
         # or the front-end's request
         if wait.reqid < 0:
-            (<object>self.shard).served.repl_answered(wait.reqid, reply)
+            (<ServedCore>self.served).repl_answered(wait.reqid, reply)
         else:
             self.shard.out.append([wait.reqid, reply])
 
@@ -283,7 +301,11 @@ cdef class ReplicationCore:
                 return
             self.placed(<ReplWait>wait, payload[1])
         self.add_node(job, sender)
-        job.nodes_confirmed.add(sender)
+        confirmed = job.nodes_confirmed
+        if type(confirmed) is set:
+            PySet_Add(confirmed, sender)    # the set replicate_new made, without a method call
+        else:
+            confirmed.add(sender)
         if len(job.nodes_confirmed) >= job.repl and not (<ReplWait>wait).seq_pending:
             self.replicated(<ReplWait>wait)
 

@@ -30,6 +30,11 @@ cdef class Queue:
     cpdef drop_waiter(self, object consumer)
     cpdef Py_ssize_t waiting(self)
 
+cdef class CommandTally:
+    cdef public long long ns             # service time of the command here, ns
+    cdef public long long count          # its calls
+
+
 cdef class ShardCore:
     cdef public dict jobs
     cdef public dict queues
@@ -60,8 +65,7 @@ cdef class ShardCore:
     cdef public list prefix_waiters      # consumers blocked in GETJOB FROM-PREFIX
     cdef public dict dead_lettered       # origin queue -> jobs moved to its dead-letter queue
     cdef public list out                 # entries for the front-end's next batch (replies, offers)
-    cdef public object command_ns        # Counter: service ns per command (INFO commandstats)
-    cdef public object command_count     # Counter: calls per command (stats log)
+    cdef public dict tallies             # command name -> CommandTally (INFO commandstats, stats log)
     cdef public list latency_counts      # the stats log's latency histogram (its list)
     # Hooks: what the core calls on the Python parts, bound once by disque.workers.shard.Shard
     # (SHARD_HOOKS there); a C field holding the bound method, None until bound (tested).
@@ -96,6 +100,8 @@ cdef class ShardCore:
     cpdef long long spill_out_tail(self, Queue q, list tail, object marker)
     cpdef bint register_back(self, Job job, unsigned long long seq)
     cpdef account(self, bytes name, long long ns)
+    cpdef add_ns(self, bytes name, long long ns)
+    cdef CommandTally tally(self, bytes name)
     cpdef account_share(self, list names, long long ns, dict calls=*)
     cpdef long long ack_lone(self, list argv, list left) except -1
     cpdef Job fetch(self, Queue q)

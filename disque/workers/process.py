@@ -72,7 +72,7 @@ class Worker:
         if link.channel is not None:
             served = self.served = ServedClients(self.index, shard.nworkers, shard, link.channel,
                                                  link.sock.fileno(), timer.fileno(), self.peers)
-            shard.served = served
+            shard.served = shard.replication.served = served
             if self.job_links_fd is not None:
                 self.job_links = JobLinks(self.index, shard.nworkers, self.job_links_fd, shard,
                                           served.ep, served.extra_fds, self.job_links_tls)

@@ -69,6 +69,6 @@ def scan_share(shard, kind, low, bits, bound, count, steps, opts):
                 continue
             out.append(resp.bulk(q.name))
     nxt = log.seq_at(pos) if pos < n else -1
-    shard.command_ns[b"jscan" if kind == "j" else b"qscan"] += perf_counter_ns() - t0
+    shard.add_ns(b"jscan" if kind == "j" else b"qscan", perf_counter_ns() - t0)
     return [nxt, used, len(out), b"".join(out)]
 

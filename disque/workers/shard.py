@@ -5,7 +5,6 @@ The code follows SPEC sections 3 (commands), 6 (job model), 7 (scheduling) and 8
 (queues). Hot structures come from disque._fast; replies are produced here as RESP
 bytes so the front-end only copies them to the client.
 """
-import collections
 import heapq
 from time import perf_counter_ns
 
@@ -81,8 +80,7 @@ class Shard(ShardCore):
         self.interest_due = set()             # queues whose INTEREST waits for its rate limit; never replaced
         self.out = []                         # replies/offers for the front-end
         self.config = config or {}
-        self.command_ns = collections.Counter()     # service time per command (INFO commandstats)
-        self.command_count = collections.Counter()  # calls per command (stats log)
+        self.tallies = {}                           # per command: service time, calls (ShardCore.tally)
         self.n_deleted = 0                          # jobs removed by DELJOB / FASTACK
         self.latency = LatencyHistogram()           # service time distribution (stats log)
         self.latency_counts = self.latency.counts   # (its list, updated inline per command)
