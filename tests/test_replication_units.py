@@ -62,3 +62,20 @@ def test_the_copies_nodes_are_distinct_and_every_node_is_picked():
     assert sorted(pick_distinct(pool, 5)) == sorted(pool)
     with pytest.raises(ValueError):
         pick_distinct(pool, 6)
+
+
+@pytest.mark.parametrize("cluster", [3, 40])
+def test_a_copys_nodes_become_the_known_ids_and_unknown_ones_are_dropped(cluster):
+    """known_nodes (a copy kept here): the ids it keeps are the objects of `known` (a copy
+    holds no id bytes of its own), in the copy's order, without the nodes this node does
+    not know; by bytes up to 16 nodes, by hash past them."""
+    s = Shard(0, 1, ME)
+    others = [b"%040d" % i for i in range(cluster - 1)]
+    s.replication.set_cluster({"myid": ME, "size": cluster, "reachable": others,
+                               "known": others, "leaving": False})
+    fresh = tuple(bytes(bytearray(n)) for n in (others[1], ME, b"f" * 40, others[0]))
+    got = s.replication.known_nodes(fresh)
+    assert got == (others[1], ME, others[0])
+    known = {id(n) for n in s.replication.known}
+    assert cluster > 16 or all(id(n) in known for n in got)
+    assert s.replication.known_nodes(()) == ()

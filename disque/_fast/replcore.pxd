@@ -11,6 +11,7 @@ cdef class ReplicationCore:
     cdef public tuple roomy             # those below 75% counting spilled jobs (MEMORY_HIGH)
     cdef public tuple crowded           # the others of `reachable`
     cdef public frozenset known         # every node of the cluster, self included
+    cdef public tuple known_ids         # the same, as a tuple (known_nodes)
     cdef public dict repl_waits         # job id -> ReplWait
     cdef public dict repl_by_reqid      # reqid -> ReplWait
     cdef public dict bus_in             # messages received / sent, by type
@@ -32,6 +33,7 @@ cdef class ReplicationCore:
     cdef public object interest_msg     # (sender, mflags, payload) INTEREST (federation)
 
     cpdef on_bus(self, list msgs)
+    cpdef set_known(self, frozenset known)
     cpdef send_bus(self, dest, long mtype, payload, long mflags=*)
     cdef object message_hook(self, long mtype)
     cpdef replicate_new(self, long long reqid, ReplWait wait)

@@ -90,7 +90,7 @@ class Replication(ReplicationCore):
         self.roomy = self.reachable if roomy == self.reachable else roomy
         self.crowded = tuple(n for n in self.reachable if n not in roomy)
         self.shard.roomy_nodes = len(self.roomy)
-        self.known = frozenset(state["known"]) | {myid}
+        self.set_known(frozenset(state["known"]) | {myid})
         self.shard.leaving = state["leaving"]
         if self.shard.groups.set_nodes(tuple(state.get("members", (myid,))), myid):
             self.rehome_groups()
