@@ -29,9 +29,9 @@ import time
 
 import psutil
 
+from common.cluster import start_joined
 from common.options import add_server_options, server_setups
-from disque.harness import join
-from disque.harness.node import Node, original_argv
+from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,18 +94,9 @@ def one_run(label, head, args, workdir):
     lease = lease_port()
     nodes = []
     try:
-        for i, host in enumerate(HOSTS):
-            d = os.path.join(workdir, "%s-n%d" % (label, i))
-            os.makedirs(d)
-            nodes.append(Node(node_argv(head, host, lease.port, args.workers, d, args.disque_binary),
-                              port=lease.port, host=host, cwd=d,
-                              log_path=os.path.join(d, "server.log")))
-        for node in nodes:
-            node.spawn()
-        for node in nodes:
-            node.wait_ready(30)
-        if not join(nodes, 30):
-            raise RuntimeError("the nodes did not form a cluster")
+        start_joined(len(HOSTS), lambda i, d: (
+            node_argv(head, HOSTS[i], lease.port, args.workers, d, args.disque_binary),
+            lease.port, HOSTS[i]), workdir, label, nodes)
         out = os.path.join(workdir, "%s-workload.json" % label)
         workload = subprocess.Popen(
             [sys.executable, "-m", "faults.workload", "--addrs", ",".join(HOSTS),

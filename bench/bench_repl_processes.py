@@ -15,7 +15,6 @@ machine's swing.
 """
 import argparse
 import collections
-import os
 import shutil
 import statistics
 import sys
@@ -24,10 +23,9 @@ import time
 
 import psutil
 
-from common.cluster import redis_benchmark
+from common.cluster import redis_benchmark, start_joined
 from common.options import add_server_options, server_setups
-from disque.harness import join
-from disque.harness.node import Node, original_argv
+from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
 NODES = 3
@@ -69,17 +67,9 @@ def one_run(label, head, args, workdir):
     leases = [lease_port() for _ in range(NODES)]
     nodes = []
     try:
-        for i, lease in enumerate(leases):
-            d = os.path.join(workdir, "%s-n%d" % (label, i))
-            os.makedirs(d)
-            nodes.append(Node(node_argv(head, lease.port, args.workers, d, args.disque_binary),
-                              port=lease.port, cwd=d, log_path=os.path.join(d, "server.log")))
-        for node in nodes:
-            node.spawn()
-        for node in nodes:
-            node.wait_ready(30)
-        if not join(nodes, 30):
-            raise RuntimeError("the nodes did not form a cluster")
+        start_joined(NODES, lambda i, d: (
+            node_argv(head, leases[i].port, args.workers, d, args.disque_binary),
+            leases[i].port, "127.0.0.1"), workdir, label, nodes)
         time.sleep(SETTLE_S)
         roles = process_roles(nodes)
         before = sample(roles)

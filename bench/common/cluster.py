@@ -71,6 +71,24 @@ def start_cluster(n, workers, tmp, extra=lambda i: [], name="node"):
     return nodes, [redis.Redis(port=p, protocol=2) for p, _ in nodes]
 
 
+def start_joined(count, node_of, workdir, label, into, timeout=30):
+    """`count` nodes, each in a directory of its own under `workdir`: `node_of(i, directory)`
+    gives (argv, port, host). They are appended to `into` (the caller stops every node
+    there, after an error too), started, and joined with CLUSTER MEET."""
+    for i in range(count):
+        d = os.path.join(workdir, "%s-n%d" % (label, i))
+        os.makedirs(d)
+        argv, port, host = node_of(i, d)
+        into.append(Node(argv, port=port, host=host, cwd=d,
+                         log_path=os.path.join(d, "server.log")))
+    for node in into:
+        node.spawn()
+    for node in into:
+        node.wait_ready(timeout)
+    if not join(into, timeout):
+        raise RuntimeError("the nodes did not form a cluster")
+
+
 def wait_job_links(clients, workers, deadline):
     """Our nodes' direct job links all up: every worker to every worker of the other nodes
     (redis-py clients of the nodes). The original has none to wait for."""
