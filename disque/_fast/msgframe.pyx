@@ -16,14 +16,14 @@ from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.string cimport memcpy
 
+from disque._fast.sysio cimport framed
+
 import msgpack
 
 cdef extern from "Python.h":
     # declared here without Cython's `except? -1`: an int out of range is checked for
     # below (PyErr_Occurred) and sent to the Packer, not raised
     unsigned long long as_uint64 "PyLong_AsUnsignedLongLong" (object o) noexcept
-
-from disque._fast.sysio cimport framed
 
 cdef object packb = msgpack.Packer().pack   # the fallback: one Packer, as the links had
 cdef int MAX_DEPTH = 8                      # deeper lists go to the Packer

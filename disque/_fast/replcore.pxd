@@ -1,5 +1,6 @@
 from disque._fast.addjob cimport ReplWait
 from disque._fast.job cimport Job
+from disque._fast.servedcore cimport ServedCore
 from disque._fast.shardcore cimport ShardCore
 
 cpdef count_types(list entries, dict counts)
@@ -16,7 +17,7 @@ cdef class ReplicationCore:
     cdef public dict repl_by_reqid      # reqid -> ReplWait
     cdef public dict bus_in             # messages received / sent, by type
     cdef public dict bus_sent
-    cdef public object served           # the worker's ServedCore, when it serves connections
+    cdef public ServedCore served       # the worker's, when it serves connections itself
     # Hooks: the Python handlers of the job messages not handled here, bound once by
     # disque.workers.replication.Replication (REPLICATION_HOOKS there); a C field holding
     # the bound method, None until bound (tested). Each takes (sender, mflags, payload).

@@ -20,7 +20,6 @@ from disque._fast.groups cimport JobGroup
 from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL,
                                JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
-from disque._fast.servedcore cimport ServedCore
 from disque._fast.shardcore cimport PAUSE_IN, Queue, ShardCore
 
 from disque._fast.codec cimport deserialize, serialize
@@ -194,13 +193,13 @@ cdef class ReplicationCore:
                 job.nodes_delivered = targets
                 self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s), NOREPLY)
                 self.send_bus((choice(targets),), ENQUEUE, [job.id, job.delay])
-                return b"+" + job.id + b"\r\n"
+                return status_reply(job.id)
             job.nodes_delivered = shard.self_nodes + targets
             data = serialize(job, False, shard.now_s)
             shard.register_job(job)
             self.activate(job)
             self.send_bus(targets, REPLJOB, data, NOREPLY)
-            return b"+" + job.id + b"\r\n"
+            return status_reply(job.id)
         mark_wait_repl(job)
         if extrepl:
             job.nodes_delivered = targets
@@ -281,7 +280,9 @@ cdef class ReplicationCore:
         # Shard.answer, without its Python frame: a served producer (negative wait id)
         # or the front-end's request
         if wait.reqid < 0:
-            (<ServedCore>self.served).repl_answered(wait.reqid, reply)
+            if self.served is None:     # a negative wait id is a served producer's
+                raise RuntimeError("a served producer's reply on a worker serving none")
+            self.served.repl_answered(wait.reqid, reply)
         else:
             self.shard.out.append([wait.reqid, reply])
 
