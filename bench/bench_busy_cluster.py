@@ -30,7 +30,7 @@ import time
 import psutil
 
 from common.cluster import start_joined
-from common.options import add_server_options, server_setups
+from common.options import add_server_options, alternating, server_setups
 from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
@@ -147,12 +147,11 @@ def main():
     rows = collections.defaultdict(list)
     workdir = tempfile.mkdtemp(prefix="bench-busy-")
     try:
-        for rnd in range(args.rounds):
-            for label, head in (setups if rnd % 2 == 0 else setups[::-1]):
-                row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
-                rows[label].append(row)
-                print("round %d %-9s %s" % (rnd + 1, label, "  ".join(
-                    "%s %.1f" % kv for kv in row.items())), flush=True)
+        for rnd, label, head in alternating(setups, args.rounds):
+            row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
+            rows[label].append(row)
+            print("round %d %-9s %s" % (rnd + 1, label, "  ".join(
+                "%s %.1f" % kv for kv in row.items())), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     base = statistics.median(r["rate"] for r in rows["original"]) if "original" in rows else None

@@ -24,7 +24,7 @@ import time
 import psutil
 
 from common.cluster import redis_benchmark, start_joined
-from common.options import add_server_options, server_setups
+from common.options import add_server_options, alternating, server_setups
 from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
@@ -115,11 +115,10 @@ def main():
     runs = collections.defaultdict(list)
     workdir = tempfile.mkdtemp(prefix="bench-repl-processes-")
     try:
-        for rnd in range(args.rounds):
-            for label, head in (setups if rnd % 2 == 0 else setups[::-1]):
-                row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
-                runs[label].append(row)
-                print("round %d %-9s %8.0f/s" % (rnd + 1, label, row["rps"]), flush=True)
+        for rnd, label, head in alternating(setups, args.rounds):
+            row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
+            runs[label].append(row)
+            print("round %d %-9s %8.0f/s" % (rnd + 1, label, row["rps"]), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     meds = {label: summary(rs) for label, rs in runs.items()}

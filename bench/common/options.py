@@ -89,6 +89,14 @@ def add_server_options(ap, workers=2):
     ap.add_argument("--disque-binary", help="the original's disque-server, run too")
 
 
+def alternating(setups, rounds):
+    """(round, label, command head) for every setup in every round, the order reversed in
+    every other round, so that no setup always runs first."""
+    for rnd in range(rounds):
+        for label, head in (setups if rnd % 2 == 0 else setups[::-1]):
+            yield rnd, label, head
+
+
 def server_setups(ap, args):
     """[(label, command head)] for every --server, then ("original", None) with
     --disque-binary. A command's path is made absolute: nodes run in directories of their

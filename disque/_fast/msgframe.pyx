@@ -16,7 +16,7 @@ from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.string cimport memcpy
 
-from disque._fast.sysio cimport framed
+from disque._fast.sysio cimport framed, put_frame_length
 
 import msgpack
 
@@ -75,6 +75,16 @@ cdef inline unsigned char *put_be(unsigned char *p, unsigned long long v, int wi
     return p + width
 
 
+cdef inline unsigned char *put_long_length(unsigned char *p, Py_ssize_t n,
+                                           unsigned char tag16, unsigned char tag32) noexcept:
+    """A bin's or an array's length past its short form: 16 bits, else 32."""
+    if n < 65536:
+        p[0] = tag16
+        return put_be(p + 1, n, 2)
+    p[0] = tag32
+    return put_be(p + 1, n, 4)
+
+
 cdef unsigned char *put(object o, unsigned char *p) except NULL:
     """Writes `o`, which packed_size has accepted, at p; returns the end."""
     cdef Py_ssize_t n, i
@@ -85,12 +95,8 @@ cdef unsigned char *put(object o, unsigned char *p) except NULL:
             p[0] = 0xc4
             p[1] = <unsigned char>n
             p += 2
-        elif n < 65536:
-            p[0] = 0xc5
-            p = put_be(p + 1, n, 2)
         else:
-            p[0] = 0xc6
-            p = put_be(p + 1, n, 4)
+            p = put_long_length(p, n, 0xc5, 0xc6)
         memcpy(p, PyBytes_AS_STRING(o), n)
         return p + n
     if type(o) is int:
@@ -114,12 +120,8 @@ cdef unsigned char *put(object o, unsigned char *p) except NULL:
     if n < 16:
         p[0] = 0x90 | n
         p += 1
-    elif n < 65536:
-        p[0] = 0xdc
-        p = put_be(p + 1, n, 2)
     else:
-        p[0] = 0xdd
-        p = put_be(p + 1, n, 4)
+        p = put_long_length(p, n, 0xdc, 0xdd)
     for i in range(n):
         p = put(<object>PyList_GET_ITEM(o, i), p)
     return p
@@ -132,10 +134,7 @@ cdef bytes framed_box(list box):
         return framed(packb(box))
     cdef bytes data = PyBytes_FromStringAndSize(NULL, size + 4)
     cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(data)
-    p[0] = size & 0xff
-    p[1] = (size >> 8) & 0xff
-    p[2] = (size >> 16) & 0xff
-    p[3] = (size >> 24) & 0xff
+    put_frame_length(p, size)
     put(box, p + 4)
     return data
 

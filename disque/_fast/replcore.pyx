@@ -11,15 +11,16 @@ of the first node's worker (perf: half its CPU in the interpreter).
 """
 import random
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.set cimport PySet_Add
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp
 
 from disque._fast.addjob cimport ReplWait
 from disque._fast.groups cimport JobGroup
 from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL,
                                JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
+from disque._fast.resp cimport status
 from disque._fast.shardcore cimport PAUSE_IN, Queue, ShardCore
 
 from disque._fast.codec cimport deserialize, serialize
@@ -65,18 +66,6 @@ cpdef tuple pick_distinct(tuple pool, Py_ssize_t k):
         j = i + <Py_ssize_t>(<double>random_below_one() * (n - i))
         items[i], items[j] = items[j], items[i]
     return tuple(items[:k])
-
-
-cdef bytes status_reply(bytes jid):
-    """+<ID>\r\n in one allocation (two concatenations made two bytes objects)."""
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(jid)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 3)
-    cdef char *p = PyBytes_AS_STRING(out)
-    p[0] = b'+'
-    memcpy(p + 1, PyBytes_AS_STRING(jid), n)
-    p[n + 1] = b'\r'
-    p[n + 2] = b'\n'
-    return out
 
 
 cpdef count_types(list entries, dict counts):
@@ -193,13 +182,13 @@ cdef class ReplicationCore:
                 job.nodes_delivered = targets
                 self.send_bus(targets, REPLJOB, serialize(job, False, shard.now_s), NOREPLY)
                 self.send_bus((choice(targets),), ENQUEUE, [job.id, job.delay])
-                return status_reply(job.id)
+                return status(job.id)
             job.nodes_delivered = shard.self_nodes + targets
             data = serialize(job, False, shard.now_s)
             shard.register_job(job)
             self.activate(job)
             self.send_bus(targets, REPLJOB, data, NOREPLY)
-            return status_reply(job.id)
+            return status(job.id)
         mark_wait_repl(job)
         if extrepl:
             job.nodes_delivered = targets
@@ -276,7 +265,7 @@ cdef class ReplicationCore:
         else:
             job.nodes_confirmed = None
             self.activate(job)
-        reply = status_reply(job.id)
+        reply = status(job.id)
         # Shard.answer, without its Python frame: a served producer (negative wait id)
         # or the front-end's request
         if wait.reqid < 0:

@@ -4,7 +4,6 @@ from disque._fast.servedloop cimport ServedClient, ServedLoop
 cdef class ServedCore(ServedLoop):
     cdef public dict table          # name as typed -> dispatch.Entry (disque/_fast/dispatch.pyx)
     cdef public dict handlers       # the shard's: changed in place, never replaced
-    cdef public dict calls          # real name -> calls served (commandstats)
     cdef public double timeout
     cdef public long long slowlog_us
     cdef public long long commands

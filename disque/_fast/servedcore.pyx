@@ -21,7 +21,7 @@ from disque import replies
 from disque.contracts import connection_handover as handover_msg
 from disque.contracts import routes
 from disque._fast.servedloop cimport Forwarded, ServedClient, ServedLoop
-from disque._fast.shardcore cimport ShardCore
+from disque._fast.shardcore cimport CommandTally, ShardCore
 from disque._fast.peerlinks cimport PeerLinks
 from disque._fast.sysio cimport mono_ns
 
@@ -45,7 +45,6 @@ cdef class ServedCore(ServedLoop):
     def __cinit__(self):
         self.table = {}
         self.handlers = {}
-        self.calls = {}
         self.timeout = 0
         self.slowlog_us = -1
         self.names = []
@@ -116,7 +115,7 @@ cdef class ServedCore(ServedLoop):
         self.names = []
         cdef long long d = mono_ns() - t0
         cdef Py_ssize_t n = len(names)
-        (<ShardCore>self.shard).account_share(names, d, self.calls)
+        (<ShardCore>self.shard).account_share(names, d, True)
         self.commands += n
         c.last_cmd = names[n - 1]
         if self.slowlog_us >= 0 and d // 1000 >= self.slowlog_us:
@@ -261,7 +260,8 @@ cdef class ServedCore(ServedLoop):
         c.fwd_run += 1
         # counted as served here (commandstats calls); the worker that runs it counts its
         # time and its call in its own figures (stats log, metrics)
-        self.calls[name] = self.calls.get(name, 0) + 1
+        cdef CommandTally t = (<ShardCore>self.shard).tally(name)
+        t.served += 1
         self.commands += 1
         c.last_cmd = name
         return slot

@@ -33,6 +33,7 @@ cdef class Queue:
 cdef class CommandTally:
     cdef public long long ns             # service time of the command here, ns
     cdef public long long count          # its calls
+    cdef public long long served         # calls this worker's connections served (run here or not)
 
 
 cdef class ShardCore:
@@ -102,7 +103,7 @@ cdef class ShardCore:
     cpdef account(self, bytes name, long long ns)
     cpdef add_ns(self, bytes name, long long ns)
     cdef CommandTally tally(self, bytes name)
-    cpdef account_share(self, list names, long long ns, dict calls=*)
+    cpdef account_share(self, list names, long long ns, bint served=*)
     cpdef long long ack_lone(self, list argv, list left) except -1
     cpdef Job fetch(self, Queue q)
     cpdef list fetch_many(self, Queue q, Py_ssize_t count)

@@ -428,6 +428,12 @@ cdef class ShardCore:
         """{name: calls} (the stats log)."""
         return {name: (<CommandTally>t).count for name, t in self.tallies.items()}
 
+    @property
+    def served_calls(self):
+        """{name: calls served by this worker's connections} (commandstats' calls)."""
+        return {name: (<CommandTally>t).served for name, t in self.tallies.items()
+                if (<CommandTally>t).served}
+
     cpdef add_ns(self, bytes name, long long ns):
         """Time spent for `name` outside its call (a shared scan's part on this worker)."""
         cdef CommandTally t = self.tally(name)
@@ -442,10 +448,10 @@ cdef class ShardCore:
         self.latency_counts[latency_bucket(ns // 1000)] += 1
         self.n_commands += 1
 
-    cpdef account_share(self, list names, long long ns, dict calls=None):
+    cpdef account_share(self, list names, long long ns, bint served=False):
         """The commands `names` took `ns` together (one read of a served connection): each
-        is counted with its share; `calls` (the served connections' count per command)
-        too, when given."""
+        is counted with its share, and with `served` as served by this worker's connections
+        too (commandstats' calls)."""
         cdef Py_ssize_t n = len(names)
         cdef long long share = ns // n
         cdef Py_ssize_t i = 0, j
@@ -460,8 +466,8 @@ cdef class ShardCore:
             t = self.tally(name)
             t.ns += share * (j - i)
             t.count += j - i
-            if calls is not None:
-                calls[name] = calls.get(name, 0) + (j - i)
+            if served:
+                t.served += j - i
             i = j
         self.latency_counts[latency_bucket(share // 1000)] += n
         self.n_commands += n

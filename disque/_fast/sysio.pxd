@@ -13,6 +13,14 @@ cdef extern from "<sys/socket.h>" nogil:
     int MSG_NOSIGNAL
 
 
+cdef inline void put_frame_length(unsigned char *p, Py_ssize_t n) noexcept:
+    """A frame's header: its length, u32 little endian (frames.pyx frame_length reads it)."""
+    p[0] = n & 0xff
+    p[1] = (n >> 8) & 0xff
+    p[2] = (n >> 16) & 0xff
+    p[3] = (n >> 24) & 0xff
+
+
 cdef inline bytes framed(bytes payload):
     """<u32 length, little endian><payload> in one bytes object: the writing half of
     disque/contracts/worker_link.py's format (frame), for the links between workers (peer
@@ -22,10 +30,7 @@ cdef inline bytes framed(bytes payload):
     cdef Py_ssize_t n = len(payload)
     cdef bytes data = PyBytes_FromStringAndSize(NULL, n + 4)
     cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(data)
-    p[0] = n & 0xff
-    p[1] = (n >> 8) & 0xff
-    p[2] = (n >> 16) & 0xff
-    p[3] = (n >> 24) & 0xff
+    put_frame_length(p, n)
     memcpy(p + 4, PyBytes_AS_STRING(payload), n)
     return data
 

@@ -296,7 +296,7 @@ class ServedClients(ServedCore):
 
     def totals(self):
         return {"commands": self.commands, "net_in": self.net_in, "net_out": self.net_out,
-                "calls": {k.decode(): v for k, v in self.calls.items()},
+                "calls": {k.decode(): v for k, v in self.shard.served_calls.items()},
                 "connections": len(self.clients)}
 
     def configure(self, conf):
