@@ -6,7 +6,8 @@ Three nodes on 127.0.0.1 joined with CLUSTER MEET; the node measured (`--node 0`
 the benchmark talks to, which sends the copies; `--node 1`, a replica) runs under
 `valgrind --tool=callgrind --instr-atstart=no`, the others natively. After 300 jobs to warm
 up, instrumentation is switched on for `--jobs` `ADDJOB q <100 bytes> 0 REPLICATE 3` from
-one connection, then dumped: instructions per job of each process of that node (for ours
+one connection (with `--groups N`, each in one of N job groups), then dumped: instructions
+per job of each process of that node (for ours
 the front-end and the worker), and the worker's top functions, inclusive. Needs valgrind
 (`apt-get install valgrind`). Two runs of one build agree within about 1%.
 
@@ -96,6 +97,8 @@ def one_setup(label, head, args, workdir):
             return (callgrind(cg_dir, argv) if i == args.node else argv), leases[i].port, "127.0.0.1"
         start_joined(NODES, node_of, workdir, label, nodes, timeout=120)
         cmd = ["ADDJOB", "q", BODY, "0", "REPLICATE", str(NODES)]
+        if args.groups:
+            cmd = ["-r", str(args.groups)] + cmd + ["GROUP", "g:__rand_int__"]
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -129,10 +132,14 @@ def main():
                     help="the node measured: 0 sends the copies, 1 and 2 take them")
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--top", type=int, default=12, help="the worker's functions shown")
+    ap.add_argument("--groups", type=int, default=0, metavar="N",
+                    help="jobs of N groups (ADDJOB ... GROUP g:<random>; ours only)")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         ap.error("needs valgrind (apt-get install valgrind)")
     setups = server_setups(ap, args)
+    if args.groups and args.disque_binary:
+        ap.error("--groups: the original has no job groups")
     workdir = tempfile.mkdtemp(prefix="bench-repl-instructions-")
     try:
         results = [(label, one_setup(label, head, args, workdir)) for label, head in setups]

@@ -289,8 +289,10 @@ cdef class JobLinkPath:
             return False
         self.received_frames += 1
         cdef ReplicationCore replication = self.replication
-        if self.drop or link.sender not in replication.known or link.sender == self.myid:
+        sender = replication.node_ids.get(link.sender)
+        if self.drop or sender is None or sender == self.myid:
             return True                 # cut off (DEBUG BUS), or not (yet) a node we know
+        link.sender = sender            # the worker's object for that id (node_ids)
         cdef dict inbox = {}
         route_job_messages(msgs, link.sender, self.nworkers, inbox, FORWARD_COPIES, [])
         mine = inbox.pop(self.index, None)

@@ -13,6 +13,9 @@ cdef class ReplicationCore:
     cdef public tuple crowded           # the others of `reachable`
     cdef public frozenset known         # every node of the cluster, self included
     cdef public tuple known_ids         # the same, as a tuple (known_nodes)
+    # one object per node id of `known`: every tuple, set and dict of node ids this worker
+    # builds holds these, so the job path compares ids by identity, not by their bytes
+    cdef public dict node_ids
     cdef public dict repl_waits         # job id -> ReplWait
     cdef public dict repl_by_reqid      # reqid -> ReplWait
     cdef public dict bus_in             # messages received / sent, by type

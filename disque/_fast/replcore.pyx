@@ -75,6 +75,19 @@ cpdef count_types(list entries, dict counts):
         counts[t] = counts.get(t, 0) + 1
 
 
+cdef inline bint node_in(bytes node, tuple nodes) except -1:
+    """Whether `nodes` holds `node`: by identity first (the worker's ids are one object
+    each, ReplicationCore.node_ids), then by value."""
+    cdef bytes n
+    for n in nodes:
+        if n is node:
+            return True
+    for n in nodes:
+        if n == node:
+            return True
+    return False
+
+
 cdef class ReplicationCore:
     """Needs from the shard (a ShardCore): jobs, bus_out, the job state calls, `answer`
     and the `aof_loadjob` hook. Calls the Python handlers of the other job messages
@@ -83,6 +96,7 @@ cdef class ReplicationCore:
     def __init__(self, ShardCore shard):
         self.shard = shard
         self.reachable = self.roomy = self.crowded = ()
+        self.node_ids = {}
         self.set_known(frozenset(shard.self_nodes))
         self.repl_waits = {}
         self.repl_by_reqid = {}
@@ -224,15 +238,23 @@ cdef class ReplicationCore:
         elsewhere the home gives it (GROUPSEQ). The error reply when that cannot be."""
         cdef ShardCore shard = self.shard
         cdef Job job = wait.job
-        cdef bytes me = shard.node_id, home = wait.home
+        cdef bytes me = shard.node_id, home = wait.home, n
         cdef tuple reachable = self.reachable
-        if home != me and home not in reachable:
+        if home != me and not node_in(home, reachable):
             return HOME_UNREACHABLE
-        cdef list holders = [n for n in wait.ranking if n == me or n in reachable][:job.repl]
-        if len(holders) < job.repl:
+        cdef list targets = []
+        cdef bint mine = False
+        for n in wait.ranking:
+            if len(targets) + mine >= job.repl:
+                break
+            if n == me:
+                mine = True
+            elif node_in(n, reachable):
+                targets.append(n)
+        if len(targets) + mine < job.repl:
             return NOT_ENOUGH_NODES
-        wait.extrepl = me not in holders
-        wait.targets = tuple([n for n in holders if n != me])
+        wait.extrepl = not mine
+        wait.targets = tuple(targets)
         if home == me:
             shard.groups.join_new(job, shard.now_ms)
         else:
@@ -466,10 +488,15 @@ cdef class ReplicationCore:
         self.send_bus((sender,), GOTJOB, [copy.id, (<JobOptions>copy.ext).group_seq])
 
     cpdef set_known(self, frozenset known):
-        """Every node of the cluster (this one included), and the same ids as a tuple for
-        known_nodes."""
-        self.known = known
-        self.known_ids = tuple(known)
+        """Every node of the cluster (this one included): kept as the id objects this
+        worker already holds for them (`node_ids`), and as a tuple for known_nodes."""
+        cdef dict had = self.node_ids
+        cdef dict ids = {}
+        for n in known:
+            ids[n] = had.get(n, n)
+        self.node_ids = ids
+        self.known = frozenset(ids.values())
+        self.known_ids = tuple(self.known)
 
     cpdef tuple known_nodes(self, tuple nodes):
         """The nodes of a copy that this node knows, as the id objects of `known` itself: a

@@ -33,9 +33,9 @@ def control_queues(worker, arg):
 
 def control_cluster(worker, arg):
     """The membership changed (Replication.set_cluster, the job links' peers)."""
-    worker.shard.replication.set_cluster(arg)
+    state = worker.shard.replication.set_cluster(arg)
     if worker.job_links is not None:
-        worker.job_links.set_cluster(arg)
+        worker.job_links.set_cluster(state)
     return True
 
 
