@@ -493,7 +493,8 @@ cdef class ReplicationCore:
         cdef dict had = self.node_ids
         cdef dict ids = {}
         for n in known:
-            ids[n] = had.get(n, n)
+            n = had.get(n, n)
+            ids[n] = n                  # the kept object as the key too: found by identity
         self.node_ids = ids
         self.known = frozenset(ids.values())
         self.known_ids = tuple(self.known)
