@@ -79,3 +79,68 @@ def test_a_copys_nodes_become_the_known_ids_and_unknown_ones_are_dropped(cluster
     known = {id(n) for n in s.replication.known}
     assert cluster > 16 or all(id(n) in known for n in got)
     assert s.replication.known_nodes(()) == ()
+
+
+def fresh(ids):
+    """New bytes objects with the same values, as a decoded cluster push brings them."""
+    return [bytes(bytearray(n)) for n in ids]
+
+
+def test_a_workers_node_ids_are_one_object_each_across_every_push():
+    """Replication.set_cluster (canonical_state): the ids of every field of a push, and of
+    the next pushes, are the objects the worker already holds for them, its own id the
+    shard's; the job links get the same state; an id that leaves the cluster leaves
+    node_ids, and comes back as a new object."""
+    s = Shard(0, 1, ME)
+    me = s.node_id
+    for _ in range(2):
+        state = s.replication.set_cluster({
+            "myid": fresh([ME])[0], "size": 3, "reachable": fresh([OTHER, THIRD]),
+            "roomy": fresh([OTHER]), "known": fresh([OTHER, THIRD]),
+            "members": fresh([ME, OTHER, THIRD]), "leaving": False,
+            "links": {n: ["127.0.0.1", [1], 0] for n in fresh([OTHER, THIRD])}})
+        ids = s.replication.node_ids
+        assert sorted(ids) == sorted([ME, OTHER, THIRD])
+        assert all(k is v for k, v in ids.items())
+        assert ids[ME] is me and state["myid"] is me and s.node_id is me
+        held = {id(n) for n in ids.values()}
+        for group in (s.replication.reachable, s.replication.roomy, state["known"],
+                      state["members"], tuple(state["links"]), s.groups.nodes,
+                      tuple(s.replication.known), s.replication.known_ids):
+            assert all(id(n) in held for n in group), group
+        first = dict(ids)
+    assert all(s.replication.node_ids[n] is first[n] for n in first)
+    s.replication.set_cluster({"myid": ME, "size": 2, "reachable": [OTHER], "known": [OTHER],
+                               "leaving": False})
+    assert sorted(s.replication.node_ids) == sorted([ME, OTHER])
+    back = fresh([THIRD])[0]
+    s.replication.set_cluster({"myid": ME, "size": 3, "reachable": [OTHER, back],
+                               "known": [OTHER, back], "leaving": False})
+    assert s.replication.node_ids[THIRD] is back
+
+
+def test_a_job_of_a_group_goes_to_its_rankings_reachable_nodes_whatever_their_objects():
+    """group_holders: the first REPLICATE nodes of the group's ranking that are this node or
+    reachable, matched by value when the ranking holds other objects than `reachable`."""
+    s = clustered_shard()
+    s.replication.set_cluster({"myid": ME, "size": 3, "reachable": [OTHER, THIRD],
+                               "known": [OTHER, THIRD], "members": fresh([ME, OTHER, THIRD]),
+                               "leaving": False})
+    s.groups.set_nodes(tuple(fresh([ME, OTHER, THIRD])), ME)   # objects not the worker's
+    for i in range(60):
+        key = b"g%d" % i
+        ranking = s.groups.ranking(b"q", key)
+        reply = s.execute(1, [b"ADDJOB", b"q", b"b", b"0", b"REPLICATE", b"2",
+                              b"GROUP", key])
+        assert not bytes(reply or b"").startswith(b"-"), reply
+        wait = s.replication.repl_by_reqid[1]
+        holders = ranking[:2]
+        assert wait.extrepl == (ME not in holders)
+        assert wait.targets == tuple(n for n in holders if n != ME)
+        s.replication.end_wait(wait)
+    s.replication.set_cluster({"myid": ME, "size": 3, "reachable": [OTHER], "known": [OTHER, THIRD],
+                               "members": [ME, OTHER, THIRD], "leaving": False})
+    homes = {s.groups.ranking(b"q", b"g%d" % i)[0]: b"g%d" % i for i in range(60)}
+    reply = s.execute(1, [b"ADDJOB", b"q", b"b", b"0", b"REPLICATE", b"2", b"GROUP",
+                          homes[THIRD]])
+    assert bytes(reply).startswith(b"-NOREPL The home node"), reply
