@@ -16,21 +16,18 @@ through their Python loop (INFO workers, `loop_turns`). Setups alternate within 
         --server after=.venv/bin/disque-server --rounds 3
 """
 import argparse
-import collections
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import psutil
 
 from common.cluster import start_joined
-from common.options import add_server_options, alternating, server_setups
+from common.options import add_server_options, rows_by_setup, server_setups
 from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
@@ -144,16 +141,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=6.0, help="the workload's fault-free run")
     args = ap.parse_args()
     setups = server_setups(ap, args)
-    rows = collections.defaultdict(list)
-    workdir = tempfile.mkdtemp(prefix="bench-busy-")
-    try:
-        for rnd, label, head in alternating(setups, args.rounds):
-            row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
-            rows[label].append(row)
-            print("round %d %-9s %s" % (rnd + 1, label, "  ".join(
-                "%s %.1f" % kv for kv in row.items())), flush=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    rows = rows_by_setup(setups, args.rounds, "bench-busy-",
+                         lambda name, head, workdir: one_run(name, head, args, workdir),
+                         lambda row: "  ".join("%s %.1f" % kv for kv in row.items()))
     base = statistics.median(r["rate"] for r in rows["original"]) if "original" in rows else None
     print("\n5 nodes, --workers %d: medians of %d rounds, per job added (CPU in us)"
           % (args.workers, args.rounds))

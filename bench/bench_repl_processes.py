@@ -14,17 +14,14 @@ machine's swing.
         --server after=.venv/bin/disque-server --disque-binary <original>/src/disque-server
 """
 import argparse
-import collections
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 import psutil
 
 from common.cluster import redis_benchmark, start_joined
-from common.options import add_server_options, alternating, server_setups
+from common.options import add_server_options, rows_by_setup, server_setups
 from disque.harness.node import original_argv
 from disque.harness.ports import lease_port
 
@@ -112,15 +109,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=20000)
     args = ap.parse_args()
     setups = server_setups(ap, args)
-    runs = collections.defaultdict(list)
-    workdir = tempfile.mkdtemp(prefix="bench-repl-processes-")
-    try:
-        for rnd, label, head in alternating(setups, args.rounds):
-            row = one_run("%s-r%d" % (label, rnd), head, args, workdir)
-            runs[label].append(row)
-            print("round %d %-9s %8.0f/s" % (rnd + 1, label, row["rps"]), flush=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    runs = rows_by_setup(setups, args.rounds, "bench-repl-processes-",
+                         lambda name, head, workdir: one_run(name, head, args, workdir),
+                         lambda row: "%8.0f/s" % row["rps"])
     meds = {label: summary(rs) for label, rs in runs.items()}
     base = meds["original"]["rps"] if "original" in meds else None
     print("\n3 nodes, --workers %d, 1 connection, %d jobs: medians of %d rounds; per process, "

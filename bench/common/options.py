@@ -5,9 +5,11 @@ installs."""
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import shutil
 import sys
+import tempfile
 
 
 def parse_args(argv=None, description=None):
@@ -95,6 +97,22 @@ def alternating(setups, rounds):
     for rnd in range(rounds):
         for label, head in (setups if rnd % 2 == 0 else setups[::-1]):
             yield rnd, label, head
+
+
+def rows_by_setup(setups, rounds, prefix, run, describe):
+    """`run(name, head, workdir)` for every setup in every round (`alternating`), in a
+    temporary directory removed after, each row printed by `describe(row)` as it comes:
+    {label: [row of each round]}."""
+    rows = collections.defaultdict(list)
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    try:
+        for rnd, label, head in alternating(setups, rounds):
+            row = run("%s-r%d" % (label, rnd), head, workdir)
+            rows[label].append(row)
+            print("round %d %-9s %s" % (rnd + 1, label, describe(row)), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
 
 
 def server_setups(ap, args):

@@ -503,19 +503,18 @@ cdef class ReplicationCore:
         """The nodes of a copy that this node knows, as the id objects of `known` itself: a
         copy's list holds no bytes of its own (three fewer objects per job), and ids just
         decoded are matched by their bytes, not hashed (hashing them was 9% of a replica's
-        instructions per copy, callgrind). Past 16 nodes, by hash."""
+        instructions per copy, callgrind). Past 16 nodes, by hash (`node_ids`)."""
         cdef tuple ids = self.known_ids
         cdef Py_ssize_t nk = len(ids), k, size
         cdef list out = []
-        cdef frozenset known
+        cdef dict node_ids
         if nk > 16:
-            known = self.known
+            node_ids = self.node_ids
             for n in nodes:
-                if n not in known:
-                    break
-            else:
-                return nodes
-            return tuple([n for n in nodes if n in known])
+                c = node_ids.get(n)
+                if c is not None:
+                    out.append(c)
+            return tuple(out)
         for n in nodes:
             if type(n) is not bytes:
                 continue
@@ -534,8 +533,8 @@ cdef class ReplicationCore:
         twice would keep the ACK's garbage collection from ever completing (SPEC 7.4)."""
         have = job.nodes_delivered
         extra = []
-        for n in nodes:
-            if n not in have and n not in extra and n in self.known:
+        for n in self.known_nodes(nodes):
+            if n not in have and n not in extra:
                 extra.append(n)
         if extra:
             job.nodes_delivered = have + tuple(extra)
