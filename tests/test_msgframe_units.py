@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from disque._fast.frames import frame
-from disque._fast.msgframe import frame_of_box
+from disque._fast.msgframe import PACKER_BUFFER, Packer, frame_of_box
 from disque.contracts import bus_messages as bus_msg
 
 pytestmark = pytest.mark.unit
@@ -62,3 +62,17 @@ def test_an_int_msgpack_cannot_hold_fails_as_the_packer_fails():
         msgpack.packb([2**64])
     with pytest.raises(OverflowError):
         frame_of_box([[1, 0, [b"x", 2**64]]])
+
+
+def test_a_packer_packs_as_msgpack_and_is_renewed_after_a_message_past_its_buffer():
+    """msgpack's Packer keeps the buffer a big message grew for good: the long-lived
+    packers (a worker's replies, the front-end's requests) get a new one after such a
+    message, and keep theirs after any smaller one."""
+    packer = Packer()
+    first = packer.inner
+    for box in ([[1, b"x" * 100]], [b"y" * (PACKER_BUFFER - 16)], [None, "s", -1, {b"k": 2}]):
+        assert packer.pack(box) == msgpack.packb(box)
+    assert packer.inner is first                    # none was past the buffer
+    big = [b"z" * (PACKER_BUFFER + 1)]
+    assert packer.pack(big) == msgpack.packb(big)
+    assert packer.inner is not first

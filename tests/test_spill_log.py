@@ -186,3 +186,27 @@ def test_the_log_keeps_its_totals_as_records_come_and_go(tmp_path, monkeypatch):
     spill_log.remove_all()
     assert (spill_log.size_total, spill_log.live_total) == (0, 0)
     spill_log.close()
+
+
+def test_the_write_buffer_goes_back_when_dropped_and_comes_again_for_the_next_batch(tmp_path):
+    """The buffer grows to the biggest batch (megabytes after a burst) and an idle worker
+    gives it back (Spill.idle from the slow cron); never while a write from it is in
+    flight, and the next append maps a new one."""
+    spill_log = SpillLog(str(tmp_path), "t")
+    rng = random.Random(4)
+    data, sizes = codec.spill_records([job(rng, n) for n in range(600)])
+    locs = spill_log.append(data, sizes, background=True)
+    assert len(spill_log.wbuf) >= len(data)
+    assert spill_log.in_flight is not None
+    spill_log.drop_buffer()
+    assert spill_log.wbuf is not None               # its write may still read from it
+    spill_log.settle()
+    spill_log.drop_buffer()
+    assert spill_log.wbuf is None
+    spill_log.drop_buffer()                         # twice is harmless
+    data2, sizes2 = codec.spill_records([job(rng, n) for n in range(600, 603)])
+    locs2 = spill_log.append(data2, sizes2)
+    back = spill_log.read([(n, o, z) for (n, o), z in zip(locs + locs2, sizes + sizes2)])
+    assert b"".join(bytes(r) for r in back) == data + data2
+    spill_log.remove_all()
+    spill_log.close()

@@ -1,5 +1,6 @@
 from disque._fast.resp cimport RequestParser
 from disque._fast.dispatch cimport Entry
+from disque._fast.msgframe cimport Packer
 
 cdef class Slot:
     cdef public object data
@@ -78,7 +79,7 @@ cdef class Core:
     cdef public double now            # wall clock, refreshed by the cron
     cdef public bint clustered        # other nodes known: ADDJOB may wait for copies
     cdef public bint affinity         # connection-affinity yes over the unix link
-    cdef object packb
+    cdef Packer packer
     cdef object unpackb
     # Hooks: what the core calls on the Python parts, bound once by the composition root
     # (disque/frontend/node.py, CORE_HOOKS). A C field holding the bound method: no

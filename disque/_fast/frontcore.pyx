@@ -319,7 +319,7 @@ cdef class Core:
         self.affinity = False
         self.queues_spread = False
         self.now = nodeclock.now()
-        self.packb = msgpack.Packer().pack
+        self.packer = Packer()
         self.unpackb = msgpack.unpackb
         self.calls = {}
         self.set_commands(commands)
@@ -341,7 +341,7 @@ cdef class Core:
         if len(box) >= self.eager_batch:
             # start the worker on this chunk while we keep parsing: the processes overlap
             self.outbox[w] = []
-            self.links.send(w, self.packb(box))
+            self.links.send(w, self.packer.pack(box))
         if not self.flush_scheduled:
             self.flush_scheduled = True
             self.loop.call_soon(self.flush)
@@ -354,7 +354,7 @@ cdef class Core:
             box = <list>self.outbox[w]
             if box:
                 self.outbox[w] = []
-                self.links.send(w, self.packb(box))
+                self.links.send(w, self.packer.pack(box))
         self.links.poll_now()
 
     cpdef forward(self, Client client, int w, list argv):

@@ -20,8 +20,28 @@ from disque._fast.sysio cimport framed, put_frame_length
 
 import msgpack
 
-cdef object packb = msgpack.Packer().pack   # the fallback: one Packer, as the links had
+PACKER_BUFFER = 256 << 10   # msgpack's Packer starts with this buffer; a bigger message grows it
 cdef int MAX_DEPTH = 8                      # deeper lists go to the Packer
+
+
+cdef class Packer:
+    """msgpack's `Packer().pack` for a sender that lives as long as its process (a worker's
+    replies, the front-end's requests, the fallback below): one Packer, since packb makes a
+    new one per call, but renewed after a message past PACKER_BUFFER. A Packer keeps the
+    buffer it grew for good, so one pipelined burst of 1 MB would stay in the process's
+    RSS until it exits (docs/memory.md, "RSS")."""
+
+    def __cinit__(self):
+        self.inner = msgpack.Packer().pack
+
+    cpdef bytes pack(self, object obj):
+        cdef bytes data = self.inner(obj)
+        if PyBytes_GET_SIZE(data) > PACKER_BUFFER:
+            self.inner = msgpack.Packer().pack
+        return data
+
+
+cdef Packer fallback = Packer()     # what the box writer below does not write itself
 
 
 cdef extern from "Python.h":
@@ -151,7 +171,7 @@ cdef bytes framed_box(list box):
     """The frame of a box of messages (see the module's docstring)."""
     cdef Py_ssize_t size = packed_size(box, 0)
     if size < 0 or size > 0xFFFFFFFF:
-        return framed(packb(box))
+        return framed(fallback.pack(box))
     cdef bytes data = PyBytes_FromStringAndSize(NULL, size + 4)
     cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(data)
     put_frame_length(p, size)

@@ -61,11 +61,12 @@ class Crons:
 
     def slow_cron(self):
         """Twice a second: leave if the front-end is gone, evict idle queues, shrink the
-        job and queue tables a drain left oversized."""
+        job and queue tables a drain left oversized, give back an idle spill buffer."""
         if os.getppid() != self.parent:
             log.warning("Front-end is gone: worker %d exits", self.worker.index)
             return False
         shard = self.worker.shard
         shard.queue_commands.evict_idle_queues()
         shard.memory.shrink_tables()
+        shard.spill.idle()
         return True

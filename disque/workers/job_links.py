@@ -38,12 +38,11 @@ import logging
 import select
 import socket
 
-import msgpack
-
 from disque._fast.joblinkpath import (TLS_READ_SIZE, InEvent, InLink, JobLinkPath, OutLink,
                                      monotonic_ms)
 # the <u32 length><payload> frames, read and written in C (disque/_fast/frames.pyx)
 from disque._fast.frames import frame, send_kept
+from disque._fast.msgframe import Packer
 from disque.contracts.job_link import HELLO  # noqa: F401  (for the tests' hand-made hellos)
 from disque.contracts.job_link import VERSION, Hello
 from disque.contracts.job_link_tls import contexts as tls_contexts
@@ -57,7 +56,7 @@ HELLO_MS = 5000                 # an inbound connection without a hello by then 
 MAX_WARNED = 4096               # addresses whose refused TLS handshake was logged
 EPOLLIN = select.EPOLLIN
 EPOLLOUT = select.EPOLLOUT
-packb = msgpack.Packer().pack     # one Packer: packb makes a new one per call
+packb = Packer().pack
 
 
 class JobLinks(JobLinkPath):

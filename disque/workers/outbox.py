@@ -12,9 +12,8 @@ So no reply and no acknowledgement leaves before the AOF record of what it promi
 is the served loop's turn in C (servedloop.pyx), which sends job messages itself
 (JobLinkPath.messages_out) only on a node without an AOF.
 """
-import msgpack
-
 from disque._fast.joblinkpath import relay_bus_out
+from disque._fast.msgframe import Packer
 
 STEPS = ("bus_out", "aof", "job_links", "served", "front_end")
 
@@ -26,7 +25,7 @@ class Outbox:
         self.worker = worker
         self.shard = worker.shard
         self.link = worker.link
-        self.pack = msgpack.Packer().pack       # one Packer: packb makes a new one per call
+        self.pack = Packer().pack
         job_links = worker.job_links
         step = {"bus_out": self.bus_out if job_links is None else job_links.bus_out,
                 "aof": self.shard.persistence.aof_flush,

@@ -156,6 +156,12 @@ class Spill:
             self.sweep_pos = 0          # slots moved: the sweep starts again
         self.account()
 
+    def idle(self):
+        """The slow cron: a worker with nothing spilled gives its spill log's write buffer
+        back (docs/memory.md, "RSS")."""
+        if self.log is not None and not self.index.count:
+            self.log.drop_buffer()
+
     def account(self):
         """The index's bytes in data_bytes (used_memory), as it grows and shrinks."""
         if not self.index.count:

@@ -148,6 +148,14 @@ class SpillLog:
             self.wbuf = mmap.mmap(-1, aligned(max(size, 256 << 10)))
         return self.wbuf
 
+    def drop_buffer(self):
+        """The write buffer goes back to the system (it is as big as the biggest batch,
+        megabytes after a burst); the next append maps a new one. Not while a write from
+        it is in flight."""
+        if self.wbuf is not None and self.in_flight is None:
+            self.wbuf.close()
+            self.wbuf = None
+
     def append(self, data, sizes, background=False):
         """Write the records in `data`, of `sizes`, as one batch, padded to ALIGN:
         [(segment, offset)]. On an error (OSError: a full disk) nothing is kept and the
