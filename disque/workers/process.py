@@ -6,6 +6,7 @@ loop's own parts: WorkerLoop (the turn), Batches (the front-end's requests, cont
 for the controls), Crons, IdleTick and the Outbox (the order things leave in). `serve`
 runs one, in a new interpreter (main) or in a fork of the front-end (disque/worker_spawn.py).
 """
+import gc
 import json
 import logging
 import os
@@ -143,6 +144,10 @@ def serve(args):
     worker = Worker(args.index, args.workers, args.link, args.node_id.encode(), config, peers,
                     args.job_links, args.job_links_tls)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
+    # what the start made stays for the worker's life: out of the collector's walks, as a
+    # fork's inherited objects are (worker_spawn.fork_worker); a new interpreter (a
+    # secured node's workers, a restarted one) has every module's objects to freeze
+    gc.freeze()
     try:
         worker.run()
     except KeyboardInterrupt:
