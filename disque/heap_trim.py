@@ -13,29 +13,40 @@ trim per TRIM_STEP freed, and nothing on a node whose memory does not shrink. Th
 grows with the free chunks: in a worker spilling ten million jobs it took 3% of the
 worker's time, so a check waits at least CHECK_BUDGET times what the last walk took: the
 heap's books never cost more than 1% of a process. What stays
-is memory still in use, free chunks smaller than a page between live ones, and the
-interpreter's small-object arenas (freed whole when they empty, by Python itself).
+is memory still in use and free chunks smaller than a page between live ones.
+
+The interpreter's small objects live in its own arenas, outside malloc's heap: Python
+unmaps an arena once it is empty, and PoolTrim hands back the free pools of the ones a
+few survivors keep (disque/_fast/pymalloc_pools.pyx), at most once a second.
 """
 import time
 
-from disque._fast import procctl
+from disque._fast import procctl, pymalloc_pools
 from disque._fast.procctl import heap_free_bytes
 
 TRIM_STEP = 1 << 20         # bytes freed since the last trim's low point before trimming
 CHECK_BUDGET = 100          # a check waits at least this many times the last one's cost
+POOLS_EVERY_S = 1.0         # seconds between two walks of the interpreter's pools
 
 
 class HeapTrim:
-    """One per process; `cron()` every ~100 ms: True when it trimmed (`trims` and
-    `checks` count). `clock` (seconds) is for tests."""
+    """One per process; `cron()` every ~100 ms: True when it trimmed the heap (`trims`
+    and `checks` count), the interpreter's pools on their own schedule (`pools`). `clock`
+    (seconds) is for tests."""
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
         self.low = heap_free_bytes()
         self.trims = self.checks = 0
         self.next_at = 0.0
+        self.pools = PoolTrim(clock)
 
     def cron(self):
+        trimmed = self.trim_heap()
+        self.pools.cron()
+        return trimmed
+
+    def trim_heap(self):
         if not procctl.has_heap_calls:
             return False
         start = self.clock()
@@ -61,3 +72,27 @@ class HeapTrim:
         # waits for as much again to be freed
         self.low = heap_free_bytes()
         return True
+
+
+class PoolTrim:
+    """The pages of the interpreter's free small-object pools back to the system: a walk
+    of the pool headers (about 64 per MB of arenas) at most every POOLS_EVERY_S, and at
+    most 1% of the process's time. `given` counts the bytes handed back."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.next_at = 0.0
+        self.walks = self.given = 0
+
+    def cron(self):
+        if not pymalloc_pools.enabled:
+            return 0
+        start = self.clock()
+        if start < self.next_at:
+            return 0
+        given = pymalloc_pools.give_back()
+        self.walks += 1
+        self.given += given
+        walked = self.clock()
+        self.next_at = walked + max(POOLS_EVERY_S, (walked - start) * CHECK_BUDGET)
+        return given
