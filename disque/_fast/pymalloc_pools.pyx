@@ -108,17 +108,22 @@ cdef void arena_free(void *ctx, void *ptr, size_t size) noexcept:
     inner.free(inner.ctx, ptr, size)
 
 
+cdef inline bint carved_header(PoolHeader *h):
+    """Whether `h` reads as the header pymalloc writes when it carves a pool: offsets
+    within the pool, a size class or the carved-and-unsized mark."""
+    if h.nextoffset < POOL_OVERHEAD or h.nextoffset > POOL_SIZE or h.maxnextoffset > POOL_SIZE:
+        return False
+    return h.szidx < SIZE_CLASSES or h.szidx == DUMMY_SIZE_IDX
+
+
 cdef bint header_matches(object probe, size_t size):
     """Whether the pool holding `probe`, an object of `size` bytes from pymalloc, has the
     header this module reads."""
     cdef uintptr_t addr = <uintptr_t><void *>probe
     cdef PoolHeader *h = <PoolHeader *>(addr & ~(<uintptr_t>POOL_SIZE - 1))
-    cdef unsigned int block = (h.szidx + 1) * ALIGNMENT
-    if h.szidx != (size - 1) // ALIGNMENT or h.count < 1:
+    if h.szidx != (size - 1) // ALIGNMENT or h.count < 1 or not carved_header(h):
         return False
-    if h.nextoffset > POOL_SIZE or h.maxnextoffset > POOL_SIZE or h.nextoffset < POOL_OVERHEAD:
-        return False
-    return (addr - <uintptr_t>h - POOL_OVERHEAD) % block == 0
+    return (addr - <uintptr_t>h - POOL_OVERHEAD) % ((h.szidx + 1) * ALIGNMENT) == 0
 
 
 def _layout_matches():
@@ -142,7 +147,7 @@ if enabled:
 
 
 def tracked_arenas():
-    """How many arenas are mapped since the wrap (for tests and INFO)."""
+    """How many arenas are mapped since the wrap (for tests)."""
     return n_arenas
 
 
@@ -162,11 +167,7 @@ cdef bint is_arena(uintptr_t base):
         if h.nextoffset != 0:
             if index < 0:
                 index = h.arenaindex
-            if h.arenaindex != index or h.nextoffset < POOL_OVERHEAD:
-                return False
-            if h.nextoffset > POOL_SIZE or h.maxnextoffset > POOL_SIZE:
-                return False
-            if h.szidx >= SIZE_CLASSES and h.szidx != DUMMY_SIZE_IDX:
+            if h.arenaindex != index or not carved_header(h):
                 return False
         pool += POOL_SIZE
     return True
