@@ -4,7 +4,8 @@ One node (`--workers N`, `maxmemory` M, defaults otherwise), fresh: its RSS and 
 over the front-end and the workers. Then --jobs jobs of --body bytes pipelined into it (one
 redis-py producer, 1,000 ADDJOB per round trip over 4 queues), drained (GETJOB COUNT 500 then
 ACKJOB), and --after seconds of rest. A thread samples the processes' RSS every 100 ms from
-the first ADDJOB to the end. Printed: the fresh node, the peak, the end, and both against the
+the first ADDJOB to the end. Printed: the rates and the node's CPU per job of the fill and
+the drain, the fresh node, the peak, the end, and both against the
 bounds issue 47 sets: peak <= 1.1 x maxmemory + fresh RSS; after the drain <= 1.2 x fresh +
 16 MB. With --pause-at F the drain stops for --after seconds once a fraction F of the jobs
 came back, and prints used_memory, the spill index and RSS there (a backlog partly drained).
@@ -24,7 +25,7 @@ import time
 import psutil
 import redis
 
-from common.nodes import leased_node, node_processes, node_rss, rss_by_process
+from common.nodes import leased_node, node_cpu, node_processes, node_rss, rss_by_process
 from disque.harness.node import disque_argv
 
 QUEUES = ["rq0", "rq1", "rq2", "rq3"]
@@ -85,6 +86,8 @@ def fill_and_drain(port, n, body_size, sampler, info_every, pause_at=None, pause
     c = redis.Redis(host="127.0.0.1", port=port, socket_timeout=120)
     pad = os.urandom(body_size)
     pipe = c.pipeline(transaction=False)
+    pid = sampler.node.pid
+    cpu0 = node_cpu(pid)
     t0 = time.monotonic()
     for i in range(n):
         pipe.execute_command("ADDJOB", QUEUES[i & 3], pad, 0)
@@ -98,7 +101,9 @@ def fill_and_drain(port, n, body_size, sampler, info_every, pause_at=None, pause
                       % (i + 1, n, m["used_memory"] / MB, sampler.last / MB,
                          sampler.peak / MB, m.get("spilled_jobs", 0)), flush=True)
     add_s = time.monotonic() - t0
+    add_cpu = node_cpu(pid) - cpu0
     sampler.phase = "drain"
+    cpu0 = node_cpu(pid)
     seen = 0
     t0 = time.monotonic()
     paused = 0.0
@@ -123,8 +128,9 @@ def fill_and_drain(port, n, body_size, sampler, info_every, pause_at=None, pause
         if seen % info_every < GETJOB_COUNT:
             print("  drain %d/%d rss %.0f MB" % (seen, n, sampler.last / MB), flush=True)
     drain_s = time.monotonic() - t0 - paused
+    drain_cpu = node_cpu(pid) - cpu0
     c.close()
-    return add_s, drain_s
+    return add_s, drain_s, add_cpu, drain_cpu
 
 
 def main():
@@ -153,7 +159,7 @@ def main():
             print("fresh node: RSS %.1f MB, PSS %.1f MB" % (fresh / MB, fresh_pss / MB), flush=True)
             sampler = Sampler(node)
             sampler.start()
-            add_s, drain_s = fill_and_drain(node.port, a.jobs, a.body, sampler,
+            add_s, drain_s, add_cpu, drain_cpu = fill_and_drain(node.port, a.jobs, a.body, sampler,
                                             max(PIPELINE, a.jobs // 10), a.pause_at, a.after)
             sampler.phase = "rest"
             time.sleep(a.after)
@@ -171,6 +177,8 @@ def main():
     print()
     print("jobs %d x %d B, maxmemory %s, --workers %d: add %.0f/s, drain %.0f/s"
           % (a.jobs, a.body, a.maxmemory, a.workers, a.jobs / add_s, a.jobs / drain_s))
+    print("node CPU per job: add %.1f us, drain %.1f us"
+          % (add_cpu / a.jobs * 1e6, drain_cpu / a.jobs * 1e6))
     print("fresh RSS %.1f MB; peak RSS %.1f MB (during %s; per process %s; %d samples)"
           % (fresh / MB, sampler.peak / MB, sampler.peak_phase,
              " ".join("%.0f" % (v / MB) for v in sampler.peak_parts.values()), sampler.samples))
