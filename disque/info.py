@@ -8,7 +8,6 @@ whole-process figure is used_memory_rss.
 """
 import json
 import os
-import platform
 import time
 
 
@@ -17,7 +16,7 @@ from disque import VERSION, memstat, statslog
 DEFAULT_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats",
                     "cpu", "workers")
 _RUN_ID = os.urandom(20).hex()
-_UNAME = platform.uname()
+_UNAME = os.uname()     # not platform.uname(): platform is not a start's import
 
 
 def human(n):
@@ -35,7 +34,7 @@ def _server(fe, workers):
     cfg = fe.cfg
     return [
         ("disque_version", VERSION), ("disque_git_sha1", "00000000"), ("disque_git_dirty", 0),
-        ("disque_build_id", "python"), ("os", "%s %s %s" % (uname.system, uname.release, uname.machine)),
+        ("disque_build_id", "python"), ("os", "%s %s %s" % (uname.sysname, uname.release, uname.machine)),
         ("arch_bits", 64), ("multiplexing_api", fe.loop_name), ("gcc_version", "0.0.0"),
         ("process_id", os.getpid()), ("run_id", _RUN_ID), ("tcp_port", cfg.port),
         ("uptime_in_seconds", up), ("uptime_in_days", up // 86400), ("hz", getattr(cfg, "hz", 10)),

@@ -33,6 +33,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
 LOADING_HOLD_S = 0.25   # a longer AOF load serves clients during the load, with -LOADING
+BUS_OPEN_DELAY_S = 0.001    # the bus opens this long after the loop starts (Node.open_bus)
 PICK_PORT_TRIES = 16    # ports the kernel may give a job link listener before one is kept
 MEMORY_TICKS = 2        # measure memory and push the level to workers (SPEC 9) every 100 ms
 
@@ -195,6 +196,22 @@ def job_link_listeners(cfg, cluster, nworkers):
     return socks
 
 
+def check_bus_port(addrs, port):
+    """The bus port must be free before the workers start: ZeroMQ binds it only once the
+    node serves (Node.open_bus), and a busy one stops the start here with its reason."""
+    for addr in addrs:
+        host = "" if addr == "*" else addr
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+        except OSError as e:
+            raise StartupError("Creating the cluster bus socket on port %d: %s"
+                               % (port, e.strerror or e))
+        finally:
+            s.close()
+
+
 def secured(cfg):
     """Whether the node has a cluster secret (docs/security.md)."""
     return bool(cfg.cluster_secret or cfg.cluster_secret_file)
@@ -334,20 +351,28 @@ class Node:
         except OSError as e:
             raise StartupError("Cluster config file %s: %s" % (path, e.strerror or e))
         self.node_id = self.cluster.myself.id.encode()
+        check_bus_port(self.cluster.bind[0], self.cluster.bind[1])
         told = self.cluster.announce
         if (cfg.cluster_announce_ip or cfg.cluster_announce_port or cfg.cluster_announce_bus_port):
             log.info("Announcing this node as %s:%d, bus port %d", told.ip or "(address seen by "
                      "the other nodes)", told.port, told.bus_port)
 
     def open_bus(self):
-        if self.cluster is None:
+        """The bus, a millisecond after the loop started: the clients already waiting
+        (a restart's producers) are taken and handed to their workers first, which saves
+        them ZeroMQ's import and threads (about 15 ms of a start). The cluster's state
+        reached the workers before they serve (ClusterRelay.attach); a command that needs
+        the bus sooner opens it (Cluster.transport). The port was free at the start
+        (check_bus_port): a bind that fails now stops the node with the reason."""
+        if self.cluster is None or self.stopping:
             return
         import zmq                      # after the forks (Node.run), as the bus itself
         try:
             self.cluster.open_bus()
         except zmq.ZMQError as e:
-            raise StartupError("Creating the cluster bus socket on port %d: %s"
-                               % (self.cfg.bus_port, e))
+            log.error("Fatal: Creating the cluster bus socket on port %d: %s",
+                      self.cfg.bus_port, e)
+            self.request_stop(1)
 
     def cleanup(self):
         self.stop_workers()
@@ -390,7 +415,6 @@ class Node:
             from disque.frontend.pace import CronPace
             loop, loop_name = new_event_loop()
             self.loop = loop            # request_stop stops it; `loop` is its name in here
-            self.open_bus()
             fe = Frontend(cfg, self.node_id, self.links, self.nworkers, loop)
             self.wait_for_workers()
             fe.loop_name = loop_name
@@ -432,6 +456,7 @@ class Node:
                 if early:
                     self.on_signal(early[0])
             loop.call_soon(arm_signals)
+            loop.call_later(BUS_OPEN_DELAY_S, self.open_bus)
             # the cron tick comes from a timerfd, so the loop never holds a timer and
             # waits in epoll with no timeout (see disque/_fast/clock.pyx)
             self.cron_timer = PeriodicTimer(CRON_MS)

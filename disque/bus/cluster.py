@@ -28,7 +28,8 @@ class Cluster:
                  on_job_messages=None, on_change=None, keys=None, announce=None,
                  open_bus=True):
         """`open_bus` False: the node's identity and table only, no socket and no ZeroMQ
-        thread until `open_bus()` (the server forks its workers in between)."""
+        thread until `open_bus()` or the first use of `transport` (the server forks its
+        workers and serves its first clients in between)."""
         self.node_timeout = node_timeout_ms
         self.file = NodesFile(config_path)
         self.file.lock()
@@ -54,7 +55,8 @@ class Cluster:
         self.bind = (bind_addrs or ["127.0.0.1"], port + BUS_PORT_OFFSET)
         self.own_ctx = ctx is None
         self.ctx = ctx
-        self.transport = None
+        self._transport = None
+        self.on_bus_open = None     # called once the bus socket exists (the relay's readers)
         self.blacklist = {}
         self.on_job_messages = on_job_messages
         self.on_change = on_change
@@ -77,20 +79,36 @@ class Cluster:
 
     def open_bus(self):
         """The bus socket on port + 10000 (ZeroMQ starts its threads here), linked to every
-        node of the table. ZMQError when the port cannot be bound. ZeroMQ is imported
-        here: a node opens its bus after it forked its workers (disque/server.py,
-        Node.run), which never use it."""
+        node of the table, and returned. ZMQError when the port cannot be bound. ZeroMQ is
+        imported here: a node opens its bus after it forked its workers and took the
+        clients already waiting (disque/server.py, Node.run), and the workers never use it."""
+        if self._transport is not None:
+            return self._transport
         import zmq
         from disque.bus.transport import Transport
         keys = self.keys
         if self.ctx is None:
             self.ctx = zmq.Context(1)
-        self.transport = Transport(self.ctx, self.myself.id, self.bind[0], self.bind[1], keys)
+        self._transport = Transport(self.ctx, self.myself.id, self.bind[0], self.bind[1], keys)
         if keys is not None:
             log.info("Cluster bus secured with CURVE (%d accepted secret%s)",
                      len(keys.pairs), "s" if len(keys.pairs) > 1 else "")
         for n in self.others():
             self.link(n)
+        if self.on_bus_open is not None:
+            self.on_bus_open()
+        return self._transport
+
+    @property
+    def transport(self):
+        """The bus socket; a use before the start opened it (a command of the node's first
+        clients) opens it then."""
+        t = self._transport
+        return t if t is not None else self.open_bus()
+
+    @property
+    def bus_open(self):
+        return self._transport is not None
 
     # ---- helpers ---------------------------------------------------------------------
 
@@ -145,7 +163,7 @@ class Cluster:
         if diff & bus_msg.STOPPING:
             log.info("Node %s %s", sender.id[:8], "is stopping: no copies for it until it "
                      "speaks again" if sender.has(bus_msg.STOPPING) else "is back")
-            if not sender.has(bus_msg.STOPPING) and self.transport is not None:
+            if not sender.has(bus_msg.STOPPING) and self.bus_open:
                 # a new process: the PING its old one never answered would age into PFAIL,
                 # and our connection to it may wait in ZeroMQ's reconnect back-off (up to
                 # a second). Made again now; the next cron pings the new process afresh.
@@ -500,7 +518,7 @@ class Cluster:
         clients' HELLO puts this node last. Sent as a PING with STOPPING in its header; this
         node's next start clears it with its first message. The messages leave while the
         node closes (close lingers GOODBYE_LINGER_MS for them)."""
-        if self.transport is None:
+        if not self.bus_open:
             return
         self.myself.flags |= bus_msg.STOPPING
         for n in self.others():
@@ -509,8 +527,8 @@ class Cluster:
         self.linger_ms = GOODBYE_LINGER_MS
 
     def close(self):
-        if self.transport is not None:
-            self.transport.close(self.linger_ms)
+        if self._transport is not None:
+            self._transport.close(self.linger_ms)
         self.file.unlock()
         if self.own_ctx and self.ctx is not None:
             self.ctx.term()

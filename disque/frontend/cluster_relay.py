@@ -51,12 +51,20 @@ class ClusterRelay:
         cluster.on_job_messages = self.bus_job_messages
         cluster.on_change = self.push
         cluster.on_query = self.fe.cluster_queries.on_bus
-        self.fe.loop.add_reader(cluster.transport.fileno(), self.bus_readable)
-        guard = cluster.transport.guard
+        cluster.on_bus_open = self.bus_opened
+        if cluster.bus_open:
+            self.bus_opened()
+        self.push()
+
+    def bus_opened(self):
+        """The bus socket exists (the node opens it once its first clients are taken):
+        its reads join the loop."""
+        transport = self.cluster.transport
+        self.fe.loop.add_reader(transport.fileno(), self.bus_readable)
+        guard = transport.guard
         for fd in guard.fds():
             self.fe.loop.add_reader(fd, guard.on_readable)
         guard.on_readable()         # a ZeroMQ FD only signals news: take what came before
-        self.push()
 
     def bus_readable(self):
         more = self.cluster.on_readable()
