@@ -28,7 +28,7 @@ import redis
 from common.cluster import redis_benchmark
 from common.options import parse_args as single_node_args
 from common.report import BenchError, log
-from common.servers import cleanup_all, new_server, stop_on_signals
+from common.servers import cleanup_all, new_server
 from disque.harness import join
 
 NODES = 3
@@ -136,7 +136,6 @@ def main():
     setups = [(f"ours-w{w}", "disque", w) for w in map(int, args.workers.split(","))]
     if args.disque_binary:
         setups.append(("original", "cdisque", 0))
-    stop_on_signals()
     results = {label: [] for label, _, _ in setups}
     try:
         for rnd in range(args.rounds):

@@ -49,7 +49,7 @@ from common.loads import run_cycle, run_memory, run_redis_benchmark
 from common.machine import NOISY_CORES, best_of, other_note, set_wait_quiet, wait_quiet
 from common.options import parse_args
 from common.report import BenchError, StartError, log, warn
-from common.servers import cleanup_all, new_server, stop_on_signals
+from common.servers import cleanup_all, new_server
 
 # Reference figures of the original C Disque measured on this machine.
 TARGETS = {
@@ -238,7 +238,6 @@ def print_summary(rows: list[dict], workers_list: list[int]) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv, description=__doc__.split("\n\n")[0])
     set_wait_quiet(args.wait_quiet)
-    stop_on_signals()
     args.logdir = tempfile.mkdtemp(prefix="disque-bench-")
     for tool in (args.redis_benchmark, args.redis_server):
         if not os.path.exists(tool):

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from support.bus_net import Net
+from support.ports import lease_port
 from support.waits import wait_until
 from disque.contracts import bus_messages as bus_msg
 from disque.bus.nodes import ConfigFileError, NodesFile, now_ms
@@ -235,3 +236,32 @@ def test_malformed_frames_are_ignored():
     assert bus_msg.decode(bus_msg.encode(bus_msg.PING, "a" * 40, "", 1, 0, 0, [["x"]])) is None
     ok = bus_msg.decode(bus_msg.encode(bus_msg.PING, "a" * 40, "127.0.0.1", 7711, 0, 0, []))
     assert ok is not None and ok.name == "PING"
+
+
+def test_a_bus_opened_late_opens_on_first_use_and_tells_its_owner_once(net, tmp_path):
+    """A node opens its bus after it served its first clients (disque/server.py,
+    Node.open_bus): until then nothing of ZeroMQ exists, a graceful stop does not open it
+    just to say goodbye, and the first use (a command such as CLUSTER MEET) opens it and
+    tells the owner (the relay adds its readers) exactly once."""
+    from disque.bus.cluster import Cluster
+    lease = lease_port()
+    c = Cluster(lease.port, ["127.0.0.1"], NODE_TIMEOUT, str(tmp_path / "late.conf"),
+                open_bus=False)
+    try:
+        opened = []
+        c.on_bus_open = lambda: opened.append(c.bus_open)
+        assert not c.bus_open and c.ctx is None
+        c.goodbye()
+        assert not c.bus_open and opened == []
+        b = net.add("b")
+        c.meet("127.0.0.1", b.myself.port)          # the first use opens the bus
+        assert opened == [True]
+        assert c.open_bus() is c.transport          # opening again is a no-op
+        assert opened == [True]
+        net.nodes["late"] = c
+        net.until(lambda: c.myself.id in ids(b) and b.myself.id in ids(c),
+                  message="the late bus did not meet")
+    finally:
+        net.nodes.pop("late", None)
+        c.close()
+        lease.release()

@@ -5,3 +5,9 @@ options of the single-node loads (options) and the progress lines (report).
 
 A script is run as `python bench/<script>.py`, which puts bench/ on the path: `from common
 import ...` needs no more."""
+
+# SIGTERM (a timeout, a kill), SIGHUP and SIGINT end any benchmark through its `finally`
+# blocks, which stop the nodes it started (common.servers.stop_on_signals)
+from common.servers import stop_on_signals as _stop_on_signals  # noqa: E402
+
+_stop_on_signals()
