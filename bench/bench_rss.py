@@ -155,6 +155,7 @@ def main():
         with leased_node("node", argv_of, a.workers, workdir) as node:
             time.sleep(1.0)             # the fresh node settles (first memory polls, imports)
             fresh = node_rss(node.pid)
+            fresh_parts = rss_by_process(node.pid)
             fresh_pss = pss_total(node.pid)
             print("fresh node: RSS %.1f MB, PSS %.1f MB" % (fresh / MB, fresh_pss / MB), flush=True)
             sampler = Sampler(node)
@@ -164,6 +165,7 @@ def main():
             sampler.phase = "rest"
             time.sleep(a.after)
             end = node_rss(node.pid)
+            end_parts = rss_by_process(node.pid)
             sampler.done.set()
             sampler.join()
     finally:
@@ -186,6 +188,9 @@ def main():
           % (peak_bound / MB, "within" if sampler.peak <= peak_bound else "OVER"))
     print("RSS %.0f s after the drain %.1f MB; bound 1.2 x fresh + 16 MB = %.1f MB: %s"
           % (a.after, end / MB, end_bound / MB, "within" if end <= end_bound else "OVER"))
+    print("per process (front-end, workers), fresh %s MB, after the drain %s MB"
+          % (" ".join("%.1f" % (v / MB) for v in fresh_parts.values()),
+             " ".join("%.1f" % (v / MB) for v in end_parts.values())))
     return 0
 
 
