@@ -9,7 +9,10 @@ A trim costs about a microsecond per page it returns, plus a walk of the free li
 is not run on a timer alone: every ~100 ms each process reads how many bytes its heap holds
 free (`mallinfo2`, a walk of the bins and no system call) and trims when that figure has
 grown by TRIM_STEP since its lowest point after the last trim. The cost is at most one
-trim per TRIM_STEP freed, and nothing on a node whose memory does not shrink. The walk
+trim per TRIM_STEP freed, and nothing on a node whose memory does not shrink. Less than
+TRIM_STEP freed is trimmed once the heap is quiet (the same free bytes at two checks in a
+row, as after a drain or a burst of connections): at most one trim per QUIET_STEP freed,
+and only at rest, so that what a burst left below the step does not stay for good. The walk
 grows with the free chunks: in a worker spilling ten million jobs it took 3% of the
 worker's time, so a check waits at least CHECK_BUDGET times what the last walk took: the
 heap's books never cost more than 1% of a process. What stays
@@ -25,6 +28,7 @@ from disque._fast import procctl, pymalloc_pools
 from disque._fast.procctl import heap_free_bytes
 
 TRIM_STEP = 1 << 20         # bytes freed since the last trim's low point before trimming
+QUIET_STEP = 64 << 10       # the same, once the heap stopped changing between two checks
 CHECK_BUDGET = 100          # a check waits at least this many times the last one's cost
 POOLS_EVERY_S = 1.0         # seconds between two walks of the interpreter's pools
 
@@ -38,6 +42,7 @@ class HeapTrim:
         self.clock = clock
         self.low = heap_free_bytes()
         self.trims = self.checks = 0
+        self.last_free = -1         # the free bytes the last check read
         self.next_at = 0.0
         self.pools = PoolTrim(clock)
 
@@ -64,7 +69,10 @@ class HeapTrim:
     def check(self, free):
         if free < self.low:
             self.low = free
-        if free - self.low < TRIM_STEP:
+        freed = free - self.low
+        quiet = free == self.last_free
+        self.last_free = free
+        if freed < TRIM_STEP and not (quiet and freed >= QUIET_STEP):
             return False
         procctl.malloc_trim()
         self.trims += 1
