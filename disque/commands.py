@@ -11,16 +11,18 @@ forwards the command by route alone),
 parts; None for node-level commands). Both dispatch tables are built from these names,
 so the two halves of a command are found from one line here.
 """
-from collections import namedtuple
+from typing import NamedTuple
 
 from disque.contracts.routes import ALL, GETJOB, ID, IDS, LOCAL, QUEUE, WORKER_ROUTES
 
 
-class Command(namedtuple("Command", "name arity flags route front worker",
-                         defaults=(None, None))):
-    """name, arity, flags, route (disque/contracts/routes.py), front, worker. Immutable;
-    no dataclasses to import before the workers fork."""
-    __slots__ = ()
+class Command(NamedTuple):      # immutable; no dataclasses to import at start
+    name: str
+    arity: int
+    flags: str
+    route: int              # disque/contracts/routes.py
+    front: str | None = None
+    worker: str | None = None
 
     def arity_ok(self, argc: int) -> bool:
         return argc == self.arity if self.arity > 0 else argc >= -self.arity

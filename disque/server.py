@@ -199,17 +199,13 @@ def job_link_listeners(cfg, cluster, nworkers):
 def check_bus_port(addrs, port):
     """The bus port must be free before the workers start: ZeroMQ binds it only once the
     node serves (Node.open_bus), and a busy one stops the start here with its reason."""
-    for addr in addrs:
-        host = "" if addr == "*" else addr
-        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, port))
-        except OSError as e:
-            raise StartupError("Creating the cluster bus socket on port %d: %s"
-                               % (port, e.strerror or e))
-        finally:
-            s.close()
+    try:
+        socks = bind_tcp(addrs, port, 1, "the cluster bus socket")
+    except OSError as e:
+        raise StartupError("Creating the cluster bus socket on port %d: %s"
+                           % (port, (e.__cause__ or e).strerror or e))
+    for s in socks:
+        s.close()
 
 
 def secured(cfg):
