@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import struct
+import time
 
 import msgpack
 import pytest
@@ -157,6 +158,43 @@ def test_a_restarted_worker_takes_its_links_on_the_same_port(start_cluster):
     wait_links_up(c, per_node=8)
     replicate_and_ack(c, 0, "restart-q", n=30)
     replicate_and_ack(c, 1, "restart-q", n=30)
+
+
+def healthy_nodes_conf(path):
+    """nodes.conf as a settled cluster leaves it: every other node answered its last PING
+    (pong_received set, no PING outstanding), so nothing in the file asks for a PING."""
+    lines = []
+    for line in path.read_text().splitlines():
+        parts = line.split(" ")
+        if len(parts) == 6 and "myself" not in parts[2]:
+            parts[3], parts[4] = "0", "1"
+        lines.append(" ".join(parts))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_cluster_restarted_whole_links_up_at_once(start_cluster):
+    """Every node killed and started again on its files: each pings every node it read back
+    at once, with its workers' new job link ports, so the links are up a few crons after
+    the nodes answer, not when the once-a-second random PING or node_timeout / 2 comes
+    round (1-3 s with 5 nodes before), while every copy takes the bus."""
+    c = start_cluster(3, workers=1, extra_args=DIRECT, node_timeout=20000)
+    wait_links_up(c, per_node=2)
+    for i in range(len(c)):
+        c.kill(i)
+    for node in c.nodes:
+        healthy_nodes_conf(node.workdir / "nodes.conf")
+    for node in c.nodes:
+        node.spawn(port=node.port)
+    for node in c.nodes:
+        node.wait_ready()
+    ready = time.monotonic()
+    for node in c.nodes:
+        wait_until(lambda: counter(node, "cluster_job_links_up") == 2, timeout=15,
+                   message="direct job links did not come up on port %d" % node.port)
+    # the first random PING is 10 crons (1 s) after a start; the links come 0.1-0.3 s
+    # after the last node answers
+    assert time.monotonic() - ready < 0.7
+    replicate_and_ack(c, 2, "whole-restart-q", n=10)
 
 
 def test_debug_bus_drop_stops_the_links_too(start_cluster):

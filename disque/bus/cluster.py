@@ -95,6 +95,13 @@ class Cluster:
                      len(keys.pairs), "s" if len(keys.pairs) > 1 else "")
         for n in self.others():
             self.link(n)
+        # a PING to every node at once, as a new link sends one in the original: a node
+        # read back from nodes.conf counts as just heard from and would otherwise wait up
+        # to node_timeout / 2 for its first PING, its workers' job link ports (LINKS)
+        # with it, while the producers' copies for it take the bus
+        for n in self.others():
+            if not n.has(bus_msg.HANDSHAKE):
+                self.ping(n)
         if self.on_bus_open is not None:
             self.on_bus_open()
         return self._transport
