@@ -21,7 +21,8 @@ from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL,
                                JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
 from disque._fast.resp cimport status
-from disque._fast.shardcore cimport PAUSE_IN, Queue, ShardCore
+from disque._fast.shardcore cimport PAUSE_IN, ShardCore
+from disque._fast.shardqueue cimport Queue
 
 from disque._fast.codec cimport deserialize, serialize
 from disque._fast.codec import CodecError

@@ -3,7 +3,7 @@ from disque._fast.groups cimport JobGroups
 from disque._fast.job cimport Job
 from disque._fast.jobid cimport IdMaker, queue_slot, queue_worker
 from disque._fast.scanlog cimport ScanLog
-from disque._fast.skiplist cimport JobQueue
+from disque._fast.shardqueue cimport Queue
 from disque._fast.timers cimport TimerHeap
 
 # PAUSE state bits of a queue (SPEC 3.11): the one home of their values, which the Python
@@ -11,24 +11,6 @@ from disque._fast.timers cimport TimerHeap
 cpdef enum QueuePause:
     PAUSE_IN = 1
     PAUSE_OUT = 2
-
-cdef class Queue:
-    cdef public bytes name
-    cdef public JobQueue jobs
-    cdef public long long ctime
-    cdef public long long atime
-    cdef public long long jobs_in
-    cdef public long long jobs_out
-    cdef public int paused
-    cdef public object blocked       # None, or the deque of waiting consumers in blocking order
-    cdef public unsigned long long scan_seq   # position in the shard's queue scan log
-    cdef public object remote        # None, or {node id: [credit, expiry ms]}: nodes whose consumers wait (federation)
-    cdef public object fed           # None, or the queue's federation state (disque.workers.federation)
-    cdef public object cold          # None, or the ColdRing of its spilled jobs (disque/workers/spill.py)
-    cpdef Py_ssize_t length(self)
-    cpdef add_waiter(self, object consumer)
-    cpdef drop_waiter(self, object consumer)
-    cpdef Py_ssize_t waiting(self)
 
 cdef class CommandTally:
     cdef public long long ns             # service time of the command here, ns

@@ -8,7 +8,6 @@ line by line.
 """
 import os
 from disque._fast.sysio cimport mono_ns
-from collections import deque
 
 from disque._fast.addjob cimport AddjobOptions, ReplWait, copies_wanted, parse_addjob
 from disque._fast.job cimport (Job, JobOptions, mark_active, mark_queued, JOB_ACTIVE, JOB_QUEUED,
@@ -44,45 +43,6 @@ cdef long long BYTES_OBJECT_COST = 40  # header and allocator rounding of the bo
 cdef long long NODE_REF_COST = 8       # one entry of the node list (the node IDs themselves are shared)
 cdef long long JOB_OPTIONS_COST = 96   # the options of a job with BACKOFF, MAXDELIVERIES or GROUP, and its slot in its group
 cdef long long QUEUE_COST = 650        # Queue, its skiplist (header and last nodes inside), dict and scan-log entries, beyond its name
-
-cdef class Queue:
-    """A named queue: ordered jobs plus the counters QSTAT shows (SPEC 3.10, 8.1)."""
-    def __init__(self, bytes name, long long now_s):
-        self.name = name
-        self.jobs = JobQueue()
-        self.ctime = now_s
-        self.atime = now_s
-        self.jobs_in = 0
-        self.jobs_out = 0
-        self.paused = 0
-        self.blocked = None        # a deque while consumers wait: most queues never have one
-        self.scan_seq = 0
-        self.remote = None
-        self.fed = None
-        self.cold = None
-
-    cpdef Py_ssize_t length(self):
-        """Jobs queued: in RAM and spilled (QLEN, QSTAT, MAXLEN)."""
-        return len(self.jobs) + (len(self.cold) if self.cold is not None else 0)
-
-    cpdef add_waiter(self, object consumer):
-        if self.blocked is None:
-            self.blocked = deque()
-        self.blocked.append(consumer)
-
-    cpdef drop_waiter(self, object consumer):
-        if self.blocked is not None:
-            try:
-                self.blocked.remove(consumer)
-            except ValueError:
-                pass
-            if not self.blocked:
-                self.blocked = None
-
-    cpdef Py_ssize_t waiting(self):
-        """Consumers blocked on this queue."""
-        return len(self.blocked) if self.blocked is not None else 0
-
 
 # the stats log's latency bounds as C numbers: a command's bucket without a Python call
 cdef long long LATENCY_BOUNDS[32]
