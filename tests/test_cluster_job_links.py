@@ -197,6 +197,27 @@ def test_a_cluster_restarted_whole_links_up_at_once(start_cluster):
     replicate_and_ack(c, 2, "whole-restart-q", n=10)
 
 
+DOWN_S = 1.5    # the fault itself: ZeroMQ's reconnect back-off to the node has grown to 800 ms
+
+
+def test_a_restarted_node_links_to_the_others_at_once(start_cluster):
+    """One node killed, down for a second, started again: the others' bus links to it wait
+    in ZeroMQ's reconnect back-off, so their PONGs to its first PINGs (and their job link
+    ports with them) are dropped. Each makes its link again when it cannot answer a node it
+    hears from, and PINGs it, so the restarted node's workers link to theirs a few crons
+    after it answers (0.21-0.23 s), not when the back-off ends (0.96-1.06 s before)."""
+    c = start_cluster(3, workers=1, extra_args=DIRECT, node_timeout=20000)
+    wait_links_up(c, per_node=2)
+    c.kill(0)
+    time.sleep(DOWN_S)
+    c.restart(0)
+    ready = time.monotonic()
+    wait_until(lambda: counter(c[0], "cluster_job_links_up") == 2, timeout=15,
+               message="the restarted node's job links did not come up")
+    assert time.monotonic() - ready < 0.6
+    replicate_and_ack(c, 0, "one-restart-q", n=10)
+
+
 def test_debug_bus_drop_stops_the_links_too(start_cluster):
     """A node cut off the bus (DEBUG BUS DROP-ALL) is cut off the direct links as well:
     its copies cannot be confirmed."""

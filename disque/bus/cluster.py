@@ -20,6 +20,7 @@ log = logging.getLogger("disque.bus")
 CRON_MS = 100
 FORGET_BLACKLIST_MS = 60000
 PING_EVERY_CRONS = 10          # one random ping per second
+RELINK_AFTER_MS = 250         # a link made again to answer a node is left this long to connect
 RECV_LIMIT = 10000
 
 
@@ -352,7 +353,8 @@ class Cluster:
             self.link(sender)
             self.changed()
         if msg.type in (bus_msg.PING, bus_msg.MEET):
-            self.send(sender, bus_msg.PONG, self.gossip(exclude=sender))
+            if not self.send(sender, bus_msg.PONG, self.gossip(exclude=sender)):
+                self.relink(sender)
             self.send_links(sender)
             self.process_gossip(sender, msg.payload)
         elif msg.type == bus_msg.PONG:
@@ -501,6 +503,16 @@ class Cluster:
         node.ping_tx = now_ms()
         if not node.ping_sent:
             node.ping_sent = node.ping_tx
+
+    def relink(self, node):
+        """A node we hear from but cannot answer: our link to it waits in ZeroMQ's reconnect
+        back-off (up to a second after the node restarted). Made again now, with a PING the
+        cron sends again until it leaves: our job link ports go with it, and the restarted
+        node's workers link to ours only once it has them."""
+        if self.drop_out or node.has(bus_msg.HANDSHAKE):
+            return
+        self.transport.renew(node.id, RELINK_AFTER_MS)
+        self.ping(node)
 
     def send_links(self, node):
         """LINKS after each PING and PONG: a node learns our workers' ports within a
