@@ -1,24 +1,24 @@
 #!/usr/bin/env python3
-"""A whole cluster killed and started again on its files, under producers (issue 46): ours
-against the original, setups alternating within a round.
+"""A whole cluster (or one node of it) killed and started again on its files, under
+producers (issue 46): ours against the original, setups alternating within a round.
 
 Five nodes listen on 127.0.0.1 to 127.0.0.5 (one port for all, `appendonly yes`,
 `appendfsync everysec`) and --producers threads send REPLICATE 2 or 3 ADDJOBs of 100 bytes,
 each to a node of its own, waiting for each answer (a refused or closed connection is
-tried again every 5 ms; -LOADING counts as no answer). After --seconds, every node is
-killed with SIGKILL, started again one second later on the same files, and the acknowledged
-adds are counted per 100 ms from the spawn. Printed per setup and round: the rate before the
+tried again every 5 ms; -LOADING counts as no answer). After --seconds, every node
+(`--restart all`) or the first (`--restart one`) is killed with SIGKILL, started again one
+second later on the same files, and the acknowledged adds are counted per 100 ms from the
+spawn. Printed per setup and round: the rate before the
 kill, the seconds from the spawn until every node answers, until the first acknowledged
 add, until the adds are back at 90% of the rate before the kill, and for ours until every
 worker's direct job links are up again (INFO cluster, `cluster_job_links_up`).
 
     python bench/bench_cluster_restart.py --disque-binary <original>/src/disque-server
     python bench/bench_cluster_restart.py --server before=/tmp/old/bin/disque-server \\
-        --server after=.venv/bin/disque-server --rounds 3
+        --server after=.venv/bin/disque-server --rounds 3 [--restart one]
 """
 import argparse
 import collections
-import os
 import socket
 import statistics
 import threading
@@ -122,19 +122,20 @@ def one_run(label, head, args, workdir):
         time.sleep(args.seconds)
         now = time.monotonic()
         before = sum(1 for t in producers.acked if t > now - 1.0)
-        for node in nodes:
+        restarted = nodes if args.restart == "all" else nodes[:1]
+        for node in restarted:
             node.kill()
         time.sleep(1.0)
         spawned = time.monotonic()
-        for node in nodes:
+        for node in restarted:
             node.spawn()
         linked = None
         while time.monotonic() - spawned < WATCH_S:
             if linked is None and head is not None and links_up(nodes, args.workers):
                 linked = time.monotonic() - spawned
             time.sleep(0.02)
-        for node in nodes:
-            node.wait_ready(30)         # answered long since: the time is `answered`
+        for node in restarted:
+            node.wait_ready(30)         # answered long since
         after = [t - spawned for t in producers.acked if t >= spawned]
         buckets = collections.Counter(int(t / BUCKET_S) for t in after)
         per_bucket = [buckets[b] for b in range(int(WATCH_S / BUCKET_S))]
@@ -166,12 +167,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=3.0, help="adds before the kill")
+    ap.add_argument("--restart", choices=("all", "one"), default="all",
+                    help="kill every node, or the first only")
     args = ap.parse_args()
     setups = server_setups(ap, args)
     rows = rows_by_setup(setups, args.rounds, "bench-cluster-restart-",
                          lambda name, head, workdir: one_run(name, head, args, workdir), describe)
-    print("\n5 nodes killed and started again, %d producers: medians of %d rounds "
-          "(seconds from the spawn)" % (args.producers, args.rounds))
+    print("\n%s killed and started again, %d producers: medians of %d rounds "
+          "(seconds from the spawn)" % ("5 nodes" if args.restart == "all" else "1 node of 5",
+                                        args.producers, args.rounds))
     for label, runs in rows.items():
         med = {}
         for key in ("rate_before", "first_ack_s", "recovered_s", "links_up_s"):
