@@ -20,7 +20,7 @@ log = logging.getLogger("disque.bus")
 CRON_MS = 100
 FORGET_BLACKLIST_MS = 60000
 PING_EVERY_CRONS = 10          # one random ping per second
-RELINK_AFTER_MS = 250         # a link made again to answer a node is left this long to connect
+RELINK_AFTER_MS = 250         # a link that could send nothing this long is made again to answer a node
 RECV_LIMIT = 10000
 
 
@@ -506,12 +506,13 @@ class Cluster:
 
     def relink(self, node):
         """A node we hear from but cannot answer: our link to it waits in ZeroMQ's reconnect
-        back-off (up to a second after the node restarted). Made again now, with a PING the
-        cron sends again until it leaves: our job link ports go with it, and the restarted
-        node's workers link to ours only once it has them."""
+        back-off (up to a second after the node restarted) when it could send nothing for
+        RELINK_AFTER_MS. Made again then, with a PING the cron sends again until it leaves:
+        our job link ports go with it, and the restarted node's workers link to ours only
+        once it has them."""
         if self.drop_out or node.has(bus_msg.HANDSHAKE):
             return
-        self.transport.renew(node.id, RELINK_AFTER_MS)
+        self.transport.relink_stuck(node.id, RELINK_AFTER_MS)
         self.ping(node)
 
     def send_links(self, node):

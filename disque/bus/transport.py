@@ -13,6 +13,7 @@ completed (ZMQ_IMMEDIATE makes the others refuse with EAGAIN): peers serving eit
 stay reachable while a rotation restarts nodes one by one.
 """
 import time
+from time import monotonic
 
 import zmq
 
@@ -29,13 +30,13 @@ SPARE_RECONNECT_IVL_MS = 1000  # a DEALER with the other secret retries slower: 
 class Link:
     """The outgoing link to one node: `sock` is the DEALER last seen working, `spares` the
     DEALERs holding the other secrets' keys (only while a previous secret is configured)."""
-    __slots__ = ("sock", "endpoint", "spares", "created")
+    __slots__ = ("sock", "endpoint", "spares", "created", "sent_at")
 
     def __init__(self, sock, endpoint, spares):
         self.sock = sock
         self.endpoint = endpoint
         self.spares = spares
-        self.created = time.monotonic()
+        self.created = self.sent_at = time.monotonic()
 
     def send_spare(self, data):
         """The chosen DEALER has no completed connection: try the others, keep what works."""
@@ -132,6 +133,15 @@ class Transport:
         self.connect(node_id, ip, int(port))
         return True
 
+    def relink_stuck(self, node_id, stuck_ms):
+        """Make the link to a node again when nothing could be sent on it for stuck_ms (it
+        waits in ZeroMQ's reconnect back-off): not a link that is only full for a moment,
+        whose queue would be thrown away with it. True when renewed."""
+        link = self.links.get(node_id)
+        if link is None or (time.monotonic() - link.sent_at) * 1000 < stuck_ms:
+            return False
+        return self.renew(node_id, 0)
+
     def rename(self, old_id, new_id):
         if old_id in self.links:
             self.links[new_id] = self.links.pop(old_id)
@@ -153,6 +163,7 @@ class Transport:
                 self.dropped += 1
                 return False
         self.sent += 1
+        link.sent_at = monotonic()
         return True
 
     def recv_all(self, limit=10000):
