@@ -94,13 +94,12 @@ class Cluster:
         if keys is not None:
             log.info("Cluster bus secured with CURVE (%d accepted secret%s)",
                      len(keys.pairs), "s" if len(keys.pairs) > 1 else "")
+        # each link PINGs at once, as a new link does in the original: a node read back
+        # from nodes.conf counts as just heard from and would otherwise wait up to
+        # node_timeout / 2 for its first PING, its workers' job link ports (LINKS) with
+        # it, while the producers' copies for it take the bus
         for n in self.others():
             self.link(n)
-        # a PING to every node at once, as a new link sends one in the original: a node
-        # read back from nodes.conf counts as just heard from and would otherwise wait up
-        # to node_timeout / 2 for its first PING, its workers' job link ports (LINKS)
-        # with it, while the producers' copies for it take the bus
-        for n in self.others():
             if not n.has(bus_msg.HANDSHAKE):
                 self.ping(n)
         if self.on_bus_open is not None:
@@ -353,9 +352,9 @@ class Cluster:
             self.link(sender)
             self.changed()
         if msg.type in (bus_msg.PING, bus_msg.MEET):
-            if not self.send(sender, bus_msg.PONG, self.gossip(exclude=sender)):
-                self.relink(sender)
-            self.send_links(sender)
+            answered = self.send(sender, bus_msg.PONG, self.gossip(exclude=sender))
+            if answered or not self.relink(sender):     # relink's PING carries the LINKS
+                self.send_links(sender)
             self.process_gossip(sender, msg.payload)
         elif msg.type == bus_msg.PONG:
             sender.pong_received = now
@@ -509,11 +508,12 @@ class Cluster:
         back-off (up to a second after the node restarted) when it could send nothing for
         RELINK_AFTER_MS. Made again then, with a PING the cron sends again until it leaves:
         our job link ports go with it, and the restarted node's workers link to ours only
-        once it has them."""
+        once it has them. True when it PINGed."""
         if self.drop_out or node.has(bus_msg.HANDSHAKE):
-            return
+            return False
         self.transport.relink_stuck(node.id, RELINK_AFTER_MS)
         self.ping(node)
+        return True
 
     def send_links(self, node):
         """LINKS after each PING and PONG: a node learns our workers' ports within a

@@ -13,7 +13,6 @@ completed (ZMQ_IMMEDIATE makes the others refuse with EAGAIN): peers serving eit
 stay reachable while a rotation restarts nodes one by one.
 """
 import time
-from time import monotonic
 
 import zmq
 
@@ -163,7 +162,7 @@ class Transport:
                 self.dropped += 1
                 return False
         self.sent += 1
-        link.sent_at = monotonic()
+        link.sent_at = time.monotonic()
         return True
 
     def recv_all(self, limit=10000):
