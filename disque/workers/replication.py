@@ -7,20 +7,21 @@ the worker appends to `bus_out` goes back the same two ways:
 Destinations may include this node; it is skipped.
 
 The hot half (replicate_new, on_gotjob, replicated, activate, on_repljob and the dispatch
-in on_bus) is C: disque/_fast/replcore.pyx, the base class of `Replication`.
+in on_bus) is C: disque/_fast/replcore.pyx; so are the acknowledgements (SETACK / GOTACK /
+DELJOB and the SETACKs of a GC pass): disque/_fast/ackpath.pyx, whose `AckMessages` is the
+base class of `Replication`.
 
 What lives here:
   * synchronous replication of ADDJOB (REPLJOB / GOTJOB, one more node every 50 ms,
     -NOREPL on timeout), ASYNC and external replication (ENQUEUE);
-  * requeue coordination (WILLQUEUE / QUEUED / WORKING);
-  * acknowledgement and garbage collection (SETACK / GOTACK / DELJOB, dummy ACKs).
+  * requeue coordination (WILLQUEUE / QUEUED / WORKING).
 """
 import random
 
 from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_HANDED, QUEUED,
                               WAIT_REPL, retry_interval_msec)
-from disque._fast.replcore import ReplicationCore
+from disque._fast.ackpath import NOREPL_REMOVED, AckMessages
 from disque.commands import resolve
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import serialize
@@ -33,8 +34,6 @@ LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before 
 
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
                   b"number of nodes\r\n")
-NOREPL_REMOVED = (b"-NOREPL job removed (expired?) before the requested replication "
-                  b"level was achieved\r\n")
 LEAVING_ERROR = (b"-LEAVING This node is leaving the cluster, please connect to a "
                  b"different one\r\n")
 
@@ -61,7 +60,7 @@ def mix(node_id, job_id):
     return bytes(node_id[i] ^ job_id[11 + i % 24] for i in range(40))
 
 
-class Replication(ReplicationCore):
+class Replication(AckMessages):
     """Needs from the shard: the ShardCore (jobs, timers, enqueue, delete_job, bus_out,
     cluster fields), `shard.features` (counters, dead letters) and `shard.federation`
     (its bus handlers). Offers: on_bus (every job message), set_cluster, replicate_new
@@ -290,65 +289,6 @@ class Replication(ReplicationCore):
 
     def on_working(self, sender, mflags, payload):
         self.on_queued(sender, mflags, payload, working=True)
-
-    def on_deljob_msg(self, sender, mflags, payload):
-        job = self.shard.find_job(payload[0])
-        if job is not None:
-            wait = self.repl_waits.get(job.id)
-            if wait is not None and job.state == WAIT_REPL:
-                self.repl_failed(wait, NOREPL_REMOVED)
-            else:
-                self.shard.forget_job(job)
-
-    # ---- acknowledgements (SPEC 7.4) --------------------------------------------------------
-
-    def on_setack(self, sender, mflags, payload):
-        jid, may_have = payload[0], payload[1]
-        job = self.shard.find_job(jid)
-        if job is not None and job.state == WAIT_REPL:
-            wait = self.repl_waits.get(jid)
-            if wait is not None:
-                self.replicated(wait)
-            job = self.shard.find_job(jid)
-        if job is not None and job.state != ACKED:
-            self.shard.set_acked(job)
-            self.shard.n_acked += 1
-        if job is None or len(job.nodes_delivered) <= may_have:
-            self.send_bus((sender,), bus_msg.GOTACK, [jid, 1 if job is not None else 0])
-        else:
-            if may_have == 0:
-                self.send_bus((sender,), bus_msg.GOTACK, [jid, 1])
-            self.shard.gc(job)
-
-    def on_gotack(self, sender, mflags, payload):
-        jid, known = payload[0], payload[1]
-        job = self.shard.find_job(jid)
-        if job is None or job.state != ACKED:
-            return
-        dummy = job.body is None
-        if dummy and known:
-            self.shard.delete_job(job)        # a node with a real copy takes over the GC
-            return
-        if job.nodes_confirmed is None:
-            job.nodes_confirmed = {self.shard.node_id}
-        if known or sender in job.nodes_delivered:
-            self.add_node(job, sender)
-            job.nodes_confirmed.add(sender)
-        if not known and dummy:
-            job.nodes_confirmed.add(sender)
-            if len(job.nodes_confirmed) >= len(self.known):
-                self.shard.delete_job(job)
-        elif not dummy and len(job.nodes_confirmed) >= len(job.nodes_delivered):
-            self.send_bus(job.nodes_delivered, bus_msg.DELJOB, [jid, 0])
-            self.shard.delete_job(job)
-
-    def gc_send_setacks(self, job):
-        """Ask every possible owner not yet confirmed to ack (all nodes for a dummy ACK)."""
-        confirmed = job.nodes_confirmed
-        owners = self.known if job.body is None else job.nodes_delivered
-        dest = tuple(n for n in owners if n not in confirmed)
-        if dest:
-            self.send_bus(dest, bus_msg.SETACK, [job.id, len(job.nodes_delivered)])
 
     # ---- PAUSE ... BCAST (SPEC 3.12) ----------------------------------------------------------
 

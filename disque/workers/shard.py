@@ -13,12 +13,11 @@ from disque import commands as commands_mod
 from disque._fast import resp
 from disque._fast.addjob import ReplWait
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, FLAG_GROUPED,
-                              FLAG_HELD, QUEUED, STATE_NAMES, WAIT_REPL, Job, expire_ms,
-                              mark_acked, mark_queued, retry_interval_msec)
+                              FLAG_HELD, QUEUED, STATE_NAMES, WAIT_REPL, expire_ms,
+                              mark_queued, retry_interval_msec)
 from disque._fast.dispatch import ids_end, nack_delay
-from disque._fast.jobid import id_ttl_minutes
 from disque.statslog import TOP_QUEUES, LatencyHistogram
-from disque._fast.shardcore import ShardCore
+from disque._fast.ackpath import ShardAcks
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts import worker_link as link_msg
 from disque.workers.consumers import Consumers
@@ -64,9 +63,9 @@ SHARD_HOOKS = {
 }
 
 
-class Shard(ShardCore):
+class Shard(ShardAcks):
     """A worker's jobs and queues: the Cython ShardCore (the job record, queues, timers,
-    ADDJOB / enqueue / fetch) plus the commands and timers here, and its parts
+    ADDJOB / enqueue / fetch) and ShardAcks (ACKJOB, acked jobs and their GC) plus the commands and timers here, and its parts
     (docs/design.md, "Shard parts"): `consumers` (GETJOB's blocked consumers),
     `queue_commands` (QLEN / QPEEK / QSTAT / PAUSE, idle queues), `memory` (limits and
     eviction), `features` (NACK delay, back-off, dead letters, FROM-PREFIX), `federation`
@@ -133,59 +132,6 @@ class Shard(ShardCore):
             self.out.append(link_msg.Reply.encode(reqid, reply))
 
     # ---- job state machine (the hot half lives in ShardCore) ----------------------------
-
-    def find_job(self, jid):
-        """The job `jid`, loaded back first if it was spilled (disque/workers/spill.py)."""
-        job = self.jobs.get(jid)
-        if job is None and self.cold_jobs:
-            job = self.spill.fault_in(jid)
-        return job
-
-    def forget_job(self, job):
-        """Delete a job; an active/queued one is logged as DELJOB to the AOF (SPEC 12)."""
-        if self.aof_on and (job.state == ACTIVE or job.state == QUEUED):
-            self.persistence.aof_deljob(job)
-        self.delete_job(job)
-
-    def ack(self, job):
-        """ACK then GC (SPEC 7.4). On a lone node every copy is ours: delete at once."""
-        if self.cluster_size == 1 and job.body is not None and len(job.nodes_delivered) <= 1:
-            if self.aof_on and job.state != ACKED:
-                self.persistence.aof_deljob(job)
-            self.delete_job(job)        # what set_acked + gc come to here, without a timer
-            return
-        self.set_acked(job)
-        self.gc(job)
-
-    def set_acked(self, job):
-        """ACKJOB / SETACK: out of its queue, acked (the state change itself is
-        `mark_acked`), logged as DELJOB, GC scheduled."""
-        if self.aof_on and job.state != ACKED:
-            self.persistence.aof_deljob(job)
-        self.dequeue(job)
-        mark_acked(job)
-        if job.flags & FLAG_GROUPED:
-            self.group_done(job)        # acked: finished for its group
-        job.nodes_confirmed = None
-        self.schedule_gc(job)
-
-    def gc(self, job):
-        job.gc_retry = min(job.gc_retry + 1, 10)
-        confirmed = job.nodes_confirmed
-        if confirmed is None:
-            confirmed = job.nodes_confirmed = {self.node_id}
-        if job.body is not None and len(job.nodes_delivered) <= len(confirmed):
-            self.delete_job(job)
-        elif job.body is None and self.cluster_size == 1:
-            self.delete_job(job)
-        else:
-            self.replication.gc_send_setacks(job)
-            self.schedule_gc(job)
-
-    def schedule_gc(self, job):
-        """Next GC attempt: 1 s doubling up to 3 min, or the expiry check (SPEC 7.4)."""
-        delay = min(1000 * (1 << job.gc_retry), 180000) + self.rand_err()
-        self.timers.schedule(job, min(expire_ms(job), self.now_ms + delay))
 
     def run_timers(self):
         """Process due jobs (SPEC 7.1) and blocked clients whose timeout passed."""
@@ -279,34 +225,6 @@ class Shard(ShardCore):
                 self.ready.add(q)
 
     # ---- commands on job IDs (the front-end validated the IDs) ------------------------
-
-    def cmd_ackjob(self, argv):
-        count = 0
-        ids = argv[1:]
-        if self.cluster_size == 1:
-            ids = []
-            count = self.ack_lone(argv, ids)    # the jobs all ours, in Cython; the rest here
-        for jid in ids:
-            job = self.find_job(jid)
-            if job is None:
-                if self.cluster_size > 1 and not self.leaving and id_ttl_minutes(jid) & 1:
-                    job = self.make_dummy_ack(jid)
-                    self.gc(job)
-                continue
-            if job.state != ACKED:
-                self.ack(job)
-                count += 1
-                self.n_acked += 1
-            else:
-                self.gc(job)
-        return b":%d\r\n" % count
-
-    def make_dummy_ack(self, jid):
-        job = Job(jid, None, None)
-        mark_acked(job)
-        job.etime = self.now_s + id_ttl_minutes(jid) * 60
-        self.register_job(job)
-        return job
 
     def cmd_fastack(self, argv):
         """Best effort: DELJOB to every node that may have a copy (all nodes for an unknown
