@@ -2,9 +2,12 @@ from disque._fast.job cimport Job
 from disque._fast.replcore cimport ReplicationCore
 from disque._fast.shardcore cimport ShardCore
 
+cdef class AckMessages
+
+
 
 cdef class ShardAcks(ShardCore):
-    cdef public object replication      # the worker's Replication (an AckMessages)
+    cdef public AckMessages replication  # the worker's Replication
     cpdef object find_job(self, jid)
     cpdef forget_job(self, Job job)
     cpdef ack(self, Job job)

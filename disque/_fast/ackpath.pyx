@@ -83,7 +83,7 @@ cdef class ShardAcks(ShardCore):
         elif job.body is None and self.cluster_size == 1:
             self.delete_job(job)
         else:
-            (<AckMessages>self.replication).gc_send_setacks(job)
+            self.replication.gc_send_setacks(job)
             self.schedule_gc(job)
 
     cpdef schedule_gc(self, Job job):
@@ -102,11 +102,13 @@ cdef class ShardAcks(ShardCore):
 
     cpdef bytes cmd_ackjob(self, list argv):
         cdef long long count = 0
-        cdef list ids = argv[1:]
+        cdef list ids
         cdef Job job
         if self.cluster_size == 1:
             ids = []
             count = self.ack_lone(argv, ids)    # the jobs all ours, in one C loop; the rest here
+        else:
+            ids = argv[1:]
         for jid in ids:
             found = self.find_job(jid)
             if found is None:
@@ -126,7 +128,7 @@ cdef class ShardAcks(ShardCore):
 cdef class AckMessages(ReplicationCore):
     """The SETACK / GOTACK / DELJOB handlers (the replication hooks setack_msg, gotack_msg,
     deljob_msg are these methods) and the SETACKs of a GC pass. Needs a ShardAcks shard
-    and, for a DELJOB that ends a producer's wait, Replication.repl_failed."""
+    and its hook `wait_failed` (Replication.repl_failed)."""
 
     cpdef on_setack(self, sender, mflags, payload):
         cdef ShardAcks shard = <ShardAcks>self.shard
@@ -183,7 +185,7 @@ cdef class AckMessages(ReplicationCore):
         cdef Job job = <Job>found
         wait = self.repl_waits.get(job.id)
         if wait is not None and job.state == JOB_WAIT_REPL:
-            self.repl_failed(wait, NOREPL_REMOVED)
+            self.wait_failed(wait, NOREPL_REMOVED)
         else:
             shard.forget_job(job)
 

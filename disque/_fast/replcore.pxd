@@ -31,6 +31,7 @@ cdef class ReplicationCore:
     cdef public object setack_msg       # (sender, mflags, payload) SETACK
     cdef public object gotack_msg       # (sender, mflags, payload) GOTACK
     cdef public object deljob_msg       # (sender, mflags, payload) DELJOB
+    cdef public object wait_failed      # (wait, reply) a producer's wait ends in a refusal (ackpath.pyx)
     cdef public object pause_msg        # (sender, mflags, payload) PAUSE ... BCAST
     cdef public object needjobs_msg     # (sender, mflags, payload) NEEDJOBS (federation)
     cdef public object yourjobs_msg     # (sender, mflags, payload) YOURJOBS (federation)

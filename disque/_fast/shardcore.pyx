@@ -433,8 +433,8 @@ cdef class ShardCore:
         self.n_commands += n
 
     cpdef long long ack_lone(self, list argv, list left) except -1:
-        """ACKJOB's common case on a lone node (Shard.cmd_ackjob): every job whose copies
-        are all ours is deleted at once, as Shard.ack does, with no Python call per job.
+        """ACKJOB's common case on a lone node (ShardAcks.cmd_ackjob): every job whose
+        copies are all ours is deleted at once, as ShardAcks.ack does, with no call per job.
         The IDs of the other jobs (acked already, copies on other nodes, dummy acks) go
         to `left` in order; unknown IDs are skipped. Returns the jobs acked here."""
         cdef long long count = 0

@@ -48,6 +48,7 @@ REPLICATION_HOOKS = {
     "setack_msg": "on_setack",
     "gotack_msg": "on_gotack",
     "deljob_msg": "on_deljob_msg",
+    "wait_failed": "repl_failed",
     "pause_msg": "on_pause_msg",
     "needjobs_msg": "shard.federation.on_needjobs",
     "yourjobs_msg": "shard.federation.on_yourjobs",

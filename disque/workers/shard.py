@@ -65,7 +65,8 @@ SHARD_HOOKS = {
 
 class Shard(ShardAcks):
     """A worker's jobs and queues: the Cython ShardCore (the job record, queues, timers,
-    ADDJOB / enqueue / fetch) and ShardAcks (ACKJOB, acked jobs and their GC) plus the commands and timers here, and its parts
+    ADDJOB / enqueue / fetch) and ShardAcks (ACKJOB, acked jobs and their GC), plus the
+    commands and timers here, and its parts
     (docs/design.md, "Shard parts"): `consumers` (GETJOB's blocked consumers),
     `queue_commands` (QLEN / QPEEK / QSTAT / PAUSE, idle queues), `memory` (limits and
     eviction), `features` (NACK delay, back-off, dead letters, FROM-PREFIX), `federation`
