@@ -3,12 +3,15 @@ for a worker's blocked consumers (disque/workers/consumers.py) and for the front
 GETJOBs across workers (disque/frontend/getjob.py). A waiter has a `done` flag.
 
 A waiter answered before its timeout keeps its entry until then: taking it out of the
-middle of the heap would cost a search. Such entries are dropped in bulk when an `add`
+middle of the heap would cost a search. Such entries are dropped when they reach the top
+(`due`, `take_due`), and in bulk when an `add`
 finds the heap grown past twice its size at the last sweep (and past SWEEP_MIN), so a
 heap of waiters that mostly still wait is never scanned again and again, and one of
 waiters served long before their timeout cannot grow without bound.
 """
 import heapq
+
+from disque._fast.timers import waiter_due
 
 SWEEP_MIN = 1024        # entries before the first sweep
 
@@ -31,10 +34,9 @@ class Deadlines:
             self.sweep()
 
     def due(self, now):
-        """Whether the first deadline has passed (the served loop checks the same in C:
-        ServedLoop.deadline_due)."""
-        heap = self.heap
-        return len(heap) > 0 and heap[0][0] <= now
+        """Whether the deadline of a waiter not done has passed; the entries of waiters
+        done that were due go (timers.waiter_due, which the served loop calls in C)."""
+        return waiter_due(self.heap, now)
 
     def take_due(self, now):
         """The waiters whose deadline has passed and that are not done, earliest first."""

@@ -74,3 +74,19 @@ def test_clear_keeps_the_list():
     d.add(1, Waiter())
     d.clear()
     assert len(d) == 0 and d.heap is heap
+
+
+def test_due_drops_the_entries_of_waiters_done_before_their_deadline():
+    """A served consumer's entry that comes due is not worth a turn of the worker's Python
+    loop: `due` drops it and answers for the waiters still waiting only."""
+    d = Deadlines()
+    d.add(10, Waiter(done=True))
+    d.add(12, Waiter(done=True))
+    waiting = Waiter()
+    d.add(20, waiting)
+    assert not d.due(15)
+    assert len(d) == 1                      # the two done entries went, the waiting one stays
+    assert d.due(20)
+    assert d.take_due(20) == [waiting]
+    d.add(1.5, Waiter())                    # the front-end's clock is in float seconds
+    assert not d.due(1.25) and d.due(1.5)

@@ -125,3 +125,40 @@ def test_a_consumer_blocked_with_a_timeout_keeps_the_worker_serving_in_its_c_tur
         assert turns < commands // 2, turns
         jid = producer.execute("ADDJOB", "waits", "body", 0)
         assert consumer.read_parsed()[0][1] == jid  # the blocked consumer is still served
+
+
+@pytest.mark.server
+def test_the_timeouts_of_consumers_served_long_ago_take_no_turn_of_the_python_loop(start_server):
+    """A consumer served before its GETJOB TIMEOUT leaves its entry in the deadlines heap
+    until then. When such an entry comes due, the worker's C turn drops it
+    (timers.waiter_due) instead of handing the turn to the Python loop to find nothing to
+    expire: with consumers that block with a timeout and are served, that was a Python turn
+    per served GETJOB (docs/design.md, "The worker's loop")."""
+    srv = start_server(workers=1)
+    served = 200
+    timeout_ms = 1000
+    with RawConn(srv.port, timeout=30) as consumer, RawConn(srv.port) as producer:
+        t0 = time.monotonic()
+        for _ in range(served):
+            consumer.send(encode_command("GETJOB", "TIMEOUT", timeout_ms, "FROM", "waits"))
+            producer.execute("PING")    # its reply leaves after the turn that read the GETJOB
+            jid = producer.execute("ADDJOB", "waits", "body", 0)
+            assert consumer.read_parsed()[0][1] == jid
+            assert producer.execute("ACKJOB", jid) == 1
+            spaced = time.monotonic() + 0.002   # each entry due in a millisecond of its own
+            while time.monotonic() < spaced:
+                producer.execute("PING")
+        assert time.monotonic() - t0 < timeout_ms / 1000, "too slow to measure: cycles outlived the timeouts"
+        # every entry comes due within this window; a command keeps waking the worker
+        before = loop_turns(srv)
+        t1 = time.monotonic()
+        end = t0 + timeout_ms / 1000 + 0.25
+        commands = 0
+        while time.monotonic() < end:
+            assert producer.execute("ADDJOB", "other", "body", 0).startswith(b"D-")
+            commands += 1
+        turns = loop_turns(srv) - before
+    ticks = (end - t1) * 1000 / TICK_MS
+    # the 10 ms tick takes a turn each (a slow machine adds some); a turn per stale entry
+    # would add `served` more
+    assert turns < 1.5 * ticks + 40, (turns, ticks, commands)

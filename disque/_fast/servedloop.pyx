@@ -23,6 +23,7 @@ from disque._fast.resp import QueryBufferOverflow
 from disque.contracts import connection_handover as handover_msg
 from disque._fast.jobreply import BIG_PIECE as _BIG_PIECE
 from disque._fast.shardcore cimport ShardCore
+from disque._fast.timers cimport waiter_due
 from disque._fast.sysio cimport c_recv, c_send, mono_ns, MSG_NOSIGNAL
 
 cdef extern from "<sys/epoll.h>" nogil:
@@ -277,10 +278,10 @@ cdef class ServedLoop:
         """Deadlines.due (disque/deadlines.py) on the heap it holds, without a call: a
         blocked consumer's GETJOB TIMEOUT has passed. Not "the heap has an entry": a
         consumer served before its timeout leaves its entry until then, so where consumers
-        block with a TIMEOUT the heap is seldom empty, and each wake-up would take a turn of
-        the Python loop."""
-        cdef list heap = self.deadlines
-        return len(heap) > 0 and <long long>(<tuple>heap[0])[0] <= now
+        block with a TIMEOUT the heap is seldom empty; and not "its first entry is due",
+        as such an entry would take a turn of the Python loop for nothing (waiter_due
+        drops it)."""
+        return waiter_due(self.deadlines, <double>now)
 
     cdef bint poll(self, bint block) except -1:
         """False: a signal interrupted the wait (its Python handler has run)."""

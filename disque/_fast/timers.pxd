@@ -18,3 +18,5 @@ cdef class TimerHeap:
     cpdef void cancel(self, Job job)
     cpdef list pop_due(self, long long now, Py_ssize_t limit)
     cpdef long long next_when(self)
+
+cpdef bint waiter_due(list heap, double now) except -1

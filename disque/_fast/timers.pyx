@@ -11,6 +11,8 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdlib cimport malloc, realloc, free
 from disque._fast.job cimport Job
 
+from heapq import heappop
+
 
 cdef class TimerHeap:
     def __cinit__(self):
@@ -140,3 +142,20 @@ cdef class TimerHeap:
         if self.size == 0:
             return 0
         return self.heap[0].when
+
+
+cpdef bint waiter_due(list heap, double now) except -1:
+    """Whether a waiter still waiting has its deadline at or before `now`, in a heap of
+    (deadline, seq, waiter) (disque/deadlines.py). The entries of waiters done before
+    their deadline (a consumer served, a GETJOB ended) are dropped as they reach the top,
+    here: a due entry of a waiter that no longer waits is not worth a turn of the worker's
+    Python loop, which is what answering True costs a worker's served loop."""
+    cdef tuple top
+    while len(heap) > 0:
+        top = <tuple>heap[0]
+        if <double>top[0] > now:
+            return False
+        if not top[2].done:
+            return True
+        heappop(heap)
+    return False
