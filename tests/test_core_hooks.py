@@ -121,6 +121,9 @@ def test_served_clients_bind_every_declared_hook(tmp_path):
             bound = getattr(served, hook)
             assert bound is not None, hook
             assert bound.__self__ is served and bound.__name__ == method, hook
+            # a method named like its hook shadows the C field: setattr then fills the
+            # instance's dict and the loop calls None
+            assert hook not in vars(served), hook
         served.ep.close()
     finally:
         for s in (a, b, link, timer):

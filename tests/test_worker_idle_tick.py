@@ -162,3 +162,29 @@ def test_the_timeouts_of_consumers_served_long_ago_take_no_turn_of_the_python_lo
     # the 10 ms tick takes a turn each (a slow machine adds some); a turn per stale entry
     # would add `served` more
     assert turns < 1.5 * ticks + 40, (turns, ticks, commands)
+
+
+@pytest.mark.server
+def test_a_blocked_consumer_served_by_an_addjob_takes_no_turn_of_the_python_loop(start_server):
+    """An ADDJOB to a queue a consumer waits on marks the queue ready; the served loop's C
+    turn serves the consumer itself (Consumers.serve_ready through a hook) instead of
+    handing the turn to the Python loop, which took a Python turn per job handed to a
+    waiting consumer (docs/design.md, "The worker's loop")."""
+    srv = start_server(workers=1)
+    cycles = 500
+    with RawConn(srv.port, timeout=30) as consumer, RawConn(srv.port) as producer:
+        jid = producer.execute("ADDJOB", "waits", "warm", 0)
+        assert consumer.execute("GETJOB", "FROM", "waits")[0][1] == jid
+        assert consumer.execute("ACKJOB", jid) == 1     # a GETJOB alone does not hand it over
+        wait_until(lambda: int(srv.info_fields("server")["connections_served_by_workers"]) == 2,
+                   timeout=5, message="the two connections were not handed to the worker")
+        before = loop_turns(srv)
+        t0 = time.monotonic()
+        for _ in range(cycles):
+            consumer.send(encode_command("GETJOB", "TIMEOUT", 60000, "FROM", "waits"))
+            producer.execute("PING")    # its reply leaves after the turn that read the GETJOB
+            jid = producer.execute("ADDJOB", "waits", "body", 0)
+            assert consumer.read_parsed()[0][1] == jid
+        turns = loop_turns(srv) - before
+    ticks = (time.monotonic() - t0) * 1000 / TICK_MS
+    assert turns < 1.5 * ticks + 40 and turns < cycles, (turns, ticks)

@@ -74,6 +74,7 @@ cdef class ServedLoop:
     cdef public object back_when_answered   # (client) a hand-back waiting for replies may go
     cdef public object slow_commands_out    # () SLOWLOG entries to the front-end
     cdef public object unpark_client        # (client) its parked GETJOB becomes input again
+    cdef public object serve_consumers      # () blocked consumers of queues that got jobs (Consumers.serve_ready)
     cdef bint deadline_due(self, long long now) except -1
     cdef bint poll(self, bint block) except -1
     cdef int serve(self) except -1

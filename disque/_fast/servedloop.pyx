@@ -244,8 +244,9 @@ cdef class ServedLoop:
         worker's Python loop (disque/workers/process.py), in its usual order, with what the
         poll found in link_ready / ticked: the link, the timer (every tick, so the loop runs
         at least that often), the hand-over channel, due job timers, consumer deadlines,
-        replies or bus messages for the front-end, consumers to serve, the AOF. Serving
-        again there finds nothing left. A non-blocking turn (the AOF has slices to work)
+        replies or bus messages for the front-end, the AOF. Serving again there finds
+        nothing left. Consumers blocked on queues that got jobs are served here
+        (Consumers.serve_ready, a hook) unless an AOF is on. A non-blocking turn (the AOF has slices to work)
         is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
         persistence = self.persistence
@@ -264,10 +265,17 @@ cdef class ServedLoop:
             # they stay in bus_out, which the loop below takes to the front-end
             if links_out is not None and core.bus_out:
                 links_out()
-            # what the loop does after serving: consumers to serve, bus messages and
-            # replies for the front-end, AOF rewrite or load slices. An INTEREST held back
-            # by its rate limit (interest_due, 50 ms) waits for the next tick's turn (the
-            # tick stays at 10 ms meanwhile), not for a Python turn per wake-up
+            # consumers blocked on queues that got jobs: served here, as the loop would
+            # after serving (their replies and the job messages it makes leave below, in
+            # the loop's order: job messages, then replies; no AOF on this path)
+            if core.ready and not persistence.aof_busy:
+                self.serve_consumers()
+                if links_out is not None and core.bus_out:
+                    links_out()
+            # what the loop does after serving: bus messages and replies for the
+            # front-end, AOF rewrite or load slices. An INTEREST held back by its rate
+            # limit (interest_due, 50 ms) waits for the next tick's turn (the tick stays
+            # at 10 ms meanwhile), not for a Python turn per wake-up
             if core.ready or core.out or core.bus_out or persistence.aof_busy:
                 return False
             self.write_all()
