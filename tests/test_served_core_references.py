@@ -7,7 +7,7 @@ object afterwards, so a later change that replaces one fails here rather than le
 served connections on a stale copy."""
 import pytest
 
-from disque.workers.consumers import Blocked
+from disque._fast.consumers import Blocked
 from disque.workers.shard import Shard
 
 pytestmark = pytest.mark.unit
