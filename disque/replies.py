@@ -9,6 +9,9 @@ PONG = b"+PONG\r\n"
 SYNTAX_ERROR = b"-ERR syntax error\r\n"                                        # SPEC 1.3
 NOT_INTEGER = b"-ERR value is not an integer or out of range\r\n"              # SPEC 1.3
 BADID = b"-BADID Invalid Job ID format.\r\n"                                  # SPEC 5
+# a node leaving the cluster refuses to wait for copies or jobs (SPEC 8.7)
+LEAVING_ERROR = (b"-LEAVING This node is leaving the cluster, please connect to a "
+                 b"different one\r\n")
 TIMEOUT_NOT_INTEGER = b"-ERR timeout is not an integer or out of range\r\n"   # SPEC 3.1, 3.2
 TIMEOUT_NEGATIVE = b"-ERR timeout is negative\r\n"                            # SPEC 3.1, 3.2
 DELAY_NEGATIVE = b"-ERR DELAY time must be a non negative number\r\n"         # SPEC 3.1

@@ -102,7 +102,7 @@ def test_the_served_halves_call_only_declared_hooks():
         calls |= set(re.findall(r"self\.(\w+)\(", pyx))
         assert "<object>self" not in pyx, f"{stem}.pyx calls its subclass by name: declare a hook"
     declared = declared_names("servedloop") | declared_names("servedcore")
-    assert {"drop_client", "hand_back_client", "getjob_here"} <= calls - defined
+    assert {"drop_client", "hand_back_client", "getjob_of_peer"} <= calls - defined
     missing = {name for name in calls - defined if name not in declared}
     assert not missing, f"the served core calls undeclared {sorted(missing)}"
 

@@ -3,7 +3,7 @@
 serving them in blocking order as jobs arrive, and their timeouts; the C half of
 disque/workers/consumers.py (`Consumers`, which adds the front-end's UNBLOCK and a served
 connection's unpark). Every GETJOB of the worker comes here: the front-end's, a served
-connection's (ServedClients.getjob), another worker's NOHANG one.
+connection's (ServedCore.getjob_served), another worker's NOHANG one.
 """
 from libc.limits cimport LLONG_MAX
 
@@ -13,10 +13,10 @@ from disque._fast.shardcore cimport ShardCore
 from disque._fast.shardqueue cimport Queue
 from disque.contracts import worker_link as link_msg
 from disque.deadlines import Deadlines
-from disque.workers.queues import PAUSE_OUT
-from disque.workers.replication import LEAVING_ERROR
+from disque.replies import LEAVING_ERROR
+from disque._fast.shardcore import QueuePause
 
-cdef int C_PAUSE_OUT = PAUSE_OUT
+cdef int C_PAUSE_OUT = int(QueuePause.PAUSE_OUT)
 cdef object encode_reply = link_msg.GetJobReply.encode
 
 

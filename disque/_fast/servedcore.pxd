@@ -1,4 +1,5 @@
 # The command dispatch of the connections a worker serves itself (servedcore.pyx).
+from disque._fast.consumers cimport ConsumersCore
 from disque._fast.servedloop cimport ServedClient, ServedLoop
 
 cdef class ServedCore(ServedLoop):
@@ -10,15 +11,16 @@ cdef class ServedCore(ServedLoop):
     cdef public list names          # real names of the commands of the read being served
     cdef public dict repl_waits     # wait id -> (client, Forwarded) of commands waiting here
     cdef public long long next_wait_id
+    cdef public ConsumersCore consumers  # the shard's blocked consumers (every GETJOB of this worker)
     # Hooks: what the dispatch calls on the Python half (disque/workers/served_clients.py,
     # SERVED_HOOKS there), bound once; None until bound (tests/test_core_hooks.py).
     cdef public object hand_back_client     # (client, reason, pending) give the connection back
-    cdef public object getjob_here          # (client, argv) GETJOB: its reply, a parked place, or None
     cdef public object getjob_of_peer       # (argv) GETJOB NOHANG another worker forwards
     cdef public object dead_letter_possible # (w, argv) NACK/ENQUEUE that may dead-letter a job
     cdef run_commands(self, ServedClient c, list cmds)
     cdef account(self, ServedClient c, list cmds, long long t0)
     cdef object execute(self, ServedClient c, list argv)
+    cdef object getjob_served(self, ServedClient c, list argv)
     cdef object addjob_clustered(self, ServedClient c, list argv)
     cpdef object wait_here(self, ServedClient c, long long wid)
     cpdef long long new_wait_id(self)

@@ -20,6 +20,9 @@ from disque._fast.resp import ProtocolError
 from disque import replies
 from disque.contracts import connection_handover as handover_msg
 from disque.contracts import routes
+from disque._fast.consumers cimport ConsumersCore
+from disque._fast.getjobopts cimport GetjobRequest, parse_getjob
+from disque._fast.jobid cimport queue_worker
 from disque._fast.servedloop cimport Forwarded, ServedClient, ServedLoop
 from disque._fast.shardcore cimport CommandTally, ShardCore
 from disque._fast.peerlinks cimport PeerLinks
@@ -131,7 +134,7 @@ cdef class ServedCore(ServedLoop):
         if not arity_ok(e, argc):
             return None
         if e.route == R_GETJOB:
-            return self.getjob_here(c, argv)
+            return self.getjob_served(c, argv)
         if e.flags & F_PING:
             self.names.append(b"ping")
             return ping_reply(argv)
@@ -158,6 +161,45 @@ cdef class ServedCore(ServedLoop):
             reply = INTERNAL_ERROR
         self.names.append(name)
         return reply
+
+    cdef object getjob_served(self, ServedClient c, list argv):
+        """GETJOB whose queues are all here: a job now, or the client parks among the
+        shard's consumers (a negative wait id: Consumers.answer gives its reply to
+        repl_answered), like a GETJOB the front-end sends. One that spans workers or uses
+        FROM-PREFIX goes back (None), one that would block on another worker's queue
+        follows it there. On a node of a cluster a queue it empties, or a consumer with
+        nothing, asks the other nodes for jobs (NEEDJOBS) through the shard's bus messages."""
+        cdef GetjobRequest o
+        cdef int w = -1, qw
+        cdef long long wid
+        error, request = parse_getjob(argv)
+        if error is not None:
+            return None                 # the front-end words the error
+        o = <GetjobRequest>request
+        if o.prefix is not None:
+            return None
+        for name in o.queues:
+            qw = queue_worker(<bytes>name, self.nworkers)
+            if w >= 0 and qw != w:
+                return None             # several workers: the front-end merges them
+            w = qw
+        if w != self.index:
+            # another worker's queues: only a GETJOB that cannot block goes there directly
+            if o.nohang:
+                return self.forward(c, w, b"getjob", argv)
+            c.following = True          # handed back, then over to that worker
+            return None
+        c.fwd_run = 0                   # one of ours (ServedCore.forward)
+        self.names.append(b"getjob")    # timed with the other commands of this turn
+        wid = self.new_wait_id()
+        o.reqid = wid
+        o.client = c.id
+        o.pieces = True
+        reply = self.consumers.fetch_or_block(o)[0]
+        if reply is not None:
+            return reply
+        c.parked = argv
+        return self.wait_here(c, wid)
 
     cdef object addjob_clustered(self, ServedClient c, list argv):
         """ADDJOB on a node of a cluster, queue of ours: the reply now (an error, ASYNC,

@@ -1,48 +1,12 @@
 """One GETJOB (SPEC 3.2), whichever path it takes: parsed the same way by the front-end
-(disque/frontend/getjob.py) and by a worker serving a connection itself
-(disque/workers/served_clients.py), sent from the front-end to a worker as one message
-(contracts/worker_link.py, GetJob), and taken by the worker's one entry point, Shard.getjob."""
-from disque import replies
+(disque/frontend/getjob.py) and by a worker serving a connection itself (ServedCore,
+disque/_fast/servedcore.pyx), sent from the front-end to a worker as one message
+(contracts/worker_link.py, GetJob), and taken by the worker's one entry point, Shard.getjob.
+The request and its parser are C (disque/_fast/getjobopts.pyx); this is their public name."""
+from disque._fast.getjobopts import COUNT_ERROR, GetjobRequest, parse_getjob
 from disque._fast.jobid import queue_worker
-from disque._fast.resp import parse_int
-from disque.contracts import worker_link as link_msg
 
-COUNT_ERROR = b"-ERR COUNT must be a number greater than zero\r\n"
-
-
-class GetjobRequest:
-    """The options (`nohang`, `withcounters`, `timeout` in ms, `count`, `queues` of FROM or
-    `prefix` of FROM-PREFIX), and who waits for the reply in the worker: `reqid` (the
-    front-end's request id, or a served connection's negative wait id), `client` (its
-    connection id) and `proxy` (a share of a cross-worker GETJOB: its jobs go back encoded,
-    the front-end merges them). `pieces`: the reply is written by a served connection's
-    loop, which sends a big body from the job's own bytes (jobreply.encode_jobs_pieces)."""
-    __slots__ = ("nohang", "withcounters", "timeout", "count", "queues", "prefix", "reqid",
-                 "client", "proxy", "pieces")
-
-    def __init__(self, count=1, nohang=False, withcounters=False, timeout=0, queues=None,
-                 prefix=None, reqid=0, client=0, proxy=False):
-        self.nohang = nohang
-        self.withcounters = withcounters
-        self.timeout = timeout
-        self.count = count
-        self.queues = queues            # FROM q1 q2 ...
-        self.prefix = prefix            # FROM-PREFIX p (docs/job-features.md)
-        self.reqid = reqid
-        self.client = client
-        self.proxy = proxy
-        self.pieces = False
-
-    def share(self, reqid, client, queues, proxy=False, timeout=None):
-        """The message asking one worker for its share: `queues` of them (None: the prefix)."""
-        return link_msg.GetJob.encode(reqid, client, self.count, self.nohang, self.withcounters,
-                               self.timeout if timeout is None else timeout, proxy,
-                               queues, self.prefix if queues is None else None)
-
-    @classmethod
-    def from_message(cls, g):
-        return cls(g.count, g.nohang, g.withcounters, g.timeout_ms, g.queues, g.prefix,
-                   g.reqid, g.client, g.proxy)
+__all__ = ["COUNT_ERROR", "GetjobRequest", "parse_getjob", "queue_owners"]
 
 
 def queue_owners(queues, nworkers):
@@ -51,42 +15,3 @@ def queue_owners(queues, nworkers):
     for q in queues:
         owners.setdefault(queue_worker(q, nworkers), []).append(q)
     return owners
-
-
-def parse_getjob(argv, reqid=0, client=0):
-    """(error reply, None) or (None, GetjobRequest) for GETJOB argv."""
-    o = GetjobRequest(reqid=reqid, client=client)
-    i, argc = 1, len(argv)
-    while i < argc:
-        opt = argv[i].lower()
-        has_value = i + 1 < argc
-        if opt == b"nohang":
-            o.nohang = True
-        elif opt == b"withcounters":
-            o.withcounters = True
-        elif opt == b"timeout" and has_value:
-            timeout = parse_int(argv[i + 1])
-            if timeout is None:
-                return replies.TIMEOUT_NOT_INTEGER, None
-            if timeout < 0:
-                return replies.TIMEOUT_NEGATIVE, None
-            o.timeout = timeout
-            i += 1
-        elif opt == b"count" and has_value:
-            count = parse_int(argv[i + 1])
-            if count is None or count <= 0:
-                return COUNT_ERROR, None
-            o.count = count
-            i += 1
-        elif opt == b"from" and has_value:
-            o.queues = argv[i + 1:]
-            break
-        elif opt == b"from-prefix" and i + 2 == argc:
-            o.prefix = argv[i + 1]
-            break
-        else:
-            return replies.SYNTAX_ERROR, None
-        i += 1
-    if not o.queues and o.prefix is None:
-        return replies.SYNTAX_ERROR, None
-    return None, o

@@ -3,7 +3,7 @@ serving them in blocking order as jobs arrive, their timeouts, and the front-end
 
 The front-end half is disque/frontend/getjob.py (`Getjobs`); `Shard.getjob` is the entry
 for the front-end's GETJOBs. A connection this worker serves parks its GETJOB here too
-(ServedClients.getjob), under a negative wait id: its reply goes to that connection
+(ServedCore.getjob_served), under a negative wait id: its reply goes to that connection
 (`answer`), not to the front-end. Fetching, blocking, serving and expiring run in C
 (disque/_fast/consumers.pyx, `ConsumersCore`); what is here is rare.
 """

@@ -22,6 +22,7 @@ from disque._fast.jobid import IdMaker
 from disque._fast.job import (ACKED, ACTIVE, FLAG_BCAST_WILLQUEUE, FLAG_HANDED, QUEUED,
                               WAIT_REPL, retry_interval_msec)
 from disque._fast.ackpath import NOREPL_REMOVED, AckMessages
+from disque import replies
 from disque.commands import resolve
 from disque.contracts import bus_messages as bus_msg
 from disque.contracts.job_codec import serialize
@@ -34,8 +35,7 @@ LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before 
 
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
                   b"number of nodes\r\n")
-LEAVING_ERROR = (b"-LEAVING This node is leaving the cluster, please connect to a "
-                 b"different one\r\n")
+LEAVING_ERROR = replies.LEAVING_ERROR
 
 
 # the hooks the Cython core calls (declared in replcore.pxd): hook -> "method" here, or

@@ -29,7 +29,7 @@ from disque._fast.resp import NULL_ARRAY
 from disque._fast.servedcore import ServedCore
 from disque._fast.servedloop import ServedClient, take_ready
 from disque.contracts import connection_handover as handover_msg
-from disque.contracts.getjob_options import parse_getjob, queue_owners
+from disque.contracts.getjob_options import parse_getjob
 from disque.workers.peer_links import peer_links
 from disque.workers.tls_clients import TlsClients
 
@@ -46,7 +46,6 @@ SERVED_HOOKS = {
     "unpark_client": "unpark",
     "serve_consumers": "consumers_ready",
     "hand_back_client": "hand_back",
-    "getjob_here": "getjob",
     "getjob_of_peer": "peer_getjob",
     "dead_letter_possible": "may_dead_letter",
 }
@@ -64,6 +63,7 @@ class ServedClients(ServedCore):
         self.handlers = shard.handlers
         # what turn() checks on every turn, held: no attribute lookups through the shard
         self.deadlines = shard.consumers.deadlines.heap
+        self.consumers = shard.consumers
         self.interest_due = shard.interest_due
         self.persistence = shard.persistence
         self.channel = channel
@@ -231,40 +231,9 @@ class ServedClients(ServedCore):
         error, o = parse_getjob(argv)
         if error is not None:
             return error
-        o.nohang = True         # only a GETJOB that cannot block comes here (ServedClients.getjob)
+        o.nohang = True         # only a GETJOB that cannot block comes here (ServedCore.getjob_served)
         reply, _ids = self.shard.getjob(o)
         return reply if reply is not None else NULL_ARRAY
-
-    def getjob(self, c, argv):
-        """GETJOB whose queues are all here: a job now, or the client parks among the
-        shard's consumers (a negative wait id: Consumers.answer gives its reply to
-        repl_answered), like a GETJOB the front-end sends. One that spans workers or uses
-        FROM-PREFIX goes back, one that would block on another worker's queue follows it
-        there. On a node of a cluster a queue it empties, or a consumer with nothing,
-        asks the other nodes for jobs (NEEDJOBS) through the shard's bus messages."""
-        error, o = parse_getjob(argv)
-        if error is not None or o.prefix is not None:
-            return None
-        owners = queue_owners(o.queues, self.nworkers)
-        if len(owners) != 1:
-            return None                 # several workers: the front-end merges them
-        w = next(iter(owners))
-        if w != self.index:
-            # another worker's queues: only a GETJOB that cannot block goes there directly
-            if o.nohang:
-                return self.forward(c, w, b"getjob", argv)
-            c.following = True          # handed back, then over to that worker
-            return None
-        c.fwd_run = 0                   # one of ours (ServedCore.forward)
-        self.names.append(b"getjob")    # timed with the other commands of this turn
-        wid = o.reqid = self.new_wait_id()
-        o.client = c.id
-        o.pieces = True
-        reply, _ids = self.shard.getjob(o, timed=False)
-        if reply is not None:
-            return reply
-        c.parked = argv
-        return self.wait_here(c, wid)
 
     # ---- output --------------------------------------------------------------------------
 
