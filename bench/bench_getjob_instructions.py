@@ -8,8 +8,10 @@ One node (`--workers 1`; for the original its one process) runs under `valgrind
 consumer sends `GETJOB TIMEOUT 60000 FROM q` and blocks; the producer's PING makes sure the
 GETJOB was read, its `ADDJOB q <100 bytes> 0` hands the job to the consumer, which reads
 it. After 50 such cycles to warm up, instrumentation is on for `--cycles` more: the
-instructions per cycle of each process, and the worker's top functions, inclusive. The
+instructions per job of each process, and the worker's top functions, inclusive. The
 10 ms tick runs meanwhile, so a run varies by a few percent with the machine's speed.
+`--load cycle`: the README's cycle instead (100 ADDJOBs one by one, GETJOB COUNT 100,
+ACKJOB of the 100), `--cycles` of them.
 
     python bench/bench_getjob_instructions.py --server before=/tmp/old/.venv/bin/disque-server \\
         --server after=.venv/bin/disque-server [--disque-binary <original>/src/disque-server]
@@ -55,6 +57,19 @@ def cycle(consumer, producer):
         raise RuntimeError("the consumer got %r, not %r" % (job, jid))
 
 
+def batch_cycle(producer, consumer, n=100):
+    """The README's cycle load: n ADDJOBs one by one, GETJOB COUNT n, ACKJOB of the n."""
+    for _ in range(n):
+        call(producer, "ADDJOB", "q", BODY, 0)
+    jobs = call(consumer, "GETJOB", "COUNT", n, "FROM", "q")
+    if len(jobs) != n:
+        raise RuntimeError("GETJOB COUNT %d took %d jobs" % (n, len(jobs)))
+    call(consumer, "ACKJOB", *[j[1] for j in jobs])
+
+
+LOADS = {"blocked": (cycle, 1), "cycle": (batch_cycle, 100)}
+
+
 def one_setup(label, head, args, workdir):
     lease = lease_port()
     cg_dir = os.path.join(workdir, label + "-cg")
@@ -76,12 +91,13 @@ def one_setup(label, head, args, workdir):
         jid = call(producer, "ADDJOB", "q", BODY, 0)
         call(consumer, "GETJOB", "FROM", "q")
         call(consumer, "ACKJOB", jid)
-        for _ in range(WARMUP):
-            cycle(consumer, producer)
+        run, per = LOADS[args.load]
+        for _ in range(WARMUP // per or 1):
+            run(consumer, producer)
         subprocess.run(["callgrind_control", "-i", "on"], capture_output=True)
         t0 = time.monotonic()
         for _ in range(args.cycles):
-            cycle(consumer, producer)
+            run(consumer, producer)
         elapsed = time.monotonic() - t0
         subprocess.run(["callgrind_control", "-d"], capture_output=True)
         subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
@@ -92,7 +108,9 @@ def one_setup(label, head, args, workdir):
         procs = [("front-end" if head is not None and k == 0 else
                   "worker" if head is not None else "server", totals(p) / args.cycles, p)
                  for k, p in enumerate(dumps)]
-        return {"rate": args.cycles / elapsed, "procs": procs}
+        jobs = args.cycles * per
+        return {"rate": jobs / elapsed, "jobs": jobs,
+                "procs": [(role, ir * args.cycles / jobs, p) for role, ir, p in procs]}
     finally:
         proc.terminate()
         try:
@@ -106,7 +124,10 @@ def one_setup(label, head, args, workdir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_server_options(ap, workers=1)
-    ap.add_argument("--cycles", type=int, default=300)
+    ap.add_argument("--load", choices=sorted(LOADS), default="blocked",
+                    help="blocked: a job per consumer blocked in GETJOB; cycle: 100 ADDJOBs, "
+                         "GETJOB COUNT 100, ACKJOB of the 100 (the README's cycle)")
+    ap.add_argument("--cycles", type=int, default=300, help="cycles measured (of 100 jobs for cycle)")
     ap.add_argument("--top", type=int, default=12, help="the worker's functions shown")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
@@ -118,8 +139,8 @@ def main():
         for label, head in setups:
             results.append((label, one_setup(label, head, args, workdir)))
             print("%-9s done" % label, flush=True)
-        print("\none node, %d jobs each handed to a consumer blocked in GETJOB: instructions "
-              "per job (callgrind)" % args.cycles)
+        print("\none node, load %s, %d jobs: instructions per job (callgrind)"
+              % (args.load, results[0][1]["jobs"]))
         for label, r in results:
             print("  %-9s %s  (%.0f jobs/s under valgrind)" % (label, "  ".join(
                 "%s %.0f" % (role, ir) for role, ir, _ in r["procs"]), r["rate"]))
@@ -127,7 +148,7 @@ def main():
             workers = [p for role, _, p in r["procs"] if role == "worker"]
             if workers:
                 print("\n  %s, the worker's functions (inclusive, per job):" % label)
-                for ir, name in top_functions(workers[0], args.cycles, args.top):
+                for ir, name in top_functions(workers[0], r["jobs"], args.top):
                     print("    %7.0f  %s" % (ir, name))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
