@@ -176,6 +176,18 @@ def test_a_blocking_getjob_stays_with_its_worker(node):
     assert handbacks(node) == before        # c never went back to the front-end
 
 
+def test_a_parked_getjob_with_the_largest_timeout_waits_and_is_served(node):
+    """TIMEOUT 2^63 - 1 is valid (SPEC 3.2): the deadline past the clock's range is never,
+    not an overflow (ConsumersCore.nothing_fetched)."""
+    c = node.raw()
+    settle(node, c)
+    c.send(encode_command("GETJOB", "TIMEOUT", 2 ** 63 - 1, "FROM", Q0))
+    wait_until(lambda: int(node.info_fields("clients")["blocked_clients"]) >= 1)
+    jid = addjob(node.raw(), Q0, "wake")
+    assert c.read_parsed(timeout=5)[0][1] == jid
+    assert c.execute("PING") == b"PONG"
+
+
 def test_a_parked_getjob_recalled_by_monitor_still_gets_its_job(node):
     c = node.raw()
     settle(node, c)
