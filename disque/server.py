@@ -33,6 +33,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CRON_MS = 50            # front-end cron: GETJOB timeouts are enforced at this granularity
 WATCH_TICKS = 10        # check that every worker is alive every WATCH_TICKS * CRON_MS
 LOADING_HOLD_S = 0.25   # a longer AOF load serves clients during the load, with -LOADING
+LOADING_HOLD_BYTES = 1 << 20  # ... of files this big: smaller ones load before anyone is served
 BUS_OPEN_DELAY_S = 0.001    # the bus opens this long after the loop starts (Node.open_bus)
 PICK_PORT_TRIES = 16    # ports the kernel may give a job link listener before one is kept
 MEMORY_TICKS = 2        # measure memory and push the level to workers (SPEC 9) every 100 ms
@@ -425,7 +426,9 @@ class Node:
             fe.handover.start()         # connection-affinity (disque/frontend/handover.py)
             # the AOF load (disque/frontend/persistence_phases.py): the sockets already listen, so clients
             # that connect now wait in the backlog and are served once the load is done;
-            # a load longer than LOADING_HOLD_S serves them earlier, with -LOADING
+            # a load of LOADING_HOLD_BYTES or more that lasts longer than LOADING_HOLD_S
+            # serves them earlier, with -LOADING; a smaller one never does, however busy
+            # the machine (the original serves every 1,000 records of a load)
             error = fe.persistence.startup()
             if error:
                 raise StartupError(error)
@@ -440,7 +443,8 @@ class Node:
             self.serve_cb = lambda: self.serve(loop, socks, unix_sock, servers, tls_socks)
             if fe.persistence.loading:
                 fe.persistence.loading_done_cb = self.serve_cb
-                loop.call_later(LOADING_HOLD_S, self.serve_cb)
+                if fe.persistence.loading_total_bytes >= LOADING_HOLD_BYTES:
+                    loop.call_later(LOADING_HOLD_S, self.serve_cb)
             else:
                 self.serve_cb()
 
