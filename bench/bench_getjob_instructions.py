@@ -127,7 +127,8 @@ def main():
     ap.add_argument("--load", choices=sorted(LOADS), default="blocked",
                     help="blocked: a job per consumer blocked in GETJOB; cycle: 100 ADDJOBs, "
                          "GETJOB COUNT 100, ACKJOB of the 100 (the README's cycle)")
-    ap.add_argument("--cycles", type=int, default=300, help="cycles measured (of 100 jobs for cycle)")
+    ap.add_argument("--cycles", type=int, default=300,
+                    help="cycles measured (of 100 jobs for cycle)")
     ap.add_argument("--top", type=int, default=12, help="the worker's functions shown")
     args = ap.parse_args()
     if not shutil.which("valgrind"):

@@ -246,8 +246,8 @@ cdef class ServedLoop:
         at least that often), the hand-over channel, due job timers, consumer deadlines,
         replies or bus messages for the front-end, the AOF. Serving again there finds
         nothing left. Consumers blocked on queues that got jobs are served here
-        (Consumers.serve_ready, a hook) unless an AOF is on. A non-blocking turn (the AOF has slices to work)
-        is one turn."""
+        (Consumers.serve_ready, a hook) unless an AOF is on. A non-blocking turn (the AOF
+        has slices to work) is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
         persistence = self.persistence
         links_out = self.job_links_out
