@@ -17,7 +17,6 @@ ACKJOB of the 100), `--cycles` of them.
         --server after=.venv/bin/disque-server [--disque-binary <original>/src/disque-server]
 """
 import argparse
-import glob
 import os
 import shutil
 import subprocess
@@ -27,7 +26,7 @@ import time
 
 import redis
 
-from bench_repl_instructions import callgrind, top_functions, totals
+from bench_repl_instructions import callgrind, process_counts, report
 from common.options import add_server_options, server_setups
 from disque.harness.node import original_argv, ping
 from disque.harness.ports import lease_port
@@ -103,14 +102,9 @@ def one_setup(label, head, args, workdir):
         subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
         consumer.disconnect()
         producer.disconnect()
-        dumps = sorted(glob.glob(os.path.join(cg_dir, "cg.*.1")),
-                       key=lambda p: int(p.split(".")[-2]))
-        procs = [("front-end" if head is not None and k == 0 else
-                  "worker" if head is not None else "server", totals(p) / args.cycles, p)
-                 for k, p in enumerate(dumps)]
         jobs = args.cycles * per
         return {"rate": jobs / elapsed, "jobs": jobs,
-                "procs": [(role, ir * args.cycles / jobs, p) for role, ir, p in procs]}
+                "procs": process_counts(cg_dir, head is not None, jobs)}
     finally:
         proc.terminate()
         try:
@@ -140,17 +134,8 @@ def main():
         for label, head in setups:
             results.append((label, one_setup(label, head, args, workdir)))
             print("%-9s done" % label, flush=True)
-        print("\none node, load %s, %d jobs: instructions per job (callgrind)"
-              % (args.load, results[0][1]["jobs"]))
-        for label, r in results:
-            print("  %-9s %s  (%.0f jobs/s under valgrind)" % (label, "  ".join(
-                "%s %.0f" % (role, ir) for role, ir, _ in r["procs"]), r["rate"]))
-        for label, r in results:
-            workers = [p for role, _, p in r["procs"] if role == "worker"]
-            if workers:
-                print("\n  %s, the worker's functions (inclusive, per job):" % label)
-                for ir, name in top_functions(workers[0], r["jobs"], args.top):
-                    print("    %7.0f  %s" % (ir, name))
+        report("one node, load %s, %d jobs: instructions per job (callgrind)"
+               % (args.load, results[0][1]["jobs"]), results, args.top)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

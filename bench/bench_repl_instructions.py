@@ -86,6 +86,30 @@ def top_functions(path, jobs, n):
     return top[:n]
 
 
+def process_counts(cg_dir, ours, jobs):
+    """(role, instructions per job, its dump) of each process of the node measured, from
+    the callgrind dumps in `cg_dir`: for ours the front-end then its workers."""
+    dumps = sorted(glob.glob(os.path.join(cg_dir, "cg.*.1")),
+                   key=lambda p: int(p.split(".")[-2]))
+    return [("front-end" if ours and k == 0 else "worker" if ours else "server",
+             totals(p) / jobs, p) for k, p in enumerate(dumps)]
+
+
+def report(title, results, top):
+    """Each setup's instructions per job by process, then its worker's `top` functions;
+    `results`: [(label, {"rate", "jobs", "procs"})]."""
+    print("\n" + title)
+    for label, r in results:
+        print("  %-9s %s  (%.0f jobs/s under valgrind)" % (label, "  ".join(
+            "%s %.0f" % (role, ir) for role, ir, _ in r["procs"]), r["rate"]))
+    for label, r in results:
+        workers = [p for role, _, p in r["procs"] if role == "worker"]
+        if workers:
+            print("\n  %s, the worker's functions (inclusive, per job):" % label)
+            for ir, name in top_functions(workers[0], r["jobs"], top):
+                print("    %7.0f  %s" % (ir, name))
+
+
 def one_setup(label, head, args, workdir):
     leases = [lease_port() for _ in range(NODES)]
     nodes = []
@@ -112,12 +136,8 @@ def one_setup(label, head, args, workdir):
         r = redis_benchmark(nodes[0].port, args.jobs, 1, cmd)
         subprocess.run(["callgrind_control", "-d"], capture_output=True, check=True)
         subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
-        dumps = sorted(glob.glob(os.path.join(cg_dir, "cg.*.1")),
-                       key=lambda p: int(p.split(".")[-2]))
-        procs = [("front-end" if head is not None and k == 0 else
-                  "worker" if head is not None else "server", totals(p) / args.jobs, p)
-                 for k, p in enumerate(dumps)]
-        return {"rps": r["rps"], "procs": procs}
+        return {"rate": r["rps"], "jobs": args.jobs,
+                "procs": process_counts(cg_dir, head is not None, args.jobs)}
     finally:
         for node in nodes:
             node.stop()
@@ -143,17 +163,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="bench-repl-instructions-")
     try:
         results = [(label, one_setup(label, head, args, workdir)) for label, head in setups]
-        print("\nnode %d of 3, %d REPLICATE 3 ADDJOBs at 1 connection: instructions per job "
-              "(callgrind)" % (args.node, args.jobs))
-        for label, r in results:
-            print("  %-9s %s  (%.0f jobs/s under valgrind)" % (label, "  ".join(
-                "%s %.0f" % (role, ir) for role, ir, _ in r["procs"]), r["rps"]))
-        for label, r in results:
-            workers = [p for role, _, p in r["procs"] if role == "worker"]
-            if workers:
-                print("\n  %s, the worker's functions (inclusive, per job):" % label)
-                for ir, name in top_functions(workers[0], args.jobs, args.top):
-                    print("    %7.0f  %s" % (ir, name))
+        report("node %d of 3, %d REPLICATE 3 ADDJOBs at 1 connection: instructions per job "
+               "(callgrind)" % (args.node, args.jobs), results, args.top)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

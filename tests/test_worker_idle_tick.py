@@ -167,7 +167,7 @@ def test_the_timeouts_of_consumers_served_long_ago_take_no_turn_of_the_python_lo
 @pytest.mark.server
 def test_a_blocked_consumer_served_by_an_addjob_takes_no_turn_of_the_python_loop(start_server):
     """An ADDJOB to a queue a consumer waits on marks the queue ready; the served loop's C
-    turn serves the consumer itself (Consumers.serve_ready through a hook) instead of
+    turn serves the consumer itself (ConsumersCore.serve_ready, a C call) instead of
     handing the turn to the Python loop, which took a Python turn per job handed to a
     waiting consumer (docs/design.md, "The worker's loop")."""
     srv = start_server(workers=1)

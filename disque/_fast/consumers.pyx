@@ -9,14 +9,12 @@ from libc.limits cimport LLONG_MAX
 
 from disque._fast.jobreply import encode_job, encode_jobs, encode_jobs_pieces
 from disque._fast.resp import NULL_ARRAY
-from disque._fast.shardcore cimport ShardCore
+from disque._fast.shardcore cimport PAUSE_OUT, ShardCore
 from disque._fast.shardqueue cimport Queue
 from disque.contracts import worker_link as link_msg
 from disque.deadlines import Deadlines
 from disque.replies import LEAVING_ERROR
-from disque._fast.shardcore import QueuePause
 
-cdef int C_PAUSE_OUT = int(QueuePause.PAUSE_OUT)
 cdef object encode_reply = link_msg.GetJobReply.encode
 
 
@@ -41,7 +39,7 @@ cdef class Blocked:
 
 
 cdef inline bint paused_out(Queue q):
-    return (q.paused & C_PAUSE_OUT) != 0
+    return (q.paused & PAUSE_OUT) != 0
 
 
 cdef class ConsumersCore:

@@ -1,5 +1,4 @@
 # The command dispatch of the connections a worker serves itself (servedcore.pyx).
-from disque._fast.consumers cimport ConsumersCore
 from disque._fast.servedloop cimport ServedClient, ServedLoop
 
 cdef class ServedCore(ServedLoop):
@@ -11,7 +10,6 @@ cdef class ServedCore(ServedLoop):
     cdef public list names          # real names of the commands of the read being served
     cdef public dict repl_waits     # wait id -> (client, Forwarded) of commands waiting here
     cdef public long long next_wait_id
-    cdef public ConsumersCore consumers  # the shard's blocked consumers (every GETJOB of this worker)
     # Hooks: what the dispatch calls on the Python half (disque/workers/served_clients.py,
     # SERVED_HOOKS there), bound once; None until bound (tests/test_core_hooks.py).
     cdef public object hand_back_client     # (client, reason, pending) give the connection back

@@ -20,7 +20,6 @@ from disque._fast.resp import ProtocolError
 from disque import replies
 from disque.contracts import connection_handover as handover_msg
 from disque.contracts import routes
-from disque._fast.consumers cimport ConsumersCore
 from disque._fast.getjobopts cimport GetjobRequest, parse_getjob
 from disque._fast.jobid cimport queue_worker
 from disque._fast.servedloop cimport Forwarded, ServedClient, ServedLoop

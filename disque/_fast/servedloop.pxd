@@ -1,5 +1,6 @@
 # A worker's event loop for the connections it serves itself (servedloop.pyx); the command
 # dispatch of those connections is servedcore.pyx's ServedCore, which extends it.
+from disque._fast.consumers cimport ConsumersCore
 from disque._fast.resp cimport RequestParser
 
 cdef class Epoll:
@@ -50,6 +51,7 @@ cdef class ServedLoop:
     cdef public Epoll ep
     cdef public dict clients        # fd -> ServedClient
     cdef public dict by_id          # client id -> ServedClient
+    cdef public ConsumersCore consumers  # the shard's blocked consumers (every GETJOB of this worker)
     cdef public list deadlines      # the heap of the shard's consumers' Deadlines (never replaced)
     cdef public set interest_due    # the shard's (never replaced)
     cdef public object persistence  # the shard's
@@ -74,7 +76,6 @@ cdef class ServedLoop:
     cdef public object back_when_answered   # (client) a hand-back waiting for replies may go
     cdef public object slow_commands_out    # () SLOWLOG entries to the front-end
     cdef public object unpark_client        # (client) its parked GETJOB becomes input again
-    cdef public object serve_consumers      # () blocked consumers of queues that got jobs (Consumers.serve_ready)
     cdef bint deadline_due(self, long long now) except -1
     cdef bint poll(self, bint block) except -1
     cdef int serve(self) except -1

@@ -246,7 +246,7 @@ cdef class ServedLoop:
         at least that often), the hand-over channel, due job timers, consumer deadlines,
         replies or bus messages for the front-end, the AOF. Serving again there finds
         nothing left. Consumers blocked on queues that got jobs are served here
-        (Consumers.serve_ready, a hook) unless an AOF is on. A non-blocking turn (the AOF
+        (ConsumersCore.serve_ready) unless an AOF is on. A non-blocking turn (the AOF
         has slices to work) is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
         persistence = self.persistence
@@ -269,7 +269,7 @@ cdef class ServedLoop:
             # after serving (their replies and the job messages it makes leave below, in
             # the loop's order: job messages, then replies; no AOF on this path)
             if core.ready and not persistence.aof_busy:
-                self.serve_consumers()
+                self.consumers.serve_ready()
                 if links_out is not None and core.bus_out:
                     links_out()
             # what the loop does after serving: bus messages and replies for the

@@ -35,7 +35,6 @@ LEAVING_WAIT_GRACE_MS = 100    # a producer waits at least one cron pass before 
 
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested "
                   b"number of nodes\r\n")
-LEAVING_ERROR = replies.LEAVING_ERROR
 
 
 # the hooks the Cython core calls (declared in replcore.pxd): hook -> "method" here, or
@@ -227,7 +226,7 @@ class Replication(AckMessages):
         now = self.shard.now_ms
         for wait in list(self.repl_waits.values()):
             if now - wait.started >= LEAVING_WAIT_GRACE_MS:
-                self.repl_failed(wait, LEAVING_ERROR)
+                self.repl_failed(wait, replies.LEAVING_ERROR)
 
     def expire_waiting(self, job):
         """The scheduler found a job still waiting for copies past its TTL."""

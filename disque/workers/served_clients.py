@@ -44,7 +44,6 @@ SERVED_HOOKS = {
     "back_when_answered": "finish_back",
     "slow_commands_out": "send_slow",
     "unpark_client": "unpark",
-    "serve_consumers": "consumers_ready",
     "hand_back_client": "hand_back",
     "getjob_of_peer": "peer_getjob",
     "dead_letter_possible": "may_dead_letter",
@@ -174,11 +173,6 @@ class ServedClients(ServedCore):
             self.channel.send(msg, c.fd)
         finally:
             c.sock.close()
-
-    def consumers_ready(self):
-        """The served loop's turn found queues with jobs and blocked consumers: served now,
-        not in a turn of the worker's Python loop."""
-        self.shard.consumers.serve_ready()
 
     def unpark(self, c):
         """A GETJOB parked here may wait for ever, so a connection going back does not wait

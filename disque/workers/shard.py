@@ -28,7 +28,7 @@ from disque.workers.persistence import Persistence
 from disque.workers.queues import PAUSE_IN, PAUSE_OUT, QueueCommands
 from disque.workers.scan_share import scan_share
 from disque.workers.spill import Spill
-from disque.workers.replication import LEAVING_ERROR, NOREPL_REMOVED, Replication
+from disque.workers.replication import NOREPL_REMOVED, Replication
 
 parse_int = resp.parse_int
 NULL_ARRAY = resp.NULL_ARRAY
@@ -177,16 +177,14 @@ class Shard(ShardAcks):
 
     # ---- GETJOB (SPEC 3.2) ------------------------------------------------------------
 
-    def getjob(self, request, timed=True):
-        """GETJOB's worker half, the one entry point of every path (the front-end's message,
-        a served connection's GETJOB, another worker's NOHANG one): a GetjobRequest
-        (contracts/getjob_options.py); the front half is disque/frontend/getjob.py.
-        Serve or block a consumer: (reply, job ids). Local mode replies in full (None when
-        it blocked); proxy mode with a list of encoded jobs (empty: blocked or none).
-        `timed`: count it in the command statistics here (a served connection's GETJOB is
-        counted with the other commands of its turn instead)."""
-        if not timed:
-            return self.consumers.fetch_or_block(request)
+    def getjob(self, request):
+        """GETJOB's worker half for the front-end's message and another worker's NOHANG
+        one, counted in the command statistics (a served connection's GETJOB goes to
+        Consumers.fetch_or_block from ServedCore.getjob_served, counted with the other
+        commands of its turn): a GetjobRequest (contracts/getjob_options.py); the front
+        half is disque/frontend/getjob.py. Serve or block a consumer: (reply, job ids).
+        Local mode replies in full (None when it blocked); proxy mode with a list of
+        encoded jobs (empty: blocked or none)."""
         t0 = perf_counter_ns()
         try:
             return self.consumers.fetch_or_block(request)
@@ -208,7 +206,7 @@ class Shard(ShardAcks):
         if self.replication.repl_waits:
             self.replication.repl_leaving_cron()
         for b in list(self.consumers.by_client.values()):
-            self.consumers.release(b, LEAVING_ERROR)
+            self.consumers.release(b, replies.LEAVING_ERROR)
 
     def return_jobs(self, ids):
         """Undo fetches the front-end could not deliver (consumer gone or already served)."""
