@@ -109,10 +109,10 @@ def test_a_spilled_tail_goes_before_the_ring_and_newer_jobs_after_it():
     index = ColdIndex()
     ring = index.new_ring("q")
     first = jobs(50, 40)                            # the first tail: 40 and 50 spilled
-    index.add_tail(ring, first, [10, 10], [(1, 0), (1, 10)])
+    index.add_tail(ring, first, [10, 10], 1, 0)
     assert ring.back_ctime == 50
     tail = jobs(70, 60, 30, 20)                     # newest first: 60, 70 newer than 50
-    index.add_tail(ring, tail, [10] * 4, [(1, 20), (1, 30), (1, 40), (1, 50)])
+    index.add_tail(ring, tail, [10] * 4, 1, 20)
     order = [index.job_id(s) for s in index.peek(ring, 10)]
     by_ctime = {j.id: j.ctime for j in first + tail}
     assert [by_ctime[i] for i in order] == [20, 30, 40, 50, 60, 70]
@@ -138,7 +138,7 @@ def test_queue_tails_added_in_batches_are_found_by_id_and_seq_across_growth():
             j.scan_hi, j.scan_lo = seq >> 32, seq & 0xffffffff
             jobs.append(j)
         jobs.reverse()                                     # newest first
-        index.add_tail(ring, jobs, [64] * len(jobs), [(batch, 64 * i) for i in range(len(jobs))])
+        index.add_tail(ring, jobs, [64] * len(jobs), batch, 0)
         order[:0] = [j.id for j in reversed(jobs)]
         live.update((j.id, (j.scan_hi << 32) | j.scan_lo) for j in jobs)
         for gone in order[1::7][:150]:                     # some leave (loaded back)

@@ -156,6 +156,45 @@ def test_a_background_append_that_fails_is_cut_back_and_its_batch_handed_over(tm
     spill_log.close()
 
 
+def test_jobs_appended_as_records_made_in_the_write_buffer_read_back_as_spill_records(tmp_path):
+    """append_jobs (the spiller's path) makes each record right in the write buffer: the
+    bytes on disk are spill_records' and the padding is zeros, in the foreground and in
+    the background; a batch whose background write fails hands `lost` the same bytes,
+    sizes and places as `append` would."""
+    spill_log = SpillLog(str(tmp_path), "t")
+    lost = []
+    spill_log.lost = lambda *args: lost.append(args)
+    rng = random.Random(6)
+    placed = []
+    for background in (False, True, True, False):
+        jobs = [job(rng, n) for n in range(rng.randrange(1, 300))]
+        data, sizes = codec.spill_records(jobs)
+        got_sizes, seg_n, off = spill_log.append_jobs(jobs, background=background)
+        assert got_sizes == sizes and off % ALIGN == 0
+        placed.append((data, sizes, seg_n, off))
+    spill_log.settle()
+    for data, sizes, seg_n, off in placed:
+        [whole] = spill_log.read([(seg_n, off, len(data))])
+        assert bytes(whole) == data
+        padded = -(-len(data) // ALIGN) * ALIGN
+        rfd = os.open(spill_log.segs[seg_n].path, os.O_RDONLY)
+        try:
+            assert os.pread(rfd, padded - len(data), off + len(data)) == bytes(padded - len(data))
+        finally:
+            os.close(rfd)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, spill_log.active.fd)
+    os.close(full)
+    jobs = [job(rng, n) for n in range(7)]
+    data, sizes = codec.spill_records(jobs)
+    _, seg_n, off = spill_log.append_jobs(jobs, background=True)
+    spill_log.settle()
+    [(error, lost_data, lost_sizes, places)] = lost
+    assert error.errno == errno.ENOSPC and bytes(lost_data) == data and lost_sizes == sizes
+    assert places == [(seg_n, off + sum(sizes[:i])) for i in range(len(sizes))]
+    spill_log.close()
+
+
 def totals_match(spill_log):
     segs = spill_log.segs.values()
     return (spill_log.size_total, spill_log.live_total) == (

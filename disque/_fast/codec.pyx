@@ -5,7 +5,7 @@ reference, which tests/test_job_codec.py holds this module against).
 Profiled under ADDJOB REPLICATE 3: the Python codec was half of a replica worker's busy
 time (a REPLJOB per job on every replica) and a seventh of the originator's.
 """
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
@@ -88,17 +88,43 @@ def spill_records(list jobs):
     """The spill log's records of `jobs` (disque/workers/spill_log.py), one after the other
     in one bytes, and each record's size. A record is SPILL_HEADER_LEN bytes (requeue time,
     i64; flags; state; two spare bytes), then the job in storage form."""
+    sizes, total = spill_sizes(jobs)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    write_spill_records(jobs, sizes, PyBytes_AS_STRING(out))
+    return out, sizes
+
+
+def spill_sizes(list jobs):
+    """(each record's size, their total) of `jobs` as spill records."""
     cdef Py_ssize_t n = len(jobs), i, total = 0, size
     cdef list sizes = [None] * n
-    cdef Job job
     for i in range(n):
         size = SPILL_HEADER_LEN + job_size(<Job>jobs[i])
         sizes[i] = size
         total += size
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
-    cdef char *p = PyBytes_AS_STRING(out)
+    return sizes, total
+
+
+def spill_records_into(list jobs, list sizes, unsigned char[::1] buf, Py_ssize_t pad_to):
+    """spill_records written at the start of `buf` (the spill log's write buffer: no bytes
+    object in between), zeros after them up to `pad_to`. `sizes` from spill_sizes."""
+    cdef Py_ssize_t total = 0, i
+    for i in range(len(sizes)):
+        total += <Py_ssize_t>sizes[i]
+    if total > pad_to or pad_to > buf.shape[0] or len(sizes) != len(jobs):
+        raise ValueError("spill records past their buffer")
+    if pad_to == 0:
+        return
+    cdef char *p = <char *>&buf[0]
+    write_spill_records(jobs, sizes, p)
+    memset(p + total, 0, pad_to - total)
+
+
+cdef void write_spill_records(list jobs, list sizes, char *p) noexcept:
+    cdef Py_ssize_t i, size
+    cdef Job job
     cdef uint64_t qtime
-    for i in range(n):
+    for i in range(len(jobs)):
         job = <Job>jobs[i]
         size = <Py_ssize_t>sizes[i]
         qtime = <uint64_t>job.qtime
@@ -109,7 +135,6 @@ def spill_records(list jobs):
         p[10] = p[11] = 0
         write_job(job, True, 0, p + SPILL_HEADER_LEN, size - SPILL_HEADER_LEN)
         p += size
-    return out, sizes
 
 
 def spill_header(bytes rec):

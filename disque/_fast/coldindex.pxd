@@ -48,6 +48,6 @@ cdef class ColdIndex:
     cdef Py_ssize_t add_hashed(self, const char *key, uint64_t h, uint32_t seg, uint32_t off,
                                uint32_t size, uint32_t etime, uint32_t awake, ColdRing ring,
                                bint front, uint64_t seq) except -1
-    cdef int add_one(self, Job job, uint64_t h, uint32_t size, tuple loc, ColdRing ring,
-                     bint front) except -1
+    cdef int add_one(self, Job job, uint64_t h, uint32_t size, uint32_t seg, uint32_t off,
+                     ColdRing ring, bint front) except -1
     cdef bint entry_live(self, uint64_t e) noexcept

@@ -307,11 +307,11 @@ cdef class ColdIndex:
             ring.live += 1
         return slot
 
-    def add_tail(self, ColdRing ring, list jobs, list sizes, list locs):
+    def add_tail(self, ColdRing ring, list jobs, list sizes, uint32_t seg, uint32_t off):
         """Index a queue's tail just written to the spill log: `jobs` newest first (as a
-        batch is picked), with their records' sizes and (segment, offset). Each goes before
-        the ring's jobs, each before the last; any newer than the ring's newest (jobs added
-        since its last batch) goes after them instead, oldest first.
+        batch is picked), their records of `sizes` one after the other from `off` of
+        segment `seg`. Each goes before the ring's jobs, each before the last; any newer
+        than the ring's newest (added since its last batch) goes after them, oldest first.
 
         The tables grow once for the whole batch, then every job's two buckets are
         prefetched before the first is written: a bucket of a table of millions is a cache
@@ -319,15 +319,20 @@ cdef class ColdIndex:
         cdef Py_ssize_t n = len(jobs), i
         if n == 0:
             return
+        if len(sizes) != n:
+            raise ValueError("a size per spilled job")
         cdef bint had = ring.live > 0
         cdef uint64_t newest = ring.back_ctime
         cdef list newer = []
         cdef Job job
-        cdef tuple loc
         cdef uint64_t *hashes = <uint64_t *>malloc(n * sizeof(uint64_t))
-        if hashes == NULL:
-            raise MemoryError()
+        cdef uint32_t *offs = <uint32_t *>malloc(n * sizeof(uint32_t))
         try:
+            if hashes == NULL or offs == NULL:
+                raise MemoryError()
+            for i in range(n):
+                offs[i] = off
+                off += <uint32_t>sizes[i]
             while (self.count + n) * 10 > self.tcap * 7:
                 self.grow(False)
             while (self.count + n) * 10 > self.stcap * 7:
@@ -345,21 +350,22 @@ cdef class ColdIndex:
                 if had and job.ctime > newest:
                     newer.append(i)
                     continue
-                self.add_one(job, hashes[i], sizes[i], <tuple>locs[i], ring, True)
+                self.add_one(job, hashes[i], sizes[i], seg, offs[i], ring, True)
                 if not had and ring.back_ctime < job.ctime:
                     ring.back_ctime = job.ctime
             for i in reversed(newer):
                 job = <Job>jobs[i]
-                self.add_one(job, hashes[i], sizes[i], <tuple>locs[i], ring, False)
+                self.add_one(job, hashes[i], sizes[i], seg, offs[i], ring, False)
                 ring.back_ctime = job.ctime
         finally:
             free(hashes)
+            free(offs)
 
-    cdef int add_one(self, Job job, uint64_t h, uint32_t size, tuple loc, ColdRing ring,
-                     bint front) except -1:
+    cdef int add_one(self, Job job, uint64_t h, uint32_t size, uint32_t seg, uint32_t off,
+                     ColdRing ring, bint front) except -1:
         if size == 0:
             raise ValueError("bad spilled job")
-        self.add_hashed(PyBytes_AS_STRING(job.id), h, loc[0], loc[1], size, job.etime, 0,
+        self.add_hashed(PyBytes_AS_STRING(job.id), h, seg, off, size, job.etime, 0,
                         ring, front, (<uint64_t>job.scan_hi << 32) | job.scan_lo)
         return 0
 

@@ -21,6 +21,7 @@ from disque._fast.coldindex import ColdIndex
 from disque._fast.job import (ACTIVE, QUEUED, FLAG_DELIVERED, FLAG_GROUPED, FLAG_HELD, Job,
                               expire_ms)
 from disque._fast.shardcore import NO_LIMIT
+from disque._fast.spillpick import tail_to_spill
 from disque.workers.queues import PAUSE_OUT
 from disque.workers.spill_compaction import SpillCompaction
 from disque.workers.spill_log import ID_AT, SIZE_AT, SpillLog
@@ -200,37 +201,40 @@ class Spill:
             if (not last_resort and self.log is not None and self.log.writing()
                     and shard.data_bytes <= self.hot_limit()):
                 return      # under the limit: the batch in flight ends while the loop serves
-            picked = self.pick(shard.data_bytes > self.hot_limit()
-                               and (last_resort or self.accounted < target))
-            if not picked or len(picked) > self.index.room or not self.write(picked):
+            jobs, runs = self.pick(shard.data_bytes > self.hot_limit()
+                                   and (last_resort or self.accounted < target))
+            if not jobs or len(jobs) > self.index.room or not self.write(jobs, runs):
                 return      # (a full index: RAM fills and the memory levels apply)
 
     def pick(self, heads_too):
-        """The next batch to spill: [(job, queue or None)] from the tails beyond `keep` of
-        the longest queues, else copies with far timers, else (heads_too) tails beyond
-        MIN_KEEP (or `keep`, if less)."""
+        """The next batch to spill: (jobs, runs), each run (queue or None, first, end) of
+        `jobs`; from the tails beyond `keep` of the longest queues, newest first, else
+        copies with far timers, else (heads_too) tails beyond MIN_KEEP (or `keep`, if
+        less)."""
         shard = self.shard
         horizon = shard.now_s + HORIZON_S
         for floor in (self.keep, None, min(MIN_KEEP, self.keep) if heads_too else None):
             if floor is None:
                 copies = self.pick_copies(horizon)
                 if copies:
-                    return copies
+                    return copies, [(None, 0, len(copies))]
                 continue
             out = []
+            runs = []
             for q in heapq.nlargest(PICK_QUEUES, shard.queues.values(),
                                     key=lambda q: len(q.jobs)):
                 extra = len(q.jobs) - floor
                 if extra <= 0:
                     break
-                out += [(j, q) for j in q.jobs.peek_tail(min(extra, BATCH - len(out)))
-                        if j.etime > horizon and j.body is not None
-                        and not j.flags & FLAG_GROUPED]
+                first = len(out)
+                out += tail_to_spill(q.jobs, min(extra, BATCH - first), horizon)
+                if len(out) > first:
+                    runs.append((q, first, len(out)))
                 if len(out) >= BATCH:
                     break
             if out:
-                return out
-        return None
+                return out, runs
+        return None, None
 
     def pick_copies(self, horizon):
         """Copies this node holds for others, walking the job log from where it stopped.
@@ -259,7 +263,7 @@ class Spill:
                     and (not job.flags & FLAG_GROUPED or job.flags & FLAG_HELD)
                     and not job.in_queue and job.body is not None and job.queue is not None
                     and shard.jobs.get(job.id) is job and self.awake_ms(job) > horizon_ms):
-                out.append((job, None))
+                out.append(job)
         self.copy_pos = pos
         if not out:
             self.copies_after = (job_log.next_seq + looked, shard.now_ms + COPIES_IDLE_MS)
@@ -274,9 +278,9 @@ class Spill:
             t = job.qtime - 1000        # before the WILLQUEUE announcement, 500 ms earlier
         return t
 
-    def write(self, picked):
-        """Write a batch and drop it from RAM; False when the disk refused it (the jobs stay
-        in RAM, nothing is lost)."""
+    def write(self, jobs, runs):
+        """Write a batch (`pick`) and drop it from RAM; False when the disk refused it (the
+        jobs stay in RAM, nothing is lost)."""
         shard = self.shard
         self.settle()
         try:
@@ -284,36 +288,30 @@ class Spill:
                 self.log = SpillLog(shard.persistence.aof_cfg("dir") or os.getcwd(),
                                     "spill-%s-w%d" % (shard.node_id.decode()[:8], shard.index))
                 self.log.lost = self.write_lost
-            data, sizes = codec.spill_records([j for j, _ in picked])
             # in the background while the disk is fine: a failure shows at the next
             # settle (write_lost); while it fails, each try is known at once
-            locs = self.log.append(data, sizes, background=self.failing is None)
+            sizes, seg, off = self.log.append_jobs(jobs, background=self.failing is None)
         except OSError as e:
             self.disk_failed(e)
             return False
-        self.compaction.earn(len(data))
+        self.compaction.earn(sum(sizes))
         if self.failing is not None:
             log.warning("Spill disk writable again: spilling resumes")
             self.failing = None
             shard.memory.spill_changed()
-        index = self.index
         held = 0
-        i, n = 0, len(picked)
-        while i < n:          # runs of one queue's tail, newest first (see `pick`), or copies
-            q = picked[i][1]
-            j = i + 1
-            while j < n and picked[j][1] is q:
-                j += 1
-            held += self.leave_ram(q, [job for job, _ in picked[i:j]], sizes[i:j], locs[i:j])
-            i = j
+        for q, first, end in runs:  # a queue's tail, newest first (see `pick`), or copies
+            held += self.leave_ram(q, jobs[first:end], sizes[first:end], seg, off)
+            off += sum(sizes[first:end])
         self.held_bytes += held
-        self.jobs_spilled += n
-        shard.cold_jobs = index.count       # find_job looks on disk from now on
+        self.jobs_spilled += len(jobs)
+        shard.cold_jobs = self.index.count      # find_job looks on disk from now on
         return True
 
-    def leave_ram(self, q, run, sizes, locs):
-        """Jobs written to the spill log leave RAM for the index: a queue's tail is cut
-        from its queue at once, copies (q None) one at a time. Returns the RAM they held."""
+    def leave_ram(self, q, run, sizes, seg, off):
+        """Jobs written to the spill log, one after the other from `off` of segment `seg`,
+        leave RAM for the index: a queue's tail is cut from its queue at once, copies (q
+        None) one at a time. Returns the RAM they held."""
         shard = self.shard
         index = self.index
         held = -1 if q is None else shard.spill_out_tail(q, run, SPILLED)
@@ -323,13 +321,14 @@ class Spill:
                 held += shard.job_cost(job)
                 shard.spill_out(job, SPILLED)
         if q is None:
-            for job, size, (seg, off) in zip(run, sizes, locs):
+            for job, size in zip(run, sizes):
                 index.add(job.id, seg, off, size, job.etime, -(-self.awake_ms(job) // 1000),
                           None, False, (job.scan_hi << 32) | job.scan_lo)
+                off += size
             return held
         if q.cold is None:
             q.cold = index.new_ring(q)
-        index.add_tail(q.cold, run, sizes, locs)
+        index.add_tail(q.cold, run, sizes, seg, off)
         return held
 
     def settle(self):

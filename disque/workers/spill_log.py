@@ -30,7 +30,7 @@ import os
 import struct
 
 from disque._fast.bgwrite import BackgroundWriter
-from disque._fast.codec import SPILL_HEADER
+from disque._fast.codec import SPILL_HEADER, spill_records_into, spill_sizes
 
 log = logging.getLogger("disque.worker")
 
@@ -44,10 +44,20 @@ ID_AT = SIZE_AT + 4
 U32 = struct.Struct("<I")
 ALIGN = 4096                    # O_DIRECT's unit for offsets, lengths and buffers
 O_DIRECT = getattr(os, "O_DIRECT", 0)
+ZEROS = bytes(ALIGN)            # a batch's padding
 
 
 def aligned(n):
     return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def locations(n, start, sizes):
+    """[(segment n, offset)] of records of `sizes` written one after the other from `start`."""
+    out = []
+    for size in sizes:
+        out.append((n, start))
+        start += size
+    return out
 
 
 def walk_records(buf, base, last):
@@ -98,7 +108,7 @@ class SpillLog:
         self.direct = bool(O_DIRECT)    # cleared when the file system refuses O_DIRECT
         self.wbuf = None                # the page-aligned write buffer, grown as needed
         self.writer = None              # the thread of background appends (one at a time)
-        self.in_flight = None           # (segment, start, length, data, sizes, locations)
+        self.in_flight = None           # (segment, start, padded length, length, sizes)
         self.lost = None                # called with (error, data, sizes, locations) of a
                                         # background append that failed (set by Spill)
         self.remove_old()
@@ -162,31 +172,44 @@ class SpillLog:
         segment is cut back. In the `background` the write is left to the writer thread
         (the device's time is not the worker's): every other call of the log waits for
         it first (`settle`), and hands a batch that failed to `lost`."""
+        seg, start, buf, total = self.reserve(len(data))
+        buf[:len(data)] = data
+        buf[len(data):total] = ZEROS[:total - len(data)]
+        self.commit(seg, start, total, len(data), sizes, background)
+        return locations(seg.n, start, sizes)
+
+    def append_jobs(self, jobs, background=False):
+        """As `append`, the spill records of `jobs` (codec.spill_records' form) made right
+        in the write buffer: (their sizes, segment, offset of the first; the others
+        follow it)."""
+        sizes, length = spill_sizes(jobs)
+        seg, start, buf, total = self.reserve(length)
+        spill_records_into(jobs, sizes, buf, total)
+        self.commit(seg, start, total, length, sizes, background)
+        return sizes, seg.n, start
+
+    def reserve(self, length):
+        """Where a batch of `length` bytes goes: (segment, offset, write buffer, length
+        padded to ALIGN)."""
         self.settle()
         seg = self.active
         if seg is None or seg.size >= SEGMENT_BYTES:
             seg = self.roll()
-        total = aligned(len(data))
-        buf = self.write_buffer(total)
-        buf[:len(data)] = data
-        buf[len(data):total] = bytes(total - len(data))
-        start = seg.size
+        total = aligned(length)
+        return seg, seg.size, self.write_buffer(total), total
+
+    def commit(self, seg, start, total, length, sizes, background):
+        """The batch in the write buffer goes to `seg` at `start`, and is counted."""
         if not background:
             self.write_out(seg, start, total)
-        out = []
-        n, off = seg.n, start
-        for size in sizes:
-            out.append((n, off))
-            off += size
-        self.count(seg, total, len(sizes), len(data))
-        self.bytes_written += len(data)
+        self.count(seg, total, len(sizes), length)
+        self.bytes_written += length
         self.records_written += len(sizes)
         if background:
             if self.writer is None:
                 self.writer = BackgroundWriter()
-            self.writer.submit(seg.fd, buf, total, start)
-            self.in_flight = (seg, start, total, data, sizes, out)
-        return out
+            self.writer.submit(seg.fd, self.wbuf, total, start)
+            self.in_flight = (seg, start, total, length, sizes)
 
     def count(self, seg, size, live, live_bytes):
         """A segment's size, live records and live bytes change, and the log's totals with
@@ -228,7 +251,7 @@ class SpillLog:
         other place."""
         if self.in_flight is None:
             return
-        seg, start, total, data, sizes, locs = self.in_flight
+        seg, start, total, length, sizes = self.in_flight
         self.in_flight = None
         _, err = self.writer.wait()
         if not err:
@@ -246,10 +269,11 @@ class SpillLog:
                 os.ftruncate(seg.fd, start)
             except OSError:
                 pass
-        self.count(seg, start - seg.size, -len(sizes), -len(data))
-        self.bytes_written -= len(data)
+        self.count(seg, start - seg.size, -len(sizes), -length)
+        self.bytes_written -= length
         self.records_written -= len(sizes)
-        self.lost(error, data, sizes, locs)
+        # the buffer still holds the batch: nothing was written into it since
+        self.lost(error, bytes(self.wbuf[:length]), sizes, locations(seg.n, start, sizes))
 
     def pread(self, seg, start, length):
         """`length` bytes at `start` of `seg` (fewer at its end): bytes. Reads go through
