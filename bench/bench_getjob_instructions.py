@@ -26,7 +26,7 @@ import time
 
 import redis
 
-from bench_repl_instructions import callgrind, process_counts, report
+from bench_repl_instructions import callgrind, counted, process_counts, report, stop_process
 from common.options import add_server_options, server_setups
 from disque.harness.node import original_argv, ping
 from disque.harness.ports import lease_port
@@ -93,25 +93,14 @@ def one_setup(label, head, args, workdir):
         run, per = LOADS[args.load]
         for _ in range(WARMUP // per or 1):
             run(consumer, producer)
-        subprocess.run(["callgrind_control", "-i", "on"], capture_output=True)
-        t0 = time.monotonic()
-        for _ in range(args.cycles):
-            run(consumer, producer)
-        elapsed = time.monotonic() - t0
-        subprocess.run(["callgrind_control", "-d"], capture_output=True)
-        subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
+        _, elapsed = counted(lambda: [run(consumer, producer) for _ in range(args.cycles)])
         consumer.disconnect()
         producer.disconnect()
         jobs = args.cycles * per
         return {"rate": jobs / elapsed, "jobs": jobs,
                 "procs": process_counts(cg_dir, head is not None, jobs)}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         lease.release()
 
 

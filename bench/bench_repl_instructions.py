@@ -46,6 +46,28 @@ def callgrind(pid_dir, argv):
             "--callgrind-out-file=%s/cg.%%p" % pid_dir] + argv
 
 
+def counted(run):
+    """run() with callgrind's instrumentation on and its counts dumped after: what run()
+    returned, and the seconds it took."""
+    subprocess.run(["callgrind_control", "-i", "on"], capture_output=True, check=True)
+    t0 = time.monotonic()
+    out = run()
+    elapsed = time.monotonic() - t0
+    subprocess.run(["callgrind_control", "-d"], capture_output=True, check=True)
+    subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
+    return out, elapsed
+
+
+def stop_process(proc, timeout=30):
+    """A server started under valgrind, ended (killed if it outlives `timeout`)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def totals(path):
     with open(path) as f:
         for line in f:
@@ -132,10 +154,7 @@ def one_setup(label, head, args, workdir):
                 if time.monotonic() > deadline:
                     raise RuntimeError("no replicated ADDJOB was acknowledged")
                 time.sleep(0.5)
-        subprocess.run(["callgrind_control", "-i", "on"], capture_output=True, check=True)
-        r = redis_benchmark(nodes[0].port, args.jobs, 1, cmd)
-        subprocess.run(["callgrind_control", "-d"], capture_output=True, check=True)
-        subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
+        r, _ = counted(lambda: redis_benchmark(nodes[0].port, args.jobs, 1, cmd))
         return {"rate": r["rps"], "jobs": args.jobs,
                 "procs": process_counts(cg_dir, head is not None, args.jobs)}
     finally:

@@ -23,7 +23,7 @@ import time
 
 import redis
 
-from bench_repl_instructions import callgrind, process_counts, report
+from bench_repl_instructions import callgrind, counted, process_counts, report, stop_process
 from common.options import add_server_options, server_setups
 from disque.harness.node import ping
 from disque.harness.ports import lease_port
@@ -65,24 +65,14 @@ def one_run(label, head, maxmemory, args, workdir):
                 if added > 10 * args.jobs + 1_000_000:
                     raise RuntimeError("%s: nothing spilled after %d jobs" % (label, added))
         add_jobs(conn, args.warmup, body, args.pipeline)
-        subprocess.run(["callgrind_control", "-i", "on"], capture_output=True)
-        t0 = time.monotonic()
-        add_jobs(conn, args.jobs, body, args.pipeline)
-        elapsed = time.monotonic() - t0
-        subprocess.run(["callgrind_control", "-d"], capture_output=True)
-        subprocess.run(["callgrind_control", "-i", "off"], capture_output=True)
+        _, elapsed = counted(lambda: add_jobs(conn, args.jobs, body, args.pipeline))
         spilled = conn.info("memory")["spilled_jobs"]
         print("  %s: %d jobs before, %d spilled at the end" % (label, added + args.warmup,
                                                               spilled), flush=True)
         return {"rate": args.jobs / elapsed, "jobs": args.jobs,
                 "procs": process_counts(cg_dir, True, args.jobs)}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=60)
         lease.release()
 
 
