@@ -1,4 +1,6 @@
 """The Cython request parser held against hiredis (a reference RESP parser) and SPEC 1.2."""
+import tracemalloc
+
 import hiredis
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -120,3 +122,28 @@ def test_big_arguments_whatever_the_read_boundaries_and_a_hand_over_midway(sizes
             break
     assert got == commands
     assert ours.pending == 0
+
+
+def test_the_input_buffer_stays_between_full_reads_and_goes_after_a_short_one():
+    """A client streaming a pipeline fills every read: its buffer keeps its allocation
+    (resizing it per read was a malloc search of a fragmented heap); once a short read is
+    all parsed the client waits for replies, and an idle connection holds no buffer."""
+    command = encode([b"ADDJOB", b"q", b"x" * 1000, b"0"])
+    stream = command * 200
+    parser = RequestParser()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        got = 0
+        for at in range(0, 65536 * 3, 65536):          # three full reads, cut mid-command
+            parser.feed(stream[at:at + 65536])
+            got += len(parser.commands())
+            held = tracemalloc.get_traced_memory()[0] - before
+            assert held >= 65536, held                  # kept while the reads come full
+        parser.feed(stream[65536 * 3:])                 # the pipeline's short last read
+        got += len(parser.commands())
+        assert got == 200
+        assert tracemalloc.get_traced_memory()[0] - before < 4096
+        assert parser.pending == 0
+    finally:
+        tracemalloc.stop()

@@ -1,12 +1,14 @@
 cdef class RequestParser:
-    cdef bytearray buf
-    cdef Py_ssize_t pos
+    cdef char *data             # bytes received: parsed up to pos, received up to size
+    cdef Py_ssize_t size, cap, pos
+    cdef Py_ssize_t last_read   # the last feed's length (KEEP_AFTER_READ)
     cdef long long mb_left     # bulk arguments still expected in the current multibulk
     cdef long long bulk_len    # length of the bulk being read, -1 while reading its header
     cdef list args
     cdef bytes big              # a big bulk argument being read into its object, or None
     cdef Py_ssize_t big_got     # ... and how much of it is in
     cdef int feed_raw(self, const char *data, Py_ssize_t n) except -1
+    cdef void drop_buffer(self) noexcept
     cdef Py_ssize_t big_room(self) noexcept
     cdef char *big_end(self) noexcept
     cdef int start_big(self, char *base, Py_ssize_t size) except -1

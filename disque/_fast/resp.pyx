@@ -5,8 +5,8 @@ The parser keeps Redis' limits and error strings exactly; it is incremental, so 
 bulk argument arriving in many reads is scanned once.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from libc.string cimport memchr, memcpy
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from libc.string cimport memchr, memcpy, memmove
 
 DEF INLINE_MAX = 64 * 1024
 DEF MBULK_MAX = 1024 * 1024
@@ -15,6 +15,10 @@ DEF QUERYBUF_MAX = 1024 * 1024 * 1024
 # a bulk argument this big that is still arriving is read straight into the bytes object
 # that becomes the argument (Redis' PROTO_MBULK_BIG_ARG): one copy of it, not two
 DEF BIG_ARG = 32 * 1024
+# the input buffer keeps its allocation from read to read (resizing it at each one was a
+# malloc search of a fragmented heap per 64 KB read); once all parsed after a read shorter
+# than this, the client waits for replies and the buffer goes (an idle connection holds none)
+DEF KEEP_AFTER_READ = 16 * 1024
 
 PROTO_INLINE_TOO_BIG = "Protocol error: too big inline request"
 PROTO_UNBALANCED = "Protocol error: unbalanced quotes in request"
@@ -154,13 +158,21 @@ cdef class RequestParser:
     """Incremental parser of client requests (multibulk and inline)."""
 
     def __cinit__(self):
-        self.buf = bytearray()
-        self.pos = 0
+        self.data = NULL
+        self.size = self.cap = self.pos = self.last_read = 0
         self.mb_left = 0
         self.bulk_len = -1
         self.args = None
         self.big = None
         self.big_got = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.data)
+
+    cdef void drop_buffer(self) noexcept:
+        PyMem_Free(self.data)
+        self.data = NULL
+        self.size = self.cap = self.pos = 0
 
     def feed(self, data):
         cdef bytes b = data if type(data) is bytes else bytes(data)
@@ -181,18 +193,23 @@ cdef class RequestParser:
             n -= take
             if n == 0:
                 return 0
-        cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.buf)
+        cdef char *grown
+        cdef Py_ssize_t cap
         if self.pos:
-            if self.pos == size:
-                size = 0
-            else:
-                del self.buf[:self.pos]
-                size -= self.pos
+            self.size -= self.pos
+            memmove(self.data, self.data + self.pos, self.size)
             self.pos = 0
-        PyByteArray_Resize(self.buf, size + n)
-        memcpy(PyByteArray_AS_STRING(self.buf) + size, data, n)
-        if size + n > QUERYBUF_MAX:
+        if self.size + n > QUERYBUF_MAX:
             raise QueryBufferOverflow()
+        if self.size + n > self.cap:
+            cap = max(self.size + n, 2 * self.cap)
+            grown = <char *>PyMem_Realloc(self.data, cap)
+            if grown == NULL:
+                raise MemoryError()
+            self.data, self.cap = grown, cap
+        memcpy(self.data + self.size, data, n)
+        self.size += n
+        self.last_read = n
         return 0
 
     cdef Py_ssize_t big_room(self) noexcept:
@@ -208,7 +225,7 @@ cdef class RequestParser:
     @property
     def pending(self):
         """Bytes received but not yet consumed (client_biggest_input_buf)."""
-        return PyByteArray_GET_SIZE(self.buf) - self.pos + self.big_got
+        return self.size - self.pos + self.big_got
 
     def take_unparsed(self):
         """The input not yet returned as commands, as the bytes a client would send (a
@@ -223,9 +240,8 @@ cdef class RequestParser:
                 parts.append(b"$%d\r\n" % self.bulk_len)
             if self.big is not None:
                 parts.append(self.big[:self.big_got])
-        parts.append(bytes(self.buf[self.pos:]))
-        self.buf = bytearray()
-        self.pos = 0
+        parts.append(PyBytes_FromStringAndSize(self.data + self.pos, self.size - self.pos))
+        self.drop_buffer()
         self.mb_left = 0
         self.bulk_len = -1
         self.args = None
@@ -256,9 +272,11 @@ cdef class RequestParser:
                 out.append(cmd)
 
     cdef list next_command(self):
-        cdef char *base = PyByteArray_AS_STRING(self.buf)
-        cdef Py_ssize_t size = PyByteArray_GET_SIZE(self.buf)
+        cdef char *base = self.data
+        cdef Py_ssize_t size = self.size
         if self.pos >= size:
+            if self.data != NULL and self.last_read < KEEP_AFTER_READ:
+                self.drop_buffer()
             return None
         if self.args is None:
             if base[self.pos] == b'*':
@@ -303,7 +321,7 @@ cdef class RequestParser:
         self.mb_left = n
         self.bulk_len = -1
         self.args = []
-        return self.parse_bulks(PyByteArray_AS_STRING(self.buf), size)
+        return self.parse_bulks(self.data, size)
 
     cdef list parse_bulks(self, char *base, Py_ssize_t size):
         cdef char *start
