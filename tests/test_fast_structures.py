@@ -332,3 +332,27 @@ def test_a_reply_with_a_big_body_is_the_same_bytes_in_pieces_that_hold_the_body_
     assert type(reply) is tuple and b"".join(reply) == encode_jobs(jobs, withcounters)
     assert [p for p in reply if len(p) >= BIG_PIECE] == bigs
     assert all(any(p is body for p in reply) for body in bigs)      # the job's own bytes
+
+
+# ---- the spilled batch --------------------------------------------------------------------
+
+def test_tail_to_spill_takes_the_newest_that_may_spill_newest_first_across_its_prefetch_runs():
+    """`tail_to_spill` reaches the jobs 16 at a time (prefetched before any is looked at):
+    the same choice, in the same order, as one look at each job from the tail."""
+    from disque._fast.spillpick import tail_to_spill
+    maker = IdMaker(NODE)
+    q = JobQueue()
+    jobs = [make_job(maker, 1000 + n) for n in range(53)]
+    for n, job in enumerate(jobs):
+        job.etime = 5000 if n % 7 else 100         # every 7th expires before the horizon
+        if n % 11 == 3:
+            job.body = None
+        if n % 13 == 5:
+            job.flags |= 16                         # JOB_FLAG_GROUPED: only as a copy
+        q.push(job)
+    spillable = [j for j in reversed(jobs)
+                 if j.etime > 1000 and j.body is not None and not j.flags & 16]
+    for count in (0, 1, 15, 16, 17, 40, 53, 80):
+        assert tail_to_spill(q, count, 1000) == [j for j in spillable
+                                                 if jobs.index(j) >= len(jobs) - count]
+    assert len(q) == 53                             # choosing takes nothing out

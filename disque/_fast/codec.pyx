@@ -12,6 +12,10 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from disque._fast.job cimport (Job, JobOptions, mark_active, restore_state, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_GROUP_FLAGS, retry_interval_ms)
 
+
+cdef extern from *:
+    void prefetch "__builtin_prefetch" (const void *addr) noexcept nogil
+
 DEF FIXED = 72          # through additional-deliveries
 DEF NODE_ID_LEN = 40
 DEF OPTIONS_FIXED = 10  # u8 version, u8 flags, u32 backoff, u32 max-deliveries
@@ -20,6 +24,7 @@ DEF OPT_DEADLETTER = 1
 DEF OPT_ORIGIN = 2
 DEF OPT_GROUP = 4       # then u64 group sequence | u32 + group key
 DEF SPILL_HEADER_LEN = 12   # a spill record's header, before the job (spill_records)
+DEF SIZE_AHEAD = 8          # spill_sizes: how many jobs ahead a body is prefetched
 SPILL_HEADER = SPILL_HEADER_LEN
 
 
@@ -95,10 +100,14 @@ def spill_records(list jobs):
 
 
 def spill_sizes(list jobs):
-    """(each record's size, their total) of `jobs` as spill records."""
+    """(each record's size, their total) of `jobs` as spill records. A spilled job's body
+    was added long ago (its header is a cache miss): the bodies SIZE_AHEAD jobs on are
+    prefetched, so that the misses overlap."""
     cdef Py_ssize_t n = len(jobs), i, total = 0, size
     cdef list sizes = [None] * n
     for i in range(n):
+        if i + SIZE_AHEAD < n:
+            prefetch(<void *>(<Job>jobs[i + SIZE_AHEAD]).body)
         size = SPILL_HEADER_LEN + job_size(<Job>jobs[i])
         sizes[i] = size
         total += size
