@@ -11,10 +11,8 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
 from disque._fast.job cimport (Job, JobOptions, mark_active, restore_state, JOB_ACTIVE, JOB_FLAG_BCAST_WILLQUEUE,
                                JOB_FLAG_DELIVERED, JOB_GROUP_FLAGS, retry_interval_ms)
+from disque._fast.cachehint cimport prefetch
 
-
-cdef extern from *:
-    void prefetch "__builtin_prefetch" (const void *addr) noexcept nogil
 
 DEF FIXED = 72          # through additional-deliveries
 DEF NODE_ID_LEN = 40

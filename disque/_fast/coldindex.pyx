@@ -17,6 +17,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 from disque._fast.coldring cimport ColdRing
 from disque._fast.job cimport Job
+from disque._fast.cachehint cimport prefetch
 
 DEF ID_LEN = 40
 DEF NO_SLOT = -1
@@ -32,10 +33,6 @@ REPACK_MIN_SLOTS = 64 * BLOCK_SLOTS
 DEF MIN_TABLE = 1024
 DEF FILL_AHEAD = 32             # records whose buckets a table's refill prefetches at once
 DEF STALE_ENTRY = 0xffffffff00000000ULL    # a ring entry whose slot no index reaches
-
-
-cdef extern from *:
-    void prefetch "__builtin_prefetch" (const void *addr) noexcept nogil
 
 
 cdef inline uint64_t seq_hash(uint64_t x) noexcept:

@@ -202,7 +202,7 @@ cdef class RequestParser:
         if self.size + n > QUERYBUF_MAX:
             raise QueryBufferOverflow()
         if self.size + n > self.cap:
-            cap = max(self.size + n, 2 * self.cap)
+            cap = min(max(self.size + n, 2 * self.cap), QUERYBUF_MAX)
             grown = <char *>PyMem_Realloc(self.data, cap)
             if grown == NULL:
                 raise MemoryError()

@@ -3,10 +3,7 @@
 chosen in C: a spilling worker took a Python frame and a tuple per job to choose them."""
 from disque._fast.job cimport Job, JOB_FLAG_GROUPED
 from disque._fast.skiplist cimport JobQueue, SkipNode
-
-
-cdef extern from *:
-    void prefetch "__builtin_prefetch" (const void *addr) noexcept nogil
+from disque._fast.cachehint cimport prefetch
 
 DEF AHEAD = 16      # jobs whose objects are prefetched before the first is looked at
 
