@@ -70,7 +70,9 @@ def test_seven_nodes_killed_serve_show_and_cluster_nodes_as_soon_as_ping_answers
         assert type(nodes) is not Err and b"myself" in nodes, nodes
         assert type(hello) is list, hello
         holders += shown is not None
-    assert holders == 3, "the job should be loaded by its 3 holders, got %d" % holders
+    # REPLICATE 3 makes at least 3 holders: a copy not confirmed within 50 ms gets one more
+    # node (as in the original), so seven nodes that just started may make a fourth
+    assert holders >= 3, "the job should be loaded by its holders, got %d" % holders
     for node in c.nodes:
         node.wait_ready()
     # the loaded copies are active: one of them requeues itself after RETRY and is delivered
