@@ -5,7 +5,7 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from disque._fast.job import Job, compare
+from disque._fast.job import FLAG_GROUPED, Job, compare
 from disque._fast.jobid import IdMaker, crc16, id_slot, id_ttl_minutes, queue_slot, valid_id
 from disque._fast.skiplist import JobQueue
 from disque._fast.timers import TimerHeap
@@ -348,10 +348,10 @@ def test_tail_to_spill_takes_the_newest_that_may_spill_newest_first_across_its_p
         if n % 11 == 3:
             job.body = None
         if n % 13 == 5:
-            job.flags |= 16                         # JOB_FLAG_GROUPED: only as a copy
+            job.flags |= FLAG_GROUPED               # spills only as a copy
         q.push(job)
     spillable = [j for j in reversed(jobs)
-                 if j.etime > 1000 and j.body is not None and not j.flags & 16]
+                 if j.etime > 1000 and j.body is not None and not j.flags & FLAG_GROUPED]
     for count in (0, 1, 15, 16, 17, 40, 53, 80):
         assert tail_to_spill(q, count, 1000) == [j for j in spillable
                                                  if jobs.index(j) >= len(jobs) - count]

@@ -321,7 +321,7 @@ cdef class RequestParser:
         self.mb_left = n
         self.bulk_len = -1
         self.args = []
-        return self.parse_bulks(self.data, size)
+        return self.parse_bulks(base, size)
 
     cdef list parse_bulks(self, char *base, Py_ssize_t size):
         cdef char *start
