@@ -25,7 +25,7 @@ from disque.contracts.tls_settings import TlsConfigError, https_context, server_
 from disque.contracts.worker_args import WorkerArgs
 from disque.workers.link import front_end_links
 from disque.worker_restart import WorkerRestarts
-from disque.worker_spawn import exec_worker, fork_worker
+from disque.worker_spawn import exec_worker, fork_workers
 
 log = logging.getLogger("disque.server")
 WORKER_START_TIMEOUT = 30.0
@@ -283,9 +283,15 @@ class Node:
                      if self.job_link_tls else "")
         elif self.cluster is not None:
             self.cluster.job_ports = []
-        for k in range(self.nworkers):
-            self.procs.append(None)
-            self.spawn_worker(k)
+        if self.may_fork:
+            starts = [self.worker_start(k) for k in range(self.nworkers)]
+            self.procs = fork_workers(starts, WORKER_START_TIMEOUT)
+            for k in range(self.nworkers):
+                self.links.after_spawn(k)
+        else:
+            for k in range(self.nworkers):
+                self.procs.append(None)
+                self.spawn_worker(k)
 
     def wait_for_workers(self):
         """Until every worker said it is ready (they start while the bus opens)."""
@@ -300,8 +306,8 @@ class Node:
                 raise StartupError("workers did not start within %ds" % WORKER_START_TIMEOUT)
             waiting.difference_update(links.wait_ready(100))
 
-    def spawn_worker(self, k):
-        """Start the process of worker k: a fork at start-up, a new interpreter after."""
+    def worker_start(self, k):
+        """(WorkerArgs, fds) of worker k's process."""
         link, peers, fds = self.links.worker_args(k)
         node_id = self.fe.node_id if self.fe is not None else self.node_id
         args = WorkerArgs(k, self.nworkers, link, node_id.decode(), self.worker_config(), peers)
@@ -309,8 +315,12 @@ class Node:
             args.job_links = self.job_listeners[k].fileno()
             args.job_links_tls = self.job_link_tls
             fds = tuple(fds) + (args.job_links,)
-        spawn = fork_worker if self.may_fork else exec_worker
-        self.procs[k] = spawn(args, fds)
+        return args, fds
+
+    def spawn_worker(self, k):
+        """Start worker k in a new interpreter: one that died, or every worker of a node
+        whose workers are not forked (may_fork)."""
+        self.procs[k] = exec_worker(*self.worker_start(k))
         self.links.after_spawn(k)
 
     def stop_workers(self):
@@ -406,8 +416,8 @@ class Node:
             self.start_cluster()
             self.start_workers()
             self.may_fork = False       # the bus' ZeroMQ threads from here on
-            # the front-end's own modules and its loop while the workers start: a fork
-            # shares only what was imported before it, and the workers need none of these
+            # the front-end's own modules and its loop while the starter imports the
+            # workers' (disque/worker_spawn.py), on the other core: neither needs the other's
             from disque.frontend.node import Frontend
             from disque.frontend.pace import CronPace
             loop, loop_name = new_event_loop()

@@ -1,22 +1,28 @@
-"""Starting a worker process: forked from the front-end at start-up, or a new interpreter.
+"""Starting a worker process: forked at start-up, or a new interpreter.
 
-At start-up the front-end has imported everything a worker runs and has no thread yet (the
-cluster bus, ZeroMQ's threads, opens after the workers): a worker is then a fork of it,
-with nothing to import, which starts in milliseconds instead of the ~0.2 s of CPU a new
-interpreter takes, and shares the interpreter's pages with the front-end (docs/design.md,
-"Starting the workers"). A worker started later (one that died, `worker-link zmq`, whose
-link the front-end opens with ZeroMQ before any worker) is a new interpreter, as before.
+At start-up the front-end has no thread yet (the cluster bus, ZeroMQ's threads, opens
+after the workers). It forks one process, the *starter*, which imports what a worker runs
+while the front-end imports its own parts and its event loop on the other core; the
+starter then forks every worker, tells the front-end their pids and exits. The workers,
+orphaned, become the front-end's children (it is their subreaper), share the starter's
+pages, and start in milliseconds instead of the ~0.2 s of CPU a new interpreter takes
+(docs/design.md, "Starting the workers"). A worker started later (one that died,
+`worker-link zmq`, whose link the front-end opens with ZeroMQ before any worker, a node
+with a cluster secret) is a new interpreter, as before.
 """
 import gc
 import logging
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
 import time
 
 from disque._fast import procctl
+
+STARTER_EXIT_TIMEOUT = 10.0     # a forked worker waits this long at most for the starter's exit
 
 # A new interpreter imports the same `disque` the front-end runs: `python -m` would put the
 # current directory first on sys.path, and started from inside a source checkout the worker
@@ -29,17 +35,66 @@ WORKER_BOOT = ("import os, sys\n"
 
 
 
+class ForkedStart:
+    """The starter of a start's workers, seen from the front-end: the workers' pids, read
+    from its pipe once it has forked them all and exited (then they are our children)."""
+
+    def __init__(self, pid, pipe_fd, count, timeout):
+        self.pid = pid
+        self.fd = pipe_fd
+        self.count = count
+        self.timeout = timeout
+        self.pids = None
+        self.code = None                # the starter's exit code
+
+    def worker_pid(self, k):
+        """Worker k's pid, None if the starter failed before forking it."""
+        if self.pids is None:
+            self.read_pids()
+        return self.pids[k] if k < len(self.pids) else None
+
+    def read_pids(self):
+        data = b""
+        deadline = time.monotonic() + self.timeout
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not poller.poll(left * 1000):
+                    os.kill(self.pid, signal.SIGKILL)
+                    break
+                chunk = os.read(self.fd, 4096)
+                if not chunk:           # the starter exited: its workers are reparented
+                    break
+                data += chunk
+        finally:
+            os.close(self.fd)
+        _, status = os.waitpid(self.pid, 0)
+        self.code = os.waitstatus_to_exitcode(status)
+        self.pids = [int(x) for x in data.split()][:self.count]
+
+
 class ForkedWorker:
     """A forked worker, with the part of subprocess.Popen the front-end uses."""
 
-    def __init__(self, pid):
-        self.pid = pid
+    def __init__(self, start, index):
+        self.start = start
+        self.index = index
         self.returncode = None
+
+    @property
+    def pid(self):
+        return self.start.worker_pid(self.index)
 
     def poll(self):
         if self.returncode is None:
+            pid = self.pid
+            if pid is None:             # never forked: the starter failed
+                self.returncode = self.start.code or 1
+                return self.returncode
             try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                pid, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 self.returncode = -1
                 return self.returncode
@@ -56,7 +111,7 @@ class ForkedWorker:
         return self.returncode
 
     def send_signal(self, sig):
-        if self.returncode is None:
+        if self.returncode is None and self.pid is not None:
             try:
                 os.kill(self.pid, sig)
             except ProcessLookupError:
@@ -75,38 +130,106 @@ def exec_worker(args, fds):
     return subprocess.Popen(cmd, close_fds=True, pass_fds=fds)
 
 
-def fork_worker(args, fds):
-    """A worker forked from this process, which must have no thread. The child keeps only
-    `fds` and the standard streams, and never returns."""
-    from disque.workers import process        # imported before the fork, once for all
+def keep_only(fds):
+    """Close every file descriptor but `fds` and the standard streams."""
+    start = 0
+    for fd in sorted(set(fds) | {0, 1, 2}):
+        if fd > start:              # closerange(n, n) would close every fd from n on
+            os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, 1 << 16)
+
+
+def fork_workers(starts, timeout):
+    """Every worker of a start, `starts` being (WorkerArgs, fds) per worker, through a
+    starter process (the module's docstring). This process must have no thread. Returns a
+    ForkedWorker per worker at once: their pids are read when first needed."""
+    procctl.become_subreaper()
+    pipe_r, pipe_w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    # the front-end's objects go to the collector's permanent generation: in the child no
-    # collection frees one (a socket or file closing an fd number the child reuses), and
+    # the front-end's objects go to the collector's permanent generation: in the children
+    # no collection frees one (a socket or file closing an fd number a worker reuses), and
     # no collection writes to their pages (they stay shared with the front-end)
     gc.freeze()
     pid = os.fork()
     if pid:
         gc.unfreeze()
-        return ForkedWorker(pid)
+        os.close(pipe_w)
+        start = ForkedStart(pid, pipe_r, len(starts), timeout)
+        return [ForkedWorker(start, k) for k in range(len(starts))]
+    os.close(pipe_r)
     code = 1
     try:
         for h in logging.getLogger().handlers:      # the front-end's log file: ours is opened anew
             stream = getattr(h, "stream", None)
             if stream is not None and stream not in (sys.stdout, sys.stderr):
                 stream.close()
-        keep = sorted(set(fds) | {0, 1, 2})
-        start = 0
-        for fd in keep:                 # everything of the front-end's but our fds goes
-            if fd > start:              # closerange(n, n) would close every fd from n on
-                os.closerange(start, fd)
-            start = fd + 1
-        os.closerange(start, 1 << 16)
+        keep_only({fd for _, fds in starts for fd in fds} | {pipe_w})
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        procctl.set_name(b"disque-starter")
+        code = run_starter(starts, pipe_w)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)          # the front-end's objects are not ours to finalize
+
+
+def run_starter(starts, pipe_w):
+    """In the starter: import the workers' modules once for all, fork each worker, tell
+    the front-end their pids, exit."""
+    from disque.workers import process
+    front_end = os.getppid()
+    gc.freeze()                     # the modules' objects: never collected, never written
+    for args, fds in starts:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            become_worker(process, args, fds, front_end)    # never returns
+        os.write(pipe_w, b"%d\n" % pid)
+    return 0
+
+
+def wait_for_adoption(front_end, timeout=STARTER_EXIT_TIMEOUT):
+    """In a forked worker: until the starter has exited and the front-end is our parent
+    (only then may we ask to die with it). The starter's pidfd turns readable once the
+    kernel has reparented its children; a kernel without pidfds is asked every 0.5 ms.
+    False when the front-end is not our parent by then (it died)."""
+    starter = os.getppid()
+    if starter == front_end:        # the starter is gone already
+        return True
+    deadline = time.monotonic() + timeout
+    try:
+        pidfd = os.pidfd_open(starter)
+    except (AttributeError, OSError):
+        pidfd = None
+    if pidfd is not None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(timeout * 1000)
+        os.close(pidfd)
+    while os.getppid() == starter and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    return os.getppid() == front_end
+
+
+def become_worker(process, args, fds, front_end):
+    """In a forked worker: only its own fds, default signals, its own random sequence and
+    name; once the front-end has adopted it, serve."""
+    code = 1
+    try:
+        keep_only(fds)
         random.seed()                   # not the front-end's sequence
         procctl.set_name(b"disque-worker-%d" % args.index)   # not the front-end's name
-        code = process.serve(args)
+        if wait_for_adoption(front_end):
+            code = process.serve(args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
@@ -117,5 +240,4 @@ def fork_worker(args, fds):
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            # the front-end's objects (its loop, sockets) are not ours to finalize
             os._exit(code or 0)

@@ -35,3 +35,28 @@ def test_workers_are_forked_before_the_front_end_imports_its_loop(start_server):
         got = srv.execute("GETJOB", "NOHANG", "FROM", q)
         assert got[0][1] == jid
         assert srv.execute("ACKJOB", jid) == 1
+
+
+WORKER_ONLY = re.compile(r"_fast/(servedloop|shardcore|replcore)\.cpython")
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_starter_imports_the_workers_modules_and_the_workers_are_the_front_ends(
+        start_server, workers):
+    """The starter process imported what the workers run, forked them and exited: the
+    front-end maps none of the workers' modules, and the workers, orphaned, are its own
+    children (it is their subreaper), each with only its own name."""
+    srv = start_server(workers=workers)
+    assert srv.execute("PING") == b"PONG"
+    front_end = psutil.Process(srv.proc.pid)
+    children = front_end.children()
+    assert sorted(p.name() for p in children) == ["disque-worker-%d" % k for k in range(workers)]
+    with open("/proc/%d/maps" % front_end.pid) as f:
+        assert WORKER_ONLY.search(f.read()) is None
+    for w in children:
+        with open("/proc/%d/maps" % w.pid) as f:
+            assert len(set(WORKER_ONLY.findall(f.read()))) == 3, w.name()
+    for q in ("q-a", "q-b", "q-c", "q-d"):
+        jid = srv.execute("ADDJOB", q, "body", 0)
+        assert srv.execute("GETJOB", "NOHANG", "FROM", q)[0][1] == jid

@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The libc calls a process of ours makes about itself: its name, its death with its
-parent, and its C heap's free bytes and trim (disque/heap_trim.py). In C rather than
-through ctypes, which a node would import (and map libffi) for these four calls alone.
+parent, the orphans it adopts, and its C heap's free bytes and trim (disque/heap_trim.py).
+In C rather than through ctypes, which a node would import (and map libffi) for these
+calls alone.
 `malloc_trim` and `mallinfo2` are glibc's, found at run time: without them (musl, glibc
 before 2.33) `has_heap_calls` is False and the heap is left alone."""
 from libc.stddef cimport size_t
@@ -11,6 +12,7 @@ cdef extern from "<sys/prctl.h>":
               unsigned long arg5)
     int PR_SET_NAME
     int PR_SET_PDEATHSIG
+    int PR_SET_CHILD_SUBREAPER
 
 cdef extern from "<dlfcn.h>":
     void *dlsym(void *handle, const char *symbol)
@@ -37,6 +39,13 @@ def set_name(bytes name):
 def die_with_parent(int sig):
     """Ask the kernel to send `sig` when the parent dies, even by SIGKILL."""
     prctl(PR_SET_PDEATHSIG, <unsigned long>sig, 0, 0, 0)
+
+
+def become_subreaper():
+    """Orphaned descendants become our children (the workers a starter forked,
+    disque/worker_spawn.py), which we can then wait for."""
+    if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
 def heap_free_bytes():

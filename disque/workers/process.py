@@ -145,7 +145,7 @@ def serve(args):
                     args.job_links, args.job_links_tls)
     signal.signal(signal.SIGTERM, lambda *a: setattr(worker, "running", False))
     # what the start made stays for the worker's life: out of the collector's walks, as a
-    # fork's inherited objects are (worker_spawn.fork_worker); a new interpreter (a
+    # fork's inherited objects are (worker_spawn.fork_workers); a new interpreter (a
     # secured node's workers, a restarted one) has every module's objects to freeze
     gc.freeze()
     try:
