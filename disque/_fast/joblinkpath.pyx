@@ -29,7 +29,7 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from disque._fast cimport sysio
 from disque._fast.busrelay cimport group_by_link, route_job_messages
 from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
-from disque._fast.msgframe cimport framed_box
+from disque._fast.msgframe cimport framed_box, unpack_box
 from disque._fast.replcore cimport ReplicationCore, count_types
 from disque._fast.sysio cimport c_recv
 
@@ -267,11 +267,13 @@ cdef class JobLinkPath:
         return True
 
     cdef bint on_frame(self, InLink link, data) except -1:
-        try:
-            msgs = unpackb(data)     # lists: msgpack's default (use_list, >= 1.0)
-        except Exception:
-            self.refuse(link, "a frame that is not msgpack")
-            return False
+        msgs = unpack_box(data) if type(data) is bytes else None
+        if msgs is None:
+            try:
+                msgs = unpackb(data)     # lists: msgpack's default (use_list, >= 1.0)
+            except Exception:
+                self.refuse(link, "a frame that is not msgpack")
+                return False
         if link.sender is None:
             hello = read_hello(msgs)
             if hello is None:

@@ -1,6 +1,7 @@
 """A box of messages as one link frame, msgpack written in C (disque/_fast/msgframe.pyx)."""
 
 cdef bytes framed_box(list box)
+cdef list unpack_box(bytes data)
 
 
 cdef class Packer:

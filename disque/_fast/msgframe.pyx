@@ -10,10 +10,17 @@ anything else in a box (a str, None, a negative int, a dict) goes to the Packer 
 Packer's call (its keyword parsing, its buffer) and the copy into a frame took 3,750 of a
 producer's 63,600 instructions per replicated job at one connection (callgrind,
 docs/benchmarks.md).
+
+The reader does the same the other way (`unpack_box`): a box made only of that subset is
+read here into what msgpack's `unpackb` would return (lists, ints, bytes); at the first
+byte of anything else it gives up and the caller hands the frame to `unpackb`, which reads
+it or says why it cannot. unpackb's call alone (its keyword parsing, its Unpacker) was
+1,600 of the 8,400 instructions a one-message frame cost a worker (callgrind).
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_FromUnsignedLongLong
 from libc.string cimport memcpy
 
 from disque._fast.sysio cimport framed, put_frame_length
@@ -177,6 +184,81 @@ cdef bytes framed_box(list box):
     put_frame_length(p, size)
     put(box, p + 4)
     return data
+
+
+cdef inline unsigned long long get_be(const unsigned char *p, int width) noexcept:
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(width):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef object read_item(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, int depth):
+    """The object of the subset at p[at[0]:n], at[0] moved past it; None at anything else
+    (nil is not in the subset: None is never an object read here)."""
+    cdef Py_ssize_t i = at[0], size, k
+    cdef unsigned char b
+    cdef int width
+    cdef list out
+    if i >= n:
+        return None
+    b = p[i]
+    if b < 0x80:                        # positive fixint
+        at[0] = i + 1
+        return <long>b
+    if 0xcc <= b <= 0xcf:               # uint 8, 16, 32, 64
+        width = 1 << (b - 0xcc)
+        if n - i - 1 < width:
+            return None
+        at[0] = i + 1 + width
+        return PyLong_FromUnsignedLongLong(get_be(p + i + 1, width))
+    if 0xc4 <= b <= 0xc6:               # bin 8, 16, 32
+        width = 1 << (b - 0xc4)
+        if n - i - 1 < width:
+            return None
+        size = <Py_ssize_t>get_be(p + i + 1, width)
+        i += 1 + width
+        if n - i < size:
+            return None
+        at[0] = i + size
+        return PyBytes_FromStringAndSize(<const char *>p + i, size)
+    if 0x90 <= b <= 0x9f:               # fixarray
+        size = b & 0x0f
+        i += 1
+    elif b == 0xdc or b == 0xdd:        # array 16, 32
+        width = 2 if b == 0xdc else 4
+        if n - i - 1 < width:
+            return None
+        size = <Py_ssize_t>get_be(p + i + 1, width)
+        i += 1 + width
+    else:
+        return None
+    if depth >= MAX_DEPTH or size > n - i:  # each item takes a byte at least
+        return None
+    at[0] = i
+    out = []
+    for k in range(size):
+        item = read_item(p, n, at, depth + 1)
+        if item is None:
+            return None
+        out.append(item)
+    return out
+
+
+cdef list unpack_box(bytes data):
+    """The box a frame's msgpack holds, when all of it is of the subset the writer above
+    writes; None otherwise (see the module's docstring)."""
+    cdef Py_ssize_t at = 0, n = PyBytes_GET_SIZE(data)
+    obj = read_item(<const unsigned char *>PyBytes_AS_STRING(data), n, &at, 0)
+    if type(obj) is not list or at != n:
+        return None
+    return <list>obj
+
+
+def box_of_frame_data(bytes data):
+    """unpack_box for Python callers (the tests)."""
+    return unpack_box(data)
 
 
 def frame_of_box(list box):

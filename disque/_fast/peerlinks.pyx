@@ -17,7 +17,7 @@ import msgpack
 
 from disque import replies
 from disque._fast.frames cimport recv_frames, FRAMES_AGAIN, FRAMES_READ_SIZE, FRAMES_TOO_LONG
-from disque._fast.msgframe cimport framed_box
+from disque._fast.msgframe cimport framed_box, unpack_box
 from disque._fast.sysio cimport send_or_keep, send_kept, OUT_KEPT
 from disque.contracts import peer_link as _peer
 
@@ -124,7 +124,8 @@ cdef class PeerLinks:
                 self.lost(w)
                 return
             for data in frames:
-                self.entries(p, unpackb(data))    # lists: msgpack's default
+                box = unpack_box(data)
+                self.entries(p, unpackb(data) if box is None else box)  # lists: unpackb's default
             if n < FRAMES_READ_SIZE or self.peers.get(w) is not p:
                 return
 
