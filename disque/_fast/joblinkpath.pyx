@@ -30,7 +30,7 @@ from disque._fast cimport sysio
 from disque._fast.busrelay cimport group_by_link, route_job_messages
 from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
 from disque._fast.msgframe cimport framed_box, unpack_box
-from disque._fast.replcore cimport ReplicationCore, count_types
+from disque._fast.replcore cimport ReplicationCore
 from disque._fast.sysio cimport c_recv
 
 log = logging.getLogger("disque.worker")
@@ -129,7 +129,7 @@ cpdef relay_bus_out(shard, JobLinkPath links):
     cdef list msgs = shard.bus_out
     if not msgs:
         return
-    count_types(msgs, shard.replication.bus_sent)
+    (<ReplicationCore>shard.replication).count_sent(msgs)
     rest = msgs if links is None else links.send(msgs)
     if rest:
         shard.out.append(encode_bus_out(rest))

@@ -3,7 +3,8 @@ from disque._fast.job cimport Job
 from disque._fast.servedcore cimport ServedCore
 from disque._fast.shardcore cimport ShardCore
 
-cpdef count_types(list entries, dict counts)
+cdef enum:
+    COUNTED_TYPES = 32                  # bus message types counted by type (they go to 22)
 
 
 cdef class ReplicationCore:
@@ -18,8 +19,8 @@ cdef class ReplicationCore:
     cdef public dict node_ids
     cdef public dict repl_waits         # job id -> ReplWait
     cdef public dict repl_by_reqid      # reqid -> ReplWait
-    cdef public dict bus_in             # messages received / sent, by type
-    cdef public dict bus_sent
+    cdef long long bus_in_counts[COUNTED_TYPES]     # messages received / sent, by type
+    cdef long long bus_sent_counts[COUNTED_TYPES]   # (the bus_in and bus_sent dicts)
     cdef public ServedCore served       # the worker's, when it serves connections itself
     # Hooks: the Python handlers of the job messages not handled here, bound once by
     # disque.workers.replication.Replication (REPLICATION_HOOKS there); a C field holding
@@ -38,6 +39,7 @@ cdef class ReplicationCore:
     cdef public object interest_msg     # (sender, mflags, payload) INTEREST (federation)
 
     cpdef on_bus(self, list msgs)
+    cdef int count_sent(self, list entries) except -1
     cpdef set_known(self, frozenset known)
     cpdef send_bus(self, dest, long mtype, payload, long mflags=*)
     cdef object message_hook(self, long mtype)

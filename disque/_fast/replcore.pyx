@@ -11,7 +11,9 @@ of the first node's worker (perf: half its CPU in the interpreter).
 """
 import random
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.set cimport PySet_Add
 from libc.string cimport memcmp
 
@@ -69,11 +71,8 @@ cpdef tuple pick_distinct(tuple pool, Py_ssize_t k):
     return tuple(items[:k])
 
 
-cpdef count_types(list entries, dict counts):
-    """Messages by type (INFO's bus_out): entries are (destinations, type, flags, payload)."""
-    for e in entries:
-        t = e[1]
-        counts[t] = counts.get(t, 0) + 1
+cdef dict counts_by_type(long long *counts):
+    return {t: counts[t] for t in range(COUNTED_TYPES) if counts[t]}
 
 
 cdef inline bint node_in(bytes node, tuple nodes) except -1:
@@ -101,8 +100,24 @@ cdef class ReplicationCore:
         self.set_known(frozenset(shard.self_nodes))
         self.repl_waits = {}
         self.repl_by_reqid = {}
-        self.bus_in = {}
-        self.bus_sent = {}
+
+    @property
+    def bus_in(self):
+        """Job messages received, {type: count} (INFO's workerstats)."""
+        return counts_by_type(self.bus_in_counts)
+
+    @property
+    def bus_sent(self):
+        return counts_by_type(self.bus_sent_counts)
+
+    cdef int count_sent(self, list entries) except -1:
+        """A turn's job messages, (destinations, type, flags, payload) each (send_bus)."""
+        cdef long t
+        for e in entries:
+            t = e[1]
+            if 0 <= t < COUNTED_TYPES:
+                self.bus_sent_counts[t] += 1
+        return 0
 
     cpdef send_bus(self, dest, long mtype, payload, long mflags=0):
         self.shard.bus_out.append((dest, mtype, mflags, payload))
@@ -110,7 +125,6 @@ cdef class ReplicationCore:
     cpdef on_bus(self, list msgs):
         """Job messages from other nodes, [sender, type, flags, payload] each, already
         checked for shape by the front-end or the job link (busrelay.route_job_messages)."""
-        cdef dict counts = self.bus_in
         cdef long mtype
         for m in msgs:
             sender, t, mflags, payload = m
@@ -120,7 +134,8 @@ cdef class ReplicationCore:
                 hook = self.message_hook(mtype)
                 if hook is None:
                     continue
-            counts[t] = counts.get(t, 0) + 1
+            if 0 <= mtype < COUNTED_TYPES:
+                self.bus_in_counts[mtype] += 1
             try:
                 if hook is not None:
                     hook(sender, mflags, payload)
@@ -504,27 +519,32 @@ cdef class ReplicationCore:
         """The nodes of a copy that this node knows, as the id objects of `known` itself: a
         copy's list holds no bytes of its own (three fewer objects per job), and ids just
         decoded are matched by their bytes, not hashed (hashing them was 9% of a replica's
-        instructions per copy, callgrind). Past 16 nodes, by hash (`node_ids`)."""
+        instructions per copy, callgrind), walking both tuples as C arrays. Past 16 nodes,
+        by hash (`node_ids`)."""
         cdef tuple ids = self.known_ids
-        cdef Py_ssize_t nk = len(ids), k, size
+        cdef Py_ssize_t nk = PyTuple_GET_SIZE(ids), nn = PyTuple_GET_SIZE(nodes), j, k, size
+        cdef PyObject *n
+        cdef PyObject *c
         cdef list out = []
         cdef dict node_ids
         if nk > 16:
             node_ids = self.node_ids
-            for n in nodes:
-                c = node_ids.get(n)
-                if c is not None:
-                    out.append(c)
+            for x in nodes:
+                found = node_ids.get(x)
+                if found is not None:
+                    out.append(found)
             return tuple(out)
-        for n in nodes:
-            if type(n) is not bytes:
+        for j in range(nn):
+            n = PyTuple_GET_ITEM(nodes, j)
+            if not PyBytes_CheckExact(<object>n):
                 continue
-            size = PyBytes_GET_SIZE(n)
+            size = PyBytes_GET_SIZE(<object>n)
             for k in range(nk):
-                c = ids[k]
-                if (c is n or (PyBytes_GET_SIZE(c) == size
-                               and memcmp(PyBytes_AS_STRING(c), PyBytes_AS_STRING(n), size) == 0)):
-                    out.append(c)
+                c = PyTuple_GET_ITEM(ids, k)
+                if (c == n or (PyBytes_GET_SIZE(<object>c) == size
+                               and memcmp(PyBytes_AS_STRING(<object>c),
+                                          PyBytes_AS_STRING(<object>n), size) == 0)):
+                    out.append(<object>c)
                     break
         return tuple(out)
 
