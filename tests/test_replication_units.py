@@ -79,6 +79,12 @@ def test_a_copys_nodes_become_the_known_ids_and_unknown_ones_are_dropped(cluster
     known = {id(n) for n in s.replication.known}
     assert cluster > 16 or all(id(n) in known for n in got)
     assert s.replication.known_nodes(()) == ()
+    # what a peer may send besides: a node twice, things that are no id, a list past 16
+    copies = tuple(bytes(bytearray(n)) for n in others[:2])
+    odd = (others[0], 7, others[0], b"", b"f" * 40) + copies * 9
+    want = tuple(n for n in odd if n in set(others))
+    assert s.replication.known_nodes(odd) == want
+    assert s.replication.known_nodes(odd[:5]) == (others[0], others[0])
 
 
 def fresh(ids):
