@@ -1,6 +1,7 @@
-"""A start's order (docs/design.md, "A start's order"): the workers are forked before the
-front-end imports its own parts, its event loop and ZeroMQ (for its bus), so they start
-while it imports them, and carry none of them.
+"""A start's order (docs/design.md, "A start's order"): the starter that forks the workers
+is forked before the front-end imports its own parts, its event loop and ZeroMQ (for its
+bus), so it imports the workers' modules while the front-end imports those; the workers
+carry none of the front-end's modules, nor the front-end any of theirs.
 
 Which extension modules a process holds is read from the kernel (/proc/<pid>/maps): asyncio's
 C part, uvloop's loop and pyzmq's backend are shared objects, mapped by every process that
