@@ -185,42 +185,40 @@ def run_starter(starts, pipe_w):
     """In the starter: import the workers' modules once for all, fork each worker, tell
     the front-end their pids, exit."""
     from disque.workers import process
-    front_end = os.getppid()
+    front_end, starter = os.getppid(), os.getpid()
     gc.freeze()                     # the modules' objects: never collected, never written
     for args, fds in starts:
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            become_worker(process, args, fds, front_end)    # never returns
+            become_worker(process, args, fds, starter, front_end)  # never returns
         os.write(pipe_w, b"%d\n" % pid)
     return 0
 
 
-def wait_for_adoption(front_end, timeout=STARTER_EXIT_TIMEOUT):
+def wait_for_adoption(starter, front_end, timeout=STARTER_EXIT_TIMEOUT):
     """In a forked worker: until the starter has exited and the front-end is our parent
     (only then may we ask to die with it). The starter's pidfd turns readable once the
     kernel has reparented its children; a kernel without pidfds is asked every 0.5 ms.
-    False when the front-end is not our parent by then (it died)."""
-    starter = os.getppid()
-    if starter == front_end:        # the starter is gone already
-        return True
-    deadline = time.monotonic() + timeout
-    try:
-        pidfd = os.pidfd_open(starter)
-    except (AttributeError, OSError):
-        pidfd = None
-    if pidfd is not None:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        poller.poll(timeout * 1000)
-        os.close(pidfd)
-    while os.getppid() == starter and time.monotonic() < deadline:
-        time.sleep(0.0005)
+    False when our parent is then not the front-end (it died)."""
+    if os.getppid() == starter:
+        try:
+            pidfd = os.pidfd_open(starter)
+        except (AttributeError, OSError):   # no pidfds, or the starter gone already
+            pidfd = None
+        if pidfd is not None:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            poller.poll(timeout * 1000)
+            os.close(pidfd)
+        deadline = time.monotonic() + timeout
+        while os.getppid() == starter and time.monotonic() < deadline:
+            time.sleep(0.0005)
     return os.getppid() == front_end
 
 
-def become_worker(process, args, fds, front_end):
+def become_worker(process, args, fds, starter, front_end):
     """In a forked worker: only its own fds, default signals, its own random sequence and
     name; once the front-end has adopted it, serve."""
     code = 1
@@ -228,7 +226,7 @@ def become_worker(process, args, fds, front_end):
         keep_only(fds)
         random.seed()                   # not the front-end's sequence
         procctl.set_name(b"disque-worker-%d" % args.index)   # not the front-end's name
-        if wait_for_adoption(front_end):
+        if wait_for_adoption(starter, front_end):
             code = process.serve(args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
