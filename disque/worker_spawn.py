@@ -159,17 +159,32 @@ def fork_workers(starts, timeout):
         start = ForkedStart(pid, pipe_r, len(starts), timeout)
         return [ForkedWorker(start, k) for k in range(len(starts))]
     os.close(pipe_r)
+    run_child(lambda: be_starter(starts, pipe_w))
+
+
+def be_starter(starts, pipe_w):
+    """In the starter: only the workers' fds and the pipe, default signals, its own name;
+    then run_starter."""
+    for h in logging.getLogger().handlers:      # the front-end's log file: ours is opened anew
+        stream = getattr(h, "stream", None)
+        if stream is not None and stream not in (sys.stdout, sys.stderr):
+            stream.close()
+    keep_only({fd for _, fds in starts for fd in fds} | {pipe_w})
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    procctl.set_name(b"disque-starter")
+    return run_starter(starts, pipe_w)
+
+
+def run_child(body):
+    """In a forked child (the starter, a worker): `body()`'s exit code, 1 after an
+    exception (its traceback printed); never returns: the front-end's objects (its loop,
+    sockets) are not ours to finalize."""
     code = 1
     try:
-        for h in logging.getLogger().handlers:      # the front-end's log file: ours is opened anew
-            stream = getattr(h, "stream", None)
-            if stream is not None and stream not in (sys.stdout, sys.stderr):
-                stream.close()
-        keep_only({fd for _, fds in starts for fd in fds} | {pipe_w})
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        procctl.set_name(b"disque-starter")
-        code = run_starter(starts, pipe_w)
+        code = body()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
     except BaseException:
         import traceback
         traceback.print_exc()
@@ -178,7 +193,7 @@ def fork_workers(starts, timeout):
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code)          # the front-end's objects are not ours to finalize
+            os._exit(code or 0)
 
 
 def run_starter(starts, pipe_w):
@@ -192,7 +207,7 @@ def run_starter(starts, pipe_w):
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            become_worker(process, args, fds, starter, front_end)  # never returns
+            run_child(lambda: become_worker(process, args, fds, starter, front_end))
         os.write(pipe_w, b"%d\n" % pid)
     return 0
 
@@ -202,6 +217,7 @@ def wait_for_adoption(starter, front_end, timeout=STARTER_EXIT_TIMEOUT):
     (only then may we ask to die with it). The starter's pidfd turns readable once the
     kernel has reparented its children; a kernel without pidfds is asked every 0.5 ms.
     False when our parent is then not the front-end (it died)."""
+    deadline = time.monotonic() + timeout
     if os.getppid() == starter:
         try:
             pidfd = os.pidfd_open(starter)
@@ -212,30 +228,17 @@ def wait_for_adoption(starter, front_end, timeout=STARTER_EXIT_TIMEOUT):
             poller.register(pidfd, select.POLLIN)
             poller.poll(timeout * 1000)
             os.close(pidfd)
-        deadline = time.monotonic() + timeout
         while os.getppid() == starter and time.monotonic() < deadline:
             time.sleep(0.0005)
     return os.getppid() == front_end
 
 
 def become_worker(process, args, fds, starter, front_end):
-    """In a forked worker: only its own fds, default signals, its own random sequence and
-    name; once the front-end has adopted it, serve."""
-    code = 1
-    try:
-        keep_only(fds)
-        random.seed()                   # not the front-end's sequence
-        procctl.set_name(b"disque-worker-%d" % args.index)   # not the front-end's name
-        if wait_for_adoption(starter, front_end):
-            code = process.serve(args)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code or 0)
+    """In a forked worker: only its own fds, its own random sequence and name; once the
+    front-end has adopted it, serve. Its exit code (run_child)."""
+    keep_only(fds)
+    random.seed()                   # not the front-end's sequence
+    procctl.set_name(b"disque-worker-%d" % args.index)   # not the front-end's name
+    if not wait_for_adoption(starter, front_end):
+        return 1
+    return process.serve(args)
