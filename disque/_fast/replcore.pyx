@@ -110,6 +110,7 @@ cdef class ReplicationCore:
 
     @property
     def bus_sent(self):
+        """Job messages sent, {type: count}."""
         return counts_by_type(self.bus_sent_counts)
 
     cdef int count_sent(self, list entries) except -1:
@@ -533,7 +534,7 @@ cdef class ReplicationCore:
         cdef tuple out
         if nk > KNOWN_BY_BYTES:
             node_ids = self.node_ids
-            return tuple([node_ids[x] for x in nodes if x in node_ids])
+            return tuple([c for c in map(node_ids.get, nodes) if c is not None])
         if nn > KNOWN_BY_BYTES:         # a peer's odd list: one node at a time
             return tuple([x for j in range(nn) for x in self.known_nodes(nodes[j:j + 1])])
         for j in range(nn):
