@@ -534,7 +534,7 @@ cdef class ReplicationCore:
         cdef tuple out
         if nk > KNOWN_BY_BYTES:
             node_ids = self.node_ids
-            return tuple([c for c in map(node_ids.get, nodes) if c is not None])
+            return tuple([x for x in map(node_ids.get, nodes) if x is not None])
         if nn > KNOWN_BY_BYTES:         # a peer's odd list: one node at a time
             return tuple([x for j in range(nn) for x in self.known_nodes(nodes[j:j + 1])])
         for j in range(nn):
