@@ -6,7 +6,7 @@ Three nodes on 127.0.0.1 joined with CLUSTER MEET; the node measured (`--node 0`
 the benchmark talks to, which sends the copies; `--node 1`, a replica) runs under
 `valgrind --tool=callgrind --instr-atstart=no`, the others natively. After 300 jobs to warm
 up, instrumentation is switched on for `--jobs` `ADDJOB q <100 bytes> 0 REPLICATE 3` from
-one connection (with `--groups N`, each in one of N job groups), then dumped: instructions
+one connection (`--clients`: more; with `--groups N`, each in one of N job groups), then dumped: instructions
 per job of each process of that node (for ours
 the front-end and the worker), and the worker's top functions, inclusive. Needs valgrind
 (`apt-get install valgrind`). Two runs of one build agree within about 1%.
@@ -154,7 +154,7 @@ def one_setup(label, head, args, workdir):
                 if time.monotonic() > deadline:
                     raise RuntimeError("no replicated ADDJOB was acknowledged")
                 time.sleep(0.5)
-        r, _ = counted(lambda: redis_benchmark(nodes[0].port, args.jobs, 1, cmd))
+        r, _ = counted(lambda: redis_benchmark(nodes[0].port, args.jobs, args.clients, cmd))
         return {"rate": r["rps"], "jobs": args.jobs,
                 "procs": process_counts(cg_dir, head is not None, args.jobs)}
     finally:
@@ -171,6 +171,8 @@ def main():
                     help="the node measured: 0 sends the copies, 1 and 2 take them")
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--top", type=int, default=12, help="the worker's functions shown")
+    ap.add_argument("--clients", type=int, default=1,
+                    help="the benchmark's connections (unpipelined) while counting")
     ap.add_argument("--groups", type=int, default=0, metavar="N",
                     help="jobs of N groups (ADDJOB ... GROUP g:<random>; ours only)")
     args = ap.parse_args()
@@ -182,8 +184,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="bench-repl-instructions-")
     try:
         results = [(label, one_setup(label, head, args, workdir)) for label, head in setups]
-        report("node %d of 3, %d REPLICATE 3 ADDJOBs at 1 connection: instructions per job "
-               "(callgrind)" % (args.node, args.jobs), results, args.top)
+        report("node %d of 3, %d REPLICATE 3 ADDJOBs at %d connection(s): instructions per "
+               "job (callgrind)" % (args.node, args.jobs, args.clients), results, args.top)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

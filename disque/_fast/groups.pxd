@@ -20,6 +20,12 @@ cdef inline Py_ssize_t group_size(JobGroup g):
     return len(g.order) - g.first
 
 
+cdef inline object group_head(JobGroup g):
+    """The group's head member (its job, or a spilled one's ID), None when it has none:
+    JobGroup.head without the ID and without a Python attribute lookup."""
+    return g.order[g.first] if group_size(g) else None
+
+
 cdef class JobGroups:
     # every group of a worker's queues: queue name -> {group key -> JobGroup}
     cdef public dict by_queue

@@ -29,8 +29,10 @@ from libc.errno cimport errno, EAGAIN, EINTR
 from disque._fast cimport sysio
 from disque._fast.busrelay cimport group_by_link, route_job_messages
 from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
+from disque._fast.loophooks cimport FdHandler, MessagesOut
 from disque._fast.msgframe cimport framed_box, unpack_box
 from disque._fast.replcore cimport ReplicationCore
+from disque._fast.ackpath cimport ShardAcks
 from disque._fast.sysio cimport c_recv
 
 log = logging.getLogger("disque.worker")
@@ -105,9 +107,9 @@ cdef class InLink:
         self.tls = None             # its TlsPump on a secured cluster
 
 
-cdef class InEvent:
-    """What the worker's poll calls for an inbound link's fd (ServedCore.extra_fds): its
-    read, plaintext or TLS as the cluster is."""
+cdef class InEvent(FdHandler):
+    """What the worker's poll calls in C for an inbound link's fd (ServedCore.extra_fds):
+    its read, plaintext or TLS as the cluster is."""
     cdef JobLinkPath links
     cdef InLink link
 
@@ -115,28 +117,29 @@ cdef class InEvent:
         self.links = links
         self.link = link
 
-    def __call__(self, ev):
+    cdef int on_events(self, unsigned int events) except -1:
         if self.links.secured:
             self.links.on_in_event_tls(self.link)
         else:
             self.links.on_in_event(self.link)
+        return 0
 
 
-cpdef relay_bus_out(shard, JobLinkPath links):
+cpdef relay_bus_out(ShardAcks shard, JobLinkPath links):
     """A turn's job messages (`shard.bus_out`): straight to the owning workers where a
     direct job link is up (in their boxes until `flush`), the rest, or all of them on a
     worker without links (`links` None), through the front-end onto the bus."""
     cdef list msgs = shard.bus_out
     if not msgs:
         return
-    (<ReplicationCore>shard.replication).count_sent(msgs)
+    shard.replication.count_sent(msgs)
     rest = msgs if links is None else links.send(msgs)
     if rest:
         shard.out.append(encode_bus_out(rest))
     shard.bus_out = []
 
 
-cdef class JobLinkPath:
+cdef class JobLinkPath(MessagesOut):
     """The path's state (set by JobLinks.__init__ and set_cluster) and its methods: send,
     bus_out, flush, messages_out (the served loop's turn), write_frame, on_in_event,
     on_in_event_tls, on_frames. Needs from the subclass: fail, refuse, close_in, and for
@@ -219,6 +222,10 @@ cdef class JobLinkPath:
         leaves a node with an AOF to the loop, which writes it before anything leaves)."""
         self.bus_out()
         self.flush()
+
+    cdef int send_messages(self) except -1:
+        self.messages_out()         # the served loop's call (loophooks.MessagesOut)
+        return 0
 
     cpdef write_frame(self, OutLink link, bytes data):
         """A frame to a link: as it is, or as the records of its TLS session."""

@@ -16,5 +16,8 @@ cdef class PeerLinks:
     cdef public dict waiting        # reqid -> (peer, waiter)
     cdef long long next_reqid
     cpdef bint forward(self, int w, list argv, object waiter)
+    cpdef readable(self, int fd)
+    cpdef send_all(self)
+    cpdef writable(self, int fd)
     cdef entries(self, Peer p, list entries)
     cdef send(self, Peer p, bytes data)

@@ -102,7 +102,7 @@ cdef class PeerLinks:
 
     # ---- input ---------------------------------------------------------------------------
 
-    def readable(self, int fd):
+    cpdef readable(self, int fd):
         w = self.by_fd.get(fd)
         if w is None:
             return
@@ -142,7 +142,7 @@ cdef class PeerLinks:
 
     # ---- output --------------------------------------------------------------------------
 
-    def send_all(self):
+    cpdef send_all(self):
         """Send this turn's entries (the worker loop calls it after the AOF write)."""
         cdef Peer p
         cdef list box
@@ -157,7 +157,7 @@ cdef class PeerLinks:
         if send_or_keep(p.fd, data, p.out) == OUT_KEPT:
             self.ep.modify(p.fd, EPOLLIN | EPOLLOUT)
 
-    def writable(self, int fd):
+    cpdef writable(self, int fd):
         w = self.by_fd.get(fd)
         if w is None:
             return

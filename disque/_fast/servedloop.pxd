@@ -1,6 +1,8 @@
 # A worker's event loop for the connections it serves itself (servedloop.pyx); the command
 # dispatch of those connections is servedcore.pyx's ServedCore, which extends it.
 from disque._fast.consumers cimport ConsumersCore
+from disque._fast.loophooks cimport MessagesOut
+from disque._fast.peerlinks cimport PeerLinks
 from disque._fast.resp cimport RequestParser
 
 cdef class Epoll:
@@ -47,7 +49,8 @@ cdef class ServedClient:
 
 cdef class ServedLoop:
     cdef public int index, nworkers, link_fd, timer_fd
-    cdef public object shard, channel, peers
+    cdef public object shard, channel
+    cdef public PeerLinks peers     # the links to the other workers, or None
     cdef public Epoll ep
     cdef public dict clients        # fd -> ServedClient
     cdef public dict by_id          # client id -> ServedClient
@@ -66,9 +69,11 @@ cdef class ServedLoop:
     cdef public bint link_ready, ticked     # what the last poll found besides the clients
     cdef public bint woke           # it found a client, a peer, the channel or a job link
     cdef public bint idle           # the worker ticks slowly: every wake-up goes to its loop
-    cdef public dict extra_fds      # fd -> on_event(events): direct job links (job_links.py)
+    # fd -> what handles its events: a loophooks.FdHandler (a direct job link's read), called
+    # in C, or a callable on_event(events) (job_links.py, tls_clients.py)
+    cdef public dict extra_fds
     cdef public list extra_ready    # (fd, events) the last poll found for them
-    cdef public object job_links_out    # the worker's: job messages to the links, None: no links
+    cdef public MessagesOut job_links_out   # the worker's job links (JobLinkPath), None: no links
     # Hooks: what the loop calls on the Python half (disque/workers/served_clients.py,
     # SERVED_HOOKS there), bound once; None until bound (tests/test_core_hooks.py).
     cdef public object channel_readable     # () the hand-over channel has frames

@@ -18,6 +18,8 @@ from cpython.pystate cimport (PyInterpreterState_Head, PyInterpreterState_Thread
                               PyThreadState_Next)
 from libc.errno cimport errno, EAGAIN, EINTR
 
+from disque._fast.loophooks cimport FdHandler, MessagesOut
+from disque._fast.peerlinks cimport PeerLinks
 from disque._fast.resp cimport RequestParser
 from disque._fast.resp import QueryBufferOverflow
 from disque.contracts import connection_handover as handover_msg
@@ -249,8 +251,8 @@ cdef class ServedLoop:
         (ConsumersCore.serve_ready) unless an AOF is on. A non-blocking turn (the AOF
         has slices to work) is one turn."""
         cdef ShardCore core = <ShardCore>self.shard
+        cdef MessagesOut links_out = self.job_links_out
         persistence = self.persistence
-        links_out = self.job_links_out
         while True:
             if not self.poll(block):
                 return True             # a signal: its handler ran, the loop looks again
@@ -264,14 +266,14 @@ cdef class ServedLoop:
             # AOF on this path: nothing has to be written before they leave); without links
             # they stay in bus_out, which the loop below takes to the front-end
             if links_out is not None and core.bus_out:
-                links_out()
+                links_out.send_messages()
             # consumers blocked on queues that got jobs: served here, as the loop would
             # after serving (their replies and the job messages it makes leave below, in
             # the loop's order: job messages, then replies; no AOF on this path)
             if core.ready and not persistence.aof_busy:
                 self.consumers.serve_ready()
                 if links_out is not None and core.bus_out:
-                    links_out()
+                    links_out.send_messages()
             # what the loop does after serving: bus messages and replies for the
             # front-end, AOF rewrite or load slices. An INTEREST held back by its rate
             # limit (interest_due, 50 ms) waits for the next tick's turn (the tick stays
@@ -312,7 +314,7 @@ cdef class ServedLoop:
             PyErr_CheckSignals()    # a signal: its handler runs, the loop looks again
             return False
         cdef dict clients = self.clients
-        peers = self.peers
+        cdef PeerLinks peers = self.peers
         for i in range(n):
             fd = evs[i].data.fd
             ev = evs[i].events
@@ -352,7 +354,9 @@ cdef class ServedLoop:
             ready, self.extra_ready = self.extra_ready, []
             for fd, ev in ready:
                 on_event = self.extra_fds.get(fd)
-                if on_event is not None:
+                if isinstance(on_event, FdHandler):
+                    (<FdHandler>on_event).on_events(ev)
+                elif on_event is not None:
                     on_event(ev)
         if self.peer_ready:
             ready, self.peer_ready = self.peer_ready, []

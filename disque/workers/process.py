@@ -85,7 +85,7 @@ class Worker:
         if self.job_links is not None:
             # job messages in and out within the C turn: a copy's GOTJOB, a producer's
             # REPLJOBs, without a pass through the loop for each frame
-            self.served.job_links_out = self.job_links.messages_out
+            self.served.job_links_out = self.job_links
 
     def run(self):
         self.start_parts()
