@@ -176,3 +176,17 @@ def test_the_replication_binds_every_declared_hook():
         bound = getattr(replication, hook)
         assert bound is not None, hook
         assert bound.__self__ is owner and bound.__name__ == method, hook
+
+
+def test_the_served_loop_calls_the_job_links_in_c():
+    """A job link's read and the turn's job messages are C hooks of the served loop
+    (disque/_fast/loophooks.pyx); other polled fds keep plain callables, and a hook
+    called from Python runs its C method."""
+    from disque._fast.joblinkpath import InEvent, JobLinkPath
+    from disque._fast.loophooks import FdHandler, MessagesOut
+    assert issubclass(InEvent, FdHandler) and issubclass(JobLinkPath, MessagesOut)
+    with pytest.raises(NotImplementedError):
+        FdHandler()(1)          # the base has no handler of its own
+    pxd = (FAST / "servedloop.pxd").read_text()
+    assert "cdef public MessagesOut job_links_out" in pxd
+    assert "cdef public PeerLinks peers" in pxd

@@ -1,3 +1,4 @@
+from disque._fast.getjobopts cimport GetjobRequest
 from disque._fast.shardcore cimport ShardCore
 from disque._fast.shardqueue cimport Queue
 
@@ -18,11 +19,11 @@ cdef class ConsumersCore:
     cdef ShardCore core
     cdef public dict by_client      # client id -> its Blocked
     cdef public object deadlines    # disque.deadlines.Deadlines of the Blocked, in ms
-    cpdef tuple fetch_or_block(self, request)
+    cpdef tuple fetch_or_block(self, GetjobRequest request)
     cdef list take(self, list queues, Py_ssize_t count)
     cdef list fetch_rounds(self, list queues, Py_ssize_t count)
     cdef refill(self, list queues, Py_ssize_t want)
-    cdef tuple nothing_fetched(self, request, list queues, bint clustered)
+    cdef tuple nothing_fetched(self, GetjobRequest request, list queues, bint clustered)
     cpdef unblock(self, Blocked b)
     cpdef answer(self, Blocked b, reply, ids)
     cpdef release(self, Blocked b, reply)

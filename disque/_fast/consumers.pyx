@@ -55,7 +55,7 @@ cdef class ConsumersCore:
         self.by_client = {}
         self.deadlines = Deadlines()    # of Blocked, in ms (disque/deadlines.py)
 
-    cpdef tuple fetch_or_block(self, request):
+    cpdef tuple fetch_or_block(self, GetjobRequest request):
         """A GetjobRequest (contracts/getjob_options.py): (reply, job ids) now, or the
         consumer waits (reply None in local mode, [] in proxy mode)."""
         cdef ShardCore core = self.core
@@ -137,7 +137,7 @@ cdef class ConsumersCore:
                 break
         return jobs
 
-    cdef tuple nothing_fetched(self, request, list queues, bint clustered):
+    cdef tuple nothing_fetched(self, GetjobRequest request, list queues, bint clustered):
         """No job for this GETJOB: the empty reply (NOHANG), -LEAVING, or the consumer
         blocks (the reply comes later)."""
         cdef ShardCore core = self.core
