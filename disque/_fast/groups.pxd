@@ -20,10 +20,14 @@ cdef inline Py_ssize_t group_size(JobGroup g):
     return len(g.order) - g.first
 
 
-cdef inline object group_head(JobGroup g):
-    """The group's head member (its job, or a spilled one's ID), None when it has none:
-    JobGroup.head without the ID and without a Python attribute lookup."""
-    return g.order[g.first] if group_size(g) else None
+cdef inline bytes member_id(object m):
+    """A member of a group's order: its job, or the ID of a spilled one."""
+    return (<Job>m).id if type(m) is Job else <bytes>m
+
+
+cdef inline bytes group_head_id(JobGroup g):
+    """The ID of the group's head, None when it has no job."""
+    return member_id(g.order[g.first]) if group_size(g) else None
 
 
 cdef class JobGroups:

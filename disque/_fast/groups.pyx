@@ -78,11 +78,6 @@ def group_weight(bytes queue, bytes key, bytes node):
     return fmix64(group_hash(queue, key) ^ node_hash(node))
 
 
-cdef inline bytes member_id(object m):
-    """A member of a group's order: its job, or the ID of a spilled one."""
-    return (<Job>m).id if type(m) is Job else <bytes>m
-
-
 cdef inline bint is_member(object m, Job job) except -1:
     """Whether the member `m` stands for `job` (itself, its ID while it was spilled, or
     the job read back under the same ID)."""
@@ -151,7 +146,7 @@ cdef class JobGroup:
     @property
     def head(self):
         """The ID of the group's head, None when it has no job."""
-        return member_id(self.order[self.first]) if group_size(self) else None
+        return group_head_id(self)
 
     @property
     def ids(self):
@@ -375,7 +370,7 @@ cdef class JobGroups:
     cpdef bytes head_id(self, Job job):
         """The ID of the head of `job`'s group, or None."""
         cdef JobGroup g = self.group_of(job)
-        return None if g is None or not group_size(g) else member_id(g.order[g.first])
+        return None if g is None else group_head_id(g)
 
     cpdef object leave(self, Job job):
         """`job` is finished (or leaves for its dead-letter queue): out of its group. The

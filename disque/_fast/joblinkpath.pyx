@@ -14,8 +14,6 @@ from other hosts."""
 import logging
 import time
 
-import msgpack
-
 from disque._fast.busrelay import FORWARD_COPIES
 from disque.contracts import worker_link as link_msg
 from disque.contracts.job_link import MAX_FRAME, MAX_HELLO, read_hello
@@ -27,12 +25,12 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.errno cimport errno, EAGAIN, EINTR
 
 from disque._fast cimport sysio
+from disque._fast.ackpath cimport ShardAcks
 from disque._fast.busrelay cimport group_by_link, route_job_messages
 from disque._fast.frames cimport FRAMES_AGAIN, FRAMES_TOO_LONG, recv_frames, split_more
 from disque._fast.loophooks cimport FdHandler, MessagesOut
-from disque._fast.msgframe cimport framed_box, unpack_box
+from disque._fast.msgframe cimport framed_box, unpack_frame
 from disque._fast.replcore cimport ReplicationCore
-from disque._fast.ackpath cimport ShardAcks
 from disque._fast.sysio cimport c_recv
 
 log = logging.getLogger("disque.worker")
@@ -43,7 +41,6 @@ cdef int EPOLLIN = 0x001
 cdef int EPOLLOUT = 0x004
 TLS_READ_SIZE = 262144          # one TLS read's buffer (a record is at most 16 KiB)
 
-cdef object unpackb = msgpack.unpackb
 cdef object encode_bus_out = link_msg.BusOut.encode
 
 
@@ -274,13 +271,11 @@ cdef class JobLinkPath(MessagesOut):
         return True
 
     cdef bint on_frame(self, InLink link, data) except -1:
-        msgs = unpack_box(data) if type(data) is bytes else None
-        if msgs is None:
-            try:
-                msgs = unpackb(data)     # lists: msgpack's default (use_list, >= 1.0)
-            except Exception:
-                self.refuse(link, "a frame that is not msgpack")
-                return False
+        try:
+            msgs = unpack_frame(data)
+        except Exception:
+            self.refuse(link, "a frame that is not msgpack")
+            return False
         if link.sender is None:
             hello = read_hello(msgs)
             if hello is None:

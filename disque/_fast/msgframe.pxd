@@ -2,6 +2,7 @@
 
 cdef bytes framed_box(list box)
 cdef list unpack_box(bytes data)
+cdef object unpack_frame(object data)
 
 
 cdef class Packer:

@@ -256,6 +256,16 @@ cdef list unpack_box(bytes data):
     return <list>obj
 
 
+cdef object unpackb = msgpack.unpackb
+
+
+cdef object unpack_frame(object data):
+    """A frame's msgpack: unpack_box's reading of the subset, else msgpack's `unpackb`
+    (lists: its default), which reads the rest or raises."""
+    box = unpack_box(data) if type(data) is bytes else None
+    return unpackb(data) if box is None else box
+
+
 def box_of_frame_data(bytes data):
     """unpack_box for Python callers (the tests)."""
     return unpack_box(data)

@@ -13,11 +13,9 @@ deadlock.
 import logging
 import select
 
-import msgpack
-
 from disque import replies
 from disque._fast.frames cimport recv_frames, FRAMES_AGAIN, FRAMES_READ_SIZE, FRAMES_TOO_LONG
-from disque._fast.msgframe cimport framed_box, unpack_box
+from disque._fast.msgframe cimport framed_box, unpack_frame
 from disque._fast.sysio cimport send_or_keep, send_kept, OUT_KEPT
 from disque.contracts import peer_link as _peer
 
@@ -29,7 +27,6 @@ cdef long REPLY = _peer.REPLY
 cdef Py_ssize_t FRAME_LIMIT = _peer.MAX_FRAME
 cdef unsigned int EPOLLIN = select.EPOLLIN
 cdef unsigned int EPOLLOUT = select.EPOLLOUT
-cdef object unpackb = msgpack.unpackb
 cdef bytes WORKER_DIED = replies.WORKER_DIED
 
 
@@ -124,8 +121,7 @@ cdef class PeerLinks:
                 self.lost(w)
                 return
             for data in frames:
-                box = unpack_box(data)
-                self.entries(p, unpackb(data) if box is None else box)  # lists: unpackb's default
+                self.entries(p, unpack_frame(data))
             if n < FRAMES_READ_SIZE or self.peers.get(w) is not p:
                 return
 

@@ -19,7 +19,7 @@ from cpython.set cimport PySet_Add
 from libc.string cimport memcmp
 
 from disque._fast.addjob cimport ReplWait
-from disque._fast.groups cimport JobGroup, group_head
+from disque._fast.groups cimport JobGroup, group_head_id
 from disque._fast.job cimport (Job, JobOptions, JOB_ACTIVE, JOB_WAIT_REPL,
                                JOB_FLAG_BCAST_QUEUED, JOB_FLAG_GROUPED, JOB_FLAG_HELD,
                                mark_active, mark_wait_repl)
@@ -370,10 +370,10 @@ cdef class ReplicationCore:
         if g is None:
             return
         if (<JobOptions>copy.ext).group_seq != seq:
-            old_head = group_head(g)
+            old_head = group_head_id(g)
             if shard.groups.move(copy, seq, shard.jobs):
-                for m in (old_head, copy):
-                    job = shard.jobs.get((<Job>m).id if type(m) is Job else m)
+                for jid in (old_head, copy.id):
+                    job = shard.jobs.get(jid)
                     if job is not None:
                         self.hold_unless_head(job)
             if shard.aof_on:
